@@ -1,0 +1,386 @@
+// dlock.hpp — the header-only C++17 API over the C ABI of dlock.h.
+//
+//   dlock::client   one configured backend (move-only; closes on destruction)
+//   dlock::lease    proof of holding a lock (move-only; released on destruction)
+//   dlock::mutex    a named distributed lock meeting TimedLockable, for std::unique_lock,
+//                   std::scoped_lock and try_lock_for
+//
+// Errors: functions throw std::system_error whose code is in dlock::category(); each has an
+// overload taking std::error_code& that never throws. Durations are std::chrono; time points are
+// std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of every dlock deadline).
+// Thread safety is that of the C ABI: a client may be shared by threads; a lease or mutex object
+// is used by one thread at a time.
+#pragma once
+
+#include <dlock/dlock.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+namespace dlock {
+
+// ---- errors ------------------------------------------------------------------------------------
+
+enum class errc {
+    timeout = DLOCK_TIMEOUT,
+    invalid_argument = DLOCK_INVALID_ARGUMENT,
+    config = DLOCK_CONFIG,
+    plugin = DLOCK_PLUGIN,
+    not_supported = DLOCK_NOT_SUPPORTED,
+    unavailable = DLOCK_UNAVAILABLE,
+    backend = DLOCK_BACKEND,
+    unknown = DLOCK_UNKNOWN,
+    lost = DLOCK_LOST,
+    cancelled = DLOCK_CANCELLED,
+    internal = DLOCK_INTERNAL,
+};
+
+// The category of dlock statuses; message() gives the status's constant name.
+inline const std::error_category& category() noexcept {
+    struct dlock_category final : std::error_category {
+        const char* name() const noexcept override { return "dlock"; }
+        std::string message(int status) const override { return dlock_status_name(status); }
+    };
+    static const dlock_category instance;
+    return instance;
+}
+
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
+
+namespace detail {
+
+// The error of a non-OK status, with the thread's detail text.
+inline std::error_code to_error_code(int status) noexcept { return {status, category()}; }
+
+[[noreturn]] inline void throw_status(int status) { throw std::system_error(to_error_code(status), dlock_last_error()); }
+
+inline void throw_if(const std::error_code& ec) {
+    if (ec) throw std::system_error(ec, ec.category() == category() ? dlock_last_error() : "");
+}
+
+inline int64_t to_ms(std::chrono::nanoseconds d) noexcept {
+    if (d <= std::chrono::nanoseconds::zero()) return 0;
+    // Round up: a wait of 1.5 ms must not become 1 ms.
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
+    return ms;
+}
+
+inline std::chrono::steady_clock::time_point from_monotonic_ns(int64_t ns) noexcept {
+    if (ns == std::numeric_limits<int64_t>::max()) return std::chrono::steady_clock::time_point::max();
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+}  // namespace detail
+
+// ---- options -----------------------------------------------------------------------------------
+
+// A wait without limit (until acquired or the client closes).
+inline constexpr std::chrono::milliseconds forever = std::chrono::milliseconds::max();
+
+// Unset fields come from the lock's policy in the config, then its defaults.
+struct acquire_options {
+    std::optional<std::chrono::milliseconds> wait;  // zero = try once; dlock::forever = no limit
+    std::optional<std::chrono::milliseconds> ttl;
+    std::optional<bool> renew;
+    std::optional<bool> fair;
+    std::optional<bool> reentrant;
+
+    acquire_options& with_wait(std::chrono::milliseconds d) { wait = d; return *this; }
+    acquire_options& with_ttl(std::chrono::milliseconds d) { ttl = d; return *this; }
+    acquire_options& with_renew(bool on) { renew = on; return *this; }
+    acquire_options& with_fair(bool on) { fair = on; return *this; }
+    acquire_options& with_reentrant(bool on) { reentrant = on; return *this; }
+
+    dlock_acquire_options to_c() const noexcept {
+        dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+        if (wait) o.wait_ms = *wait == forever ? DLOCK_WAIT_FOREVER : wait->count() < 0 ? 0 : wait->count();
+        if (ttl) o.ttl_ms = ttl->count();
+        if (renew) o.renew = *renew ? 1 : 0;
+        if (fair) o.fair = *fair ? 1 : 0;
+        if (reentrant) o.reentrant = *reentrant ? 1 : 0;
+        return o;
+    }
+};
+
+enum class lease_state { held = DLOCK_LEASE_HELD, suspect = DLOCK_LEASE_SUSPECT, lost = DLOCK_LEASE_LOST, released = DLOCK_LEASE_RELEASED };
+
+// The three outcomes of a release.
+enum class release_outcome {
+    released,      // released (or released before)
+    already_lost,  // had expired or been taken; nothing of the new holder's was touched
+    unknown,       // the backend could not be reached; safe to retry
+};
+
+struct lock_info {
+    bool held = false;
+    std::string holder;                            // owner token, if known
+    uint64_t fencing_token = 0;                    // last issued, 0 if none/unknown
+    std::optional<std::chrono::milliseconds> ttl_left;  // unset without ttl
+};
+
+// ---- lease -------------------------------------------------------------------------------------
+
+class lease {
+public:
+    lease() noexcept = default;
+    explicit lease(dlock_lease* handle) noexcept : handle_(handle) {}
+    lease(lease&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)), lost_(std::move(other.lost_)) {}
+    lease& operator=(lease&& other) noexcept {
+        if (this != &other) {
+            reset();
+            handle_ = std::exchange(other.handle_, nullptr);
+            lost_ = std::move(other.lost_);
+        }
+        return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    // Releases the lock if still held (best effort; use release() to learn the outcome).
+    ~lease() { reset(); }
+
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    dlock_lease* handle() const noexcept { return handle_; }
+
+    std::string_view name() const noexcept { return dlock_lease_name(handle_); }
+    std::string_view owner() const noexcept { return dlock_lease_owner(handle_); }
+    // Strictly increasing per name across holders; 0 when the backend has no fencing.
+    uint64_t fencing_token() const noexcept { return dlock_lease_fencing_token(handle_); }
+    // time_point::max() for leases that never expire on their own.
+    std::chrono::steady_clock::time_point valid_until() const noexcept {
+        return detail::from_monotonic_ns(dlock_lease_valid_until(handle_));
+    }
+    lease_state state() const noexcept { return static_cast<lease_state>(dlock_lease_state_get(handle_)); }
+    bool held() const noexcept {
+        const auto s = state();
+        return s == lease_state::held || s == lease_state::suspect;
+    }
+
+    // Calls `callback` once, from the client's keeper thread, when the lease becomes LOST.
+    // It must not destroy this lease or close the client.
+    void on_lost(std::function<void()> callback) {
+        lost_ = std::make_unique<std::function<void()>>(std::move(callback));
+        const int status = dlock_lease_on_lost(handle_, &lease::call_lost, lost_.get());
+        if (status != DLOCK_OK) detail::throw_status(status);
+    }
+
+    void renew() {
+        std::error_code ec;
+        renew(ec);
+        detail::throw_if(ec);
+    }
+    void renew(std::error_code& ec) noexcept {
+        const int status = dlock_lease_renew(handle_);
+        ec = status == DLOCK_OK ? std::error_code() : detail::to_error_code(status);
+    }
+
+    // Releases; never throws for the three outcomes. Throws std::system_error only for misuse
+    // (an empty lease).
+    release_outcome release() {
+        std::error_code ec;
+        const auto outcome = release(ec);
+        if (ec) detail::throw_if(ec);
+        return outcome;
+    }
+    release_outcome release(std::error_code& ec) noexcept {
+        ec.clear();
+        if (!handle_) {
+            ec = make_error_code(errc::invalid_argument);
+            return release_outcome::unknown;
+        }
+        switch (dlock_lease_release(handle_)) {
+        case DLOCK_OK: return release_outcome::released;
+        case DLOCK_LOST: return release_outcome::already_lost;
+        default: return release_outcome::unknown;
+        }
+    }
+
+private:
+    static void call_lost(dlock_lease*, void* user) { (*static_cast<std::function<void()>*>(user))(); }
+    void reset() noexcept {
+        dlock_lease_destroy(std::exchange(handle_, nullptr));  // waits for a running callback
+        lost_.reset();
+    }
+
+    dlock_lease* handle_ = nullptr;
+    // The on_lost callback lives on the heap so its address survives moves of the lease.
+    std::unique_ptr<std::function<void()>> lost_;
+};
+
+// ---- client ------------------------------------------------------------------------------------
+
+class client {
+public:
+    client() noexcept = default;
+    explicit client(dlock_client* handle) noexcept : handle_(handle) {}
+    client(client&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    client& operator=(client&& other) noexcept {
+        if (this != &other) {
+            dlock_client_close(handle_);
+            handle_ = std::exchange(other.handle_, nullptr);
+        }
+        return *this;
+    }
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+    // Closes: waits in other threads are cancelled and held leases released.
+    ~client() { dlock_client_close(handle_); }
+
+    // A config path, a DSN, or empty for $DLOCK_CONFIG / the embedded default (dlock_client_open).
+    static client open(const std::string& config = {}) {
+        std::error_code ec;
+        client c = open(config, ec);
+        detail::throw_if(ec);
+        return c;
+    }
+    static client open(const std::string& config, std::error_code& ec) noexcept {
+        dlock_client* handle = nullptr;
+        const int status = dlock_client_open(config.c_str(), &handle);
+        ec = status == DLOCK_OK ? std::error_code() : detail::to_error_code(status);
+        return client(status == DLOCK_OK ? handle : nullptr);
+    }
+    // From YAML text; `origin` names it in error messages.
+    static client from_yaml(const std::string& yaml, const std::string& origin = "<yaml text>") {
+        dlock_client* handle = nullptr;
+        const int status = dlock_client_open_yaml(yaml.c_str(), origin.c_str(), &handle);
+        if (status != DLOCK_OK) detail::throw_status(status);
+        return client(handle);
+    }
+
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    dlock_client* handle() const noexcept { return handle_; }
+    std::string_view backend() const noexcept { return dlock_client_backend(handle_); }
+    uint64_t capabilities() const noexcept { return dlock_client_capabilities(handle_); }
+    bool has(uint64_t capability) const noexcept { return (capabilities() & capability) == capability; }
+
+    // Acquires `name`. Throws std::system_error, with errc::timeout when not acquired in time.
+    lease acquire(std::string_view name, const acquire_options& options = {}) {
+        std::error_code ec;
+        lease l = acquire(name, options, ec);
+        detail::throw_if(ec);
+        return l;
+    }
+    // Never throws; an empty lease and ec == errc::timeout when not acquired in time.
+    lease acquire(std::string_view name, const acquire_options& options, std::error_code& ec) noexcept {
+        try {
+            const std::string name_z(name);
+            if (name_z.size() != std::char_traits<char>::length(name_z.c_str())) {
+                ec = make_error_code(errc::invalid_argument);
+                return lease();
+            }
+            const dlock_acquire_options o = options.to_c();
+            dlock_lease* handle = nullptr;
+            const int status = dlock_acquire(handle_, name_z.c_str(), &o, &handle);
+            ec = status == DLOCK_OK ? std::error_code() : detail::to_error_code(status);
+            return lease(status == DLOCK_OK ? handle : nullptr);
+        } catch (...) {
+            ec = make_error_code(errc::internal);
+            return lease();
+        }
+    }
+    // Tries once (or waits options.wait): nullopt when not acquired in time; throws other errors.
+    std::optional<lease> try_acquire(std::string_view name, acquire_options options = {}) {
+        if (!options.wait) options.wait = std::chrono::milliseconds(0);
+        std::error_code ec;
+        lease l = acquire(name, options, ec);
+        if (ec == make_error_code(errc::timeout)) return std::nullopt;
+        detail::throw_if(ec);
+        return std::optional<lease>(std::move(l));
+    }
+
+    lock_info inspect(std::string_view name) {
+        dlock_lock_info info = DLOCK_LOCK_INFO_INIT;
+        const std::string name_z(name);
+        const int status = dlock_inspect(handle_, name_z.c_str(), &info);
+        if (status != DLOCK_OK) detail::throw_status(status);
+        lock_info out;
+        out.held = info.held != 0;
+        out.holder = info.holder;
+        out.fencing_token = info.fencing_token;
+        if (info.ttl_left_ms >= 0) out.ttl_left = std::chrono::milliseconds(info.ttl_left_ms);
+        return out;
+    }
+
+    void close() noexcept { dlock_client_close(std::exchange(handle_, nullptr)); }
+
+private:
+    dlock_client* handle_ = nullptr;
+};
+
+// ---- mutex -------------------------------------------------------------------------------------
+
+// A named distributed lock meeting TimedLockable. lock() waits without limit; try_lock() tries
+// once. The client must outlive the mutex. Several threads may share one mutex object: the lease
+// is stored under an internal std::mutex that is never held while waiting for the lock.
+class mutex {
+public:
+    mutex(client& c, std::string name, acquire_options options = {})
+        : client_(&c), name_(std::move(name)), options_(std::move(options)) {}
+    mutex(const mutex&) = delete;
+    mutex& operator=(const mutex&) = delete;
+
+    void lock() { store(client_->acquire(name_, acquire_options(options_).with_wait(forever))); }
+    bool try_lock() { return try_for(std::chrono::milliseconds(0)); }
+    template <typename Rep, typename Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d));
+    }
+    template <typename Clock, typename Duration>
+    bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()));
+    }
+    // Releases; never throws. Call lease().release() first to learn the outcome.
+    void unlock() noexcept {
+        lease taken;
+        {
+            std::lock_guard<std::mutex> guard(guard_);
+            taken = std::move(lease_);
+        }
+        std::error_code ec;
+        if (taken) taken.release(ec);
+    }
+
+    const std::string& name() const noexcept { return name_; }
+    // The fencing token of the current hold (0 when not held or without fencing).
+    uint64_t fencing_token() const {
+        std::lock_guard<std::mutex> guard(guard_);
+        return lease_ ? lease_.fencing_token() : 0;
+    }
+    // The current lease (empty when not held). Not to be moved from while the mutex is locked.
+    dlock::lease& current_lease() noexcept { return lease_; }
+
+private:
+    bool try_for(std::chrono::nanoseconds d) {
+        std::error_code ec;
+        lease l = client_->acquire(name_, acquire_options(options_).with_wait(std::chrono::milliseconds(detail::to_ms(d))), ec);
+        if (ec == make_error_code(errc::timeout)) return false;
+        detail::throw_if(ec);
+        store(std::move(l));
+        return true;
+    }
+    void store(lease l) {
+        std::lock_guard<std::mutex> guard(guard_);
+        lease_ = std::move(l);
+    }
+
+    client* client_;
+    std::string name_;
+    acquire_options options_;
+    mutable std::mutex guard_;
+    dlock::lease lease_;
+};
+
+}  // namespace dlock
+
+namespace std {
+template <>
+struct is_error_code_enum<dlock::errc> : true_type {};
+}  // namespace std

@@ -1,0 +1,555 @@
+// The core: clients, holds, leases and the lease keeper.
+#include "dlock_internal/client.hpp"
+
+#include "dlock_internal/common.hpp"
+#include "dlock_internal/names.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace dlock::core {
+
+using detail::error;
+using detail::forever_ns;
+using detail::monotonic_now_ns;
+
+namespace {
+
+constexpr int64_t max_ttl_ms = 365LL * 24 * 3600 * 1000;
+
+// dlock's own logger: stderr, level from $DLOCK_LOG (debug, info, warn, error, off; default warn).
+// Not registered in spdlog's global registry, so it never clashes with the application's loggers.
+spdlog::logger& logger() {
+    static const std::shared_ptr<spdlog::logger> instance = [] {
+        auto l = std::make_shared<spdlog::logger>("dlock", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+        const char* level = std::getenv("DLOCK_LOG");
+        l->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
+        return l;
+    }();
+    return *instance;
+}
+
+void host_log(void* context, int level, const char* message) {
+    static_cast<client_core*>(context)->log(level, message);
+}
+
+void host_hold_state_changed(void* context, void* host_lease, int state, int64_t valid_until_ns) {
+    static_cast<client_core*>(context)->hold_state_changed(static_cast<hold*>(host_lease), state, valid_until_ns);
+}
+
+// Calls into a plugin behind an exception firewall: a plugin that throws across the C ABI is a
+// broken plugin, reported as such, never a crash.
+template <typename F>
+int plugin_call(dlock_plugin_error& err, const char* backend, const char* entry, F&& call) noexcept {
+    try {
+        return call();
+    } catch (...) {
+        std::snprintf(err.message, sizeof err.message, "plugin `%s` threw an exception from `%s` across the C ABI",
+                      backend, entry);
+        return DLOCK_PLUGIN;
+    }
+}
+
+std::string message_of(const dlock_plugin_error& err, const std::string& fallback) {
+    const size_t n = strnlen(err.message, sizeof err.message);
+    return n ? std::string(err.message, n) : fallback;
+}
+
+// Reads one field of a caller's option struct if the caller's struct_size covers it.
+template <typename T, typename Field>
+bool has_field(const T* options, Field T::*member) {
+    const auto offset = reinterpret_cast<size_t>(&(static_cast<const T*>(nullptr)->*member));
+    return options && options->struct_size >= offset + sizeof(Field);
+}
+
+bool tri_state(int value, bool fallback, const char* what) {
+    if (value == DLOCK_DEFAULT) return fallback;
+    if (value == 0 || value == 1) return value == 1;
+    throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `{}` is {}; use 0, 1 or DLOCK_DEFAULT", what, value));
+}
+
+}  // namespace
+
+std::shared_ptr<client_core> client_core::open(config::client_config config) {
+    auto module = loader::load(config.backend, config.plugin_path);
+    const auto options = config::bind_options(config, *module->table);
+    std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, core->plugin_->name, "create", [&] {
+        return core->plugin_->create(options.data(), options.size(), &core->host_, &core->backend_, &err);
+    });
+    if (status != DLOCK_OK) {
+        core->backend_ = nullptr;
+        throw error(status, message_of(err, fmt::format("backend `{}` could not be created ({})", core->plugin_->name,
+                                                        dlock_status_name(status))));
+    }
+    if (!core->backend_)
+        throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
+    core->capabilities_ = core->plugin_->capabilities(core->backend_) | DLOCK_CAP_REENTRANT;
+    core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
+    return core;
+}
+
+client_core::client_core(config::client_config config, std::shared_ptr<const loader::module> module)
+    : config_(std::move(config)), module_(std::move(module)), plugin_(module_->table) {
+    host_.struct_size = sizeof host_;
+    host_.context = this;
+    host_.log = host_log;
+    host_.hold_state_changed = host_hold_state_changed;
+}
+
+client_core::~client_core() { close(); }
+
+void client_core::log(int level, const char* message) {
+    static const spdlog::level::level_enum levels[] = {spdlog::level::debug, spdlog::level::info, spdlog::level::warn,
+                                                       spdlog::level::err};
+    logger().log(levels[std::clamp(level, 0, 3)], "{}: {}", plugin_->name, message ? message : "");
+}
+
+[[noreturn]] void client_core::fail_plugin_call(int status, const dlock_plugin_error& err, const char* what) {
+    throw error(status, message_of(err, fmt::format("backend `{}`: {} failed ({})", plugin_->name, what, dlock_status_name(status))));
+}
+
+dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options* options) {
+    if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
+    detail::validate_name(name);
+    if (options && options->struct_size < sizeof(uint32_t))
+        throw error(DLOCK_INVALID_ARGUMENT, "acquire options: struct_size is 0; initialise with DLOCK_ACQUIRE_OPTIONS_INIT");
+    const config::resolved_policy policy = config::resolve(config_, name);
+
+    int64_t wait_ms = policy.wait_ms;
+    if (has_field(options, &dlock_acquire_options::wait_ms) && options->wait_ms != DLOCK_DEFAULT) {
+        if (options->wait_ms < 0)
+            throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `wait_ms` is {}; it must be >= 0, "
+                                                            "DLOCK_WAIT_FOREVER or DLOCK_DEFAULT", options->wait_ms));
+        wait_ms = options->wait_ms;
+    }
+    int64_t ttl_ms = policy.ttl_ms;
+    if (has_field(options, &dlock_acquire_options::ttl_ms) && options->ttl_ms != DLOCK_DEFAULT) {
+        if (options->ttl_ms < 1)
+            throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `ttl_ms` is {}; a lease lasts at least 1 ms", options->ttl_ms));
+        if (options->ttl_ms > max_ttl_ms)
+            throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `ttl_ms` is {}; the limit is 365 days ({} ms)",
+                                                            options->ttl_ms, max_ttl_ms));
+        ttl_ms = options->ttl_ms;
+    }
+    const bool renew = has_field(options, &dlock_acquire_options::renew) ? tri_state(options->renew, policy.renew, "renew") : policy.renew;
+    const bool fair = has_field(options, &dlock_acquire_options::fair) ? tri_state(options->fair, policy.fair, "fair") : policy.fair;
+    const bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
+                               ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
+    dlock_lost_callback on_lost = nullptr;
+    void* on_lost_data = nullptr;
+    if (has_field(options, &dlock_acquire_options::on_lost_user_data)) {
+        on_lost = options->on_lost;
+        on_lost_data = options->on_lost_user_data;
+    }
+
+    auto new_lease = [&](const std::shared_ptr<hold>& h) {
+        auto* lease = new dlock_lease;
+        lease->client = shared_from_this();
+        lease->hold = h;
+        lease->name = h->name;
+        lease->owner = h->owner;
+        lease->fence = h->fence;
+        lease->on_lost = on_lost;
+        lease->on_lost_data = on_lost_data;
+        h->leases.push_back(lease);
+        return lease;
+    };
+
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+        if (reentrant) {
+            auto it = reentrant_.find(name);
+            if (it != reentrant_.end() && (it->second->state == DLOCK_LEASE_HELD || it->second->state == DLOCK_LEASE_SUSPECT))
+                return new_lease(it->second);
+        }
+        ++acquires_in_flight_;
+    }
+    struct in_flight_guard {
+        client_core* self;
+        ~in_flight_guard() {
+            std::lock_guard<std::mutex> lock(self->mutex_);
+            --self->acquires_in_flight_;
+            self->changed_.notify_all();
+        }
+    } in_flight{this};
+
+    auto h = std::make_shared<hold>();
+    h->name = name;
+    h->owner = detail::new_owner_token();
+    h->ttl_ms = ttl_ms;
+    h->renew = renew;
+    h->reentrant = reentrant;
+
+    dlock_acquire_request request{};
+    request.struct_size = sizeof request;
+    request.name = h->name.c_str();
+    request.owner = h->owner.c_str();
+    request.ttl_ms = ttl_ms;
+    request.deadline_ns = wait_ms == 0 ? 0
+                          : wait_ms == INT64_MAX ? forever_ns
+                                                 : std::max<int64_t>(1, detail::saturating_add(monotonic_now_ns(), detail::ms_to_ns(wait_ms)));
+    request.fair = fair ? 1 : 0;
+    request.host_lease = h.get();
+
+    dlock_hold* plugin_hold = nullptr;
+    dlock_grant grant{};
+    grant.struct_size = sizeof grant;
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, plugin_->name, "acquire",
+                                   [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
+    if (status != DLOCK_OK) {
+        if (status == DLOCK_TIMEOUT)
+            throw error(DLOCK_TIMEOUT, message_of(err, fmt::format("lock `{}` not acquired within {} ms", name, wait_ms)));
+        fail_plugin_call(status, err, "acquire");
+    }
+    if (!plugin_hold) throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `acquire` but returned no hold", plugin_->name));
+
+    std::unique_lock<std::mutex> lock(mutex_);
+    h->plugin_hold = plugin_hold;
+    h->fence = grant.fencing_token;
+    if (grant.ttl_ms > 0) h->ttl_ms = grant.ttl_ms;
+    h->valid_until_ns = grant.valid_until_ns;
+    h->next_renew_ns = forever_ns;
+    if (h->renew && (capabilities_ & DLOCK_CAP_TTL) && h->valid_until_ns != forever_ns)
+        h->next_renew_ns = h->valid_until_ns - detail::ms_to_ns(h->ttl_ms) * 2 / 3;
+    holds_.insert(h);
+    if (closed_) {  // closed while we waited: give it back rather than hand out a lease on a closed client
+        std::string why;
+        release_hold(lock, h, why);
+        throw error(DLOCK_CANCELLED, "the client was closed during acquire");
+    }
+    if (reentrant) reentrant_[h->name] = h;
+    dlock_lease* lease = new_lease(h);
+    if (h->valid_until_ns != forever_ns) keeper_wake_.notify_one();
+    return lease;
+}
+
+void client_core::mark_lost(hold& h) {
+    if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
+    h.state = DLOCK_LEASE_LOST;
+    auto it = reentrant_.find(h.name);
+    if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
+    for (dlock_lease* lease : h.leases) {
+        if (lease->on_lost && !lease->lost_notified) {
+            lease->lost_notified = true;
+            ++lease->callbacks_running;
+            lost_queue_.push_back(lease);
+        }
+    }
+    keeper_wake_.notify_one();
+}
+
+void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
+    if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
+    const int64_t ttl_ns = detail::ms_to_ns(h.ttl_ms);
+    if (status == DLOCK_OK) {
+        h.valid_until_ns = valid_until_ns;
+        h.state = DLOCK_LEASE_HELD;
+        h.next_renew_ns = (h.renew && (capabilities_ & DLOCK_CAP_TTL) && valid_until_ns != forever_ns)
+                              ? valid_until_ns - ttl_ns * 2 / 3 : forever_ns;
+    } else if (status == DLOCK_LOST) {
+        mark_lost(h);
+        return;
+    } else {
+        // Unconfirmed: may still be held until valid_until. Retry soon, well before it runs out.
+        h.state = DLOCK_LEASE_SUSPECT;
+        h.next_renew_ns = now_ns + std::max<int64_t>(ttl_ns / 10, 5 * detail::ns_per_ms);
+    }
+    if (h.valid_until_ns <= now_ns) mark_lost(h);
+}
+
+void client_core::forget_hold(const std::shared_ptr<hold>& h) {
+    holds_.erase(h);
+    auto it = reentrant_.find(h->name);
+    if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
+}
+
+int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why) {
+    changed_.wait(lock, [&] { return !h->busy; });
+    if (!h->plugin_hold) return h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
+    const bool was_lost = h->state == DLOCK_LEASE_LOST;
+    h->busy = true;
+    dlock_hold* plugin_hold = h->plugin_hold;
+    lock.unlock();
+    dlock_plugin_error err{};
+    int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
+    lock.lock();
+    h->busy = false;
+    changed_.notify_all();
+    if (status != DLOCK_OK && status != DLOCK_LOST) {
+        why = message_of(err, fmt::format("backend `{}`: release of `{}` failed ({}); the outcome is unknown, retry",
+                                          plugin_->name, h->name, dlock_status_name(status)));
+        return DLOCK_UNKNOWN;
+    }
+    if (status == DLOCK_LOST || was_lost) {
+        h->state = DLOCK_LEASE_LOST;
+        status = DLOCK_LOST;
+        why = fmt::format("lock `{}` had been lost before release (expired or taken); nothing of the new holder's was touched", h->name);
+    } else {
+        h->state = DLOCK_LEASE_RELEASED;
+    }
+    forget_hold(h);
+    h->plugin_hold = nullptr;
+    lock.unlock();
+    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+    lock.lock();
+    return status;
+}
+
+int client_core::release(dlock_lease* lease) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (lease->released) return lease->release_status;
+    const std::shared_ptr<hold> h = lease->hold;
+    auto& leases = h->leases;
+    leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+    int status;
+    std::string why;
+    if (!leases.empty()) {
+        // Another reentrant lease still holds it: only this handle is done.
+        status = h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
+    } else {
+        status = release_hold(lock, h, why);
+        if (status == DLOCK_UNKNOWN) {
+            h->leases.push_back(lease);  // still ours as far as we know; the caller may retry
+            throw error(DLOCK_UNKNOWN, why);
+        }
+    }
+    lease->released = true;
+    lease->release_status = status;
+    if (status == DLOCK_LOST) {
+        if (why.empty()) why = fmt::format("lock `{}` had been lost before release", h->name);
+        throw error(DLOCK_LOST, why);
+    }
+    return status;
+}
+
+int client_core::renew(dlock_lease* lease) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (lease->released) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("lease on `{}` was released", lease->name));
+    const std::shared_ptr<hold> h = lease->hold;
+    changed_.wait(lock, [&] { return !h->busy; });
+    if (h->state == DLOCK_LEASE_LOST) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->name));
+    if (closed_ || !h->plugin_hold) throw error(DLOCK_CANCELLED, "the client is closed");
+    h->busy = true;
+    dlock_renewal renewal{h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0};
+    lock.unlock();
+    dlock_plugin_error err{};
+    const int call = plugin_call(err, plugin_->name, "renew", [&] { return plugin_->renew(backend_, &renewal, 1, &err); });
+    lock.lock();
+    h->busy = false;
+    changed_.notify_all();
+    const int status = call == DLOCK_OK ? renewal.status : call;
+    apply_renewal(*h, status, renewal.valid_until_ns, monotonic_now_ns());
+    if (status != DLOCK_OK)
+        throw error(status, message_of(err, fmt::format("backend `{}`: renewal of `{}` not confirmed ({})", plugin_->name,
+                                                        h->name, dlock_status_name(status))));
+    return DLOCK_OK;
+}
+
+void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void* user_data) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    lease->on_lost = callback;
+    lease->on_lost_data = user_data;
+    if (!callback || lease->released || lease->lost_notified || lease->hold->state != DLOCK_LEASE_LOST) return;
+    lease->lost_notified = true;
+    ++lease->callbacks_running;
+    lock.unlock();
+    callback(lease, user_data);
+    lock.lock();
+    --lease->callbacks_running;
+    changed_.notify_all();
+}
+
+dlock_lease_state client_core::state_of(const dlock_lease* lease) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (lease->released) return DLOCK_LEASE_RELEASED;
+    hold& h = *lease->hold;
+    // The pollable state is exact even if the keeper has not woken yet.
+    if ((h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) && h.valid_until_ns <= monotonic_now_ns()) mark_lost(h);
+    return h.state;
+}
+
+int64_t client_core::valid_until_of(const dlock_lease* lease) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lease->hold->valid_until_ns;
+}
+
+void client_core::destroy(dlock_lease* lease) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (std::this_thread::get_id() != keeper_.get_id())
+        changed_.wait(lock, [&] { return lease->callbacks_running == 0; });
+    lost_queue_.erase(std::remove(lost_queue_.begin(), lost_queue_.end(), lease), lost_queue_.end());
+    if (!lease->released) {
+        const std::shared_ptr<hold> h = lease->hold;
+        auto& leases = h->leases;
+        leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+        if (leases.empty()) {
+            std::string why;
+            if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {
+                // Best effort only: drop our record. A TTL backend lets the lease expire; a session-bound
+                // one (file) releases when the plugin frees the hold.
+                logger().warn("lease on `{}` destroyed without a confirmed release: {}", h->name, why);
+                forget_hold(h);
+                dlock_hold* plugin_hold = h->plugin_hold;
+                h->plugin_hold = nullptr;
+                h->state = DLOCK_LEASE_LOST;
+                lock.unlock();
+                dlock_plugin_error err{};
+                plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+                lock.lock();
+            }
+        }
+    }
+    lock.unlock();
+    delete lease;
+}
+
+void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_ns) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!raw || raw->state == DLOCK_LEASE_LOST || raw->state == DLOCK_LEASE_RELEASED) return;
+    if (state == DLOCK_LEASE_LOST) {
+        mark_lost(*raw);
+    } else if (state == DLOCK_LEASE_SUSPECT) {
+        raw->state = DLOCK_LEASE_SUSPECT;
+    } else if (state == DLOCK_LEASE_HELD) {
+        raw->state = DLOCK_LEASE_HELD;
+        raw->valid_until_ns = valid_until_ns;
+    }
+    keeper_wake_.notify_one();
+}
+
+void client_core::inspect(const char* name, dlock_lock_info* info) {
+    if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
+    if (!info || info->struct_size < sizeof(dlock_lock_info))
+        throw error(DLOCK_INVALID_ARGUMENT, "inspect: info struct_size too small; initialise with DLOCK_LOCK_INFO_INIT");
+    detail::validate_name(name);
+    if (!plugin_->inspect) throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot inspect locks", plugin_->name));
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+    }
+    dlock_lock_info out = DLOCK_LOCK_INFO_INIT;
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
+    if (status != DLOCK_OK) fail_plugin_call(status, err, "inspect");
+    out.holder[sizeof out.holder - 1] = '\0';
+    *info = out;
+}
+
+void client_core::keeper_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    std::vector<std::shared_ptr<hold>> batch_holds;
+    std::vector<dlock_renewal> batch;
+    for (;;) {
+        // 1. Lost callbacks, never under the mutex.
+        while (!lost_queue_.empty()) {
+            dlock_lease* lease = lost_queue_.front();
+            lost_queue_.erase(lost_queue_.begin());
+            const dlock_lost_callback callback = lease->on_lost;
+            void* data = lease->on_lost_data;
+            lock.unlock();
+            if (callback) {
+                try {
+                    callback(lease, data);
+                } catch (...) {
+                    logger().error("a lost callback threw an exception; it was ignored");
+                }
+            }
+            lock.lock();
+            --lease->callbacks_running;
+            changed_.notify_all();
+        }
+
+        // 2. Expiry and due renewals.
+        const int64_t now = monotonic_now_ns();
+        int64_t next_wake = forever_ns;
+        batch_holds.clear();
+        batch.clear();
+        for (const auto& h : holds_) {
+            if (h->state != DLOCK_LEASE_HELD && h->state != DLOCK_LEASE_SUSPECT) continue;
+            if (h->valid_until_ns <= now) { mark_lost(*h); continue; }
+            next_wake = std::min(next_wake, h->valid_until_ns);
+            if (h->busy || !h->plugin_hold || h->next_renew_ns == forever_ns) continue;
+            // Renewals due within 1/20 of a ttl are sent in the same batch.
+            if (h->next_renew_ns <= now + detail::ms_to_ns(h->ttl_ms) / 20) {
+                h->busy = true;
+                batch_holds.push_back(h);
+                batch.push_back({h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0});
+            } else {
+                next_wake = std::min(next_wake, h->next_renew_ns);
+            }
+        }
+        if (!lost_queue_.empty()) continue;
+        if (!batch.empty()) {
+            lock.unlock();
+            dlock_plugin_error err{};
+            const int call = plugin_call(err, plugin_->name, "renew",
+                                         [&] { return plugin_->renew(backend_, batch.data(), batch.size(), &err); });
+            if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, dlock_status_name(call)));
+            lock.lock();
+            const int64_t after = monotonic_now_ns();
+            for (size_t i = 0; i < batch.size(); ++i) {
+                batch_holds[i]->busy = false;
+                apply_renewal(*batch_holds[i], call == DLOCK_OK ? batch[i].status : call, batch[i].valid_until_ns, after);
+            }
+            changed_.notify_all();
+            continue;
+        }
+        if (stop_keeper_) return;
+        if (next_wake == forever_ns) {
+            keeper_wake_.wait(lock);
+        } else {
+            keeper_wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_wake)));
+        }
+    }
+}
+
+void client_core::close() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (closed_) return;
+    closed_ = true;
+    if (backend_) {
+        lock.unlock();
+        dlock_plugin_error err{};
+        plugin_call(err, plugin_->name, "interrupt", [&] { plugin_->interrupt(backend_); return 0; });
+        lock.lock();
+        changed_.wait(lock, [&] { return acquires_in_flight_ == 0; });
+        const std::vector<std::shared_ptr<hold>> remaining(holds_.begin(), holds_.end());
+        for (const auto& h : remaining) {
+            std::string why;
+            if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {
+                logger().warn("closing the client: {}", why);
+                forget_hold(h);
+                dlock_hold* plugin_hold = h->plugin_hold;
+                h->plugin_hold = nullptr;
+                h->state = DLOCK_LEASE_LOST;
+                lock.unlock();
+                plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+                lock.lock();
+            }
+        }
+    }
+    stop_keeper_ = true;
+    keeper_wake_.notify_all();
+    lock.unlock();
+    if (keeper_.joinable()) {
+        if (keeper_.get_id() == std::this_thread::get_id()) keeper_.detach();
+        else keeper_.join();
+    }
+    if (backend_) {
+        dlock_plugin_error err{};
+        plugin_call(err, plugin_->name, "destroy", [&] { plugin_->destroy(backend_); return 0; });
+        backend_ = nullptr;
+    }
+}
+
+}  // namespace dlock::core

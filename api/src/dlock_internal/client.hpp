@@ -1,0 +1,116 @@
+// client.hpp — the core behind the C ABI: a client (one backend instance), its holds, the lease
+// handles given to the application, and the lease keeper thread.
+//
+// Ownership: a dlock_client handle owns a shared client_core; every dlock_lease owns a share too,
+// so a lease handle stays usable (as RELEASED) after its client is closed. The core owns the
+// plugin module (keeping the shared object loaded) and the backend.
+//
+// Holds and leases: a hold is one acquisition in the backend. A lease is the application's handle
+// on a hold; reentrant acquisitions of one name share a hold, each with its own lease.
+//
+// Locking: `mutex_` guards every field marked (m). It is never held across a plugin call or a
+// user callback. A hold being released or renewed is marked `busy`; others wait on `changed_`.
+#pragma once
+
+#include "dlock_internal/config.hpp"
+#include "dlock_internal/loader.hpp"
+
+#include <dlock/plugin.h>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct dlock_lease;
+
+namespace dlock::core {
+
+struct hold {
+    std::string name;
+    std::string owner;
+    uint64_t fence = 0;
+    int64_t ttl_ms = 0;
+    bool renew = false;
+    bool reentrant = false;
+    dlock_hold* plugin_hold = nullptr;  // (m) null once destroyed
+    int64_t valid_until_ns = 0;          // (m)
+    int64_t next_renew_ns = 0;           // (m)
+    dlock_lease_state state = DLOCK_LEASE_HELD;  // (m)
+    bool busy = false;                   // (m) a plugin call on it is in progress
+    std::vector<dlock_lease*> leases;    // (m) lease handles not yet released
+};
+
+class client_core : public std::enable_shared_from_this<client_core> {
+public:
+    // Loads the plugin and creates the backend. Throws detail::error.
+    static std::shared_ptr<client_core> open(config::client_config config);
+    ~client_core();
+
+    const std::string& backend_name() const { return module_->name; }
+    uint64_t capabilities() const { return capabilities_; }
+
+    dlock_lease* acquire(const char* name, const dlock_acquire_options* options);  // throws; nullptr never
+    int release(dlock_lease* lease);                // a dlock_status; sets the error text
+    int renew(dlock_lease* lease);
+    void on_lost(dlock_lease* lease, dlock_lost_callback callback, void* user_data);
+    dlock_lease_state state_of(const dlock_lease* lease);
+    int64_t valid_until_of(const dlock_lease* lease);
+    void destroy(dlock_lease* lease);
+    void inspect(const char* name, dlock_lock_info* info);  // throws
+    void close();
+
+    // Called by the plugin through dlock_plugin_host.
+    void hold_state_changed(hold* h, int state, int64_t valid_until_ns);
+    void log(int level, const char* message);
+
+private:
+    client_core(config::client_config config, std::shared_ptr<const loader::module> module);
+    void keeper_loop();
+    // Marks a hold LOST and queues the callbacks of its leases. Needs mutex_.
+    void mark_lost(hold& h);
+    // Applies one renewal's result to a hold. Needs mutex_.
+    void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
+    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_.
+    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why);
+    void forget_hold(const std::shared_ptr<hold>& h);  // needs mutex_
+    [[noreturn]] void fail_plugin_call(int status, const dlock_plugin_error& error, const char* what);
+
+    config::client_config config_;
+    std::shared_ptr<const loader::module> module_;
+    const dlock_plugin* plugin_;
+    dlock_plugin_host host_{};
+    dlock_backend* backend_ = nullptr;
+    uint64_t capabilities_ = 0;
+
+    std::mutex mutex_;
+    std::condition_variable changed_;   // holds, in-flight count, callbacks
+    std::condition_variable keeper_wake_;
+    bool closed_ = false;                                  // (m)
+    bool stop_keeper_ = false;                             // (m)
+    int acquires_in_flight_ = 0;                           // (m)
+    std::set<std::shared_ptr<hold>> holds_;                // (m) live holds
+    std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
+    std::vector<dlock_lease*> lost_queue_;                 // (m) leases whose callback is due
+    std::thread keeper_;
+};
+
+}  // namespace dlock::core
+
+// The application's handle. Fields marked (m) are guarded by the client's mutex.
+struct dlock_lease {
+    std::shared_ptr<dlock::core::client_core> client;
+    std::shared_ptr<dlock::core::hold> hold;
+    std::string name, owner;
+    uint64_t fence = 0;
+    bool released = false;                     // (m) this handle was released
+    int release_status = DLOCK_OK;             // (m) what release returned the first time
+    dlock_lost_callback on_lost = nullptr;     // (m)
+    void* on_lost_data = nullptr;              // (m)
+    bool lost_notified = false;                // (m) the callback was queued or called
+    int callbacks_running = 0;                 // (m) queued or running callbacks
+};

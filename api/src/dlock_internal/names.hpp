@@ -1,0 +1,19 @@
+// names.hpp — validation of lock names and generation of owner tokens, shared by the core and tests.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dlock::detail {
+
+constexpr size_t max_name_bytes = 1024;
+
+// Throws error(DLOCK_INVALID_ARGUMENT) unless `name` is 1..1024 bytes of valid UTF-8 (shortest
+// form, no surrogates, <= U+10FFFF) without NUL. The message says which rule failed and where.
+void validate_name(std::string_view name);
+
+// A fresh owner token: 128 bits from the kernel CSPRNG (getrandom), as 32 lowercase hex digits.
+// Bits are read in blocks and handed out once each; a forked child never reuses its parent's.
+std::string new_owner_token();
+
+}  // namespace dlock::detail

@@ -1,0 +1,97 @@
+// Lock-name validation and owner tokens.
+#include "dlock_internal/names.hpp"
+
+#include "dlock_internal/common.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <pthread.h>
+#include <sys/random.h>
+
+namespace dlock::detail {
+
+void validate_name(std::string_view name) {
+    if (name.empty()) throw error(DLOCK_INVALID_ARGUMENT, "invalid lock name: it is empty (names are 1..1024 bytes of UTF-8)");
+    if (name.size() > max_name_bytes)
+        throw error(DLOCK_INVALID_ARGUMENT,
+                    fmt::format("invalid lock name: {} bytes long, the limit is {}", name.size(), max_name_bytes));
+    const auto* p = reinterpret_cast<const unsigned char*>(name.data());
+    const size_t n = name.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = p[i];
+        if (c == 0) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: NUL byte at offset {}", i));
+        if (c < 0x80) { ++i; continue; }
+        size_t len;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+        else throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: not UTF-8 (byte 0x{:02x} at offset {})", c, i));
+        if (i + len > n) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: truncated UTF-8 sequence at offset {}", i));
+        for (size_t k = 1; k < len; ++k) {
+            if ((p[i + k] & 0xC0) != 0x80)
+                throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: not UTF-8 (bad continuation byte at offset {})", i + k));
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: not UTF-8 (overlong, surrogate or out-of-range sequence at offset {})", i));
+        i += len;
+    }
+}
+
+namespace {
+
+// Random bits are read from the kernel a block at a time (one getrandom call per 256 tokens) and
+// each byte is handed out once. A fork copies the block into the child, so every fork bumps a
+// generation number and a block from an older generation is thrown away, never reused.
+std::atomic<uint64_t> fork_generation{0};
+std::once_flag atfork_registered;
+
+struct random_block {
+    unsigned char bytes[4096];
+    size_t used = sizeof bytes;
+    uint64_t generation = ~uint64_t(0);
+};
+thread_local random_block block;
+
+void fill(random_block& b) {
+    size_t got = 0;
+    while (got < sizeof b.bytes) {
+        ssize_t r = getrandom(b.bytes + got, sizeof b.bytes - got, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            throw error(DLOCK_INTERNAL, fmt::format("getrandom failed: {}", std::strerror(errno)));
+        }
+        got += size_t(r);
+    }
+    b.used = 0;
+}
+
+}  // namespace
+
+std::string new_owner_token() {
+    std::call_once(atfork_registered, [] {
+        pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
+    });
+    const uint64_t generation = fork_generation.load(std::memory_order_relaxed);
+    if (block.generation != generation || block.used + 16 > sizeof block.bytes) {
+        fill(block);
+        block.generation = generation;
+    }
+    static const char digits[] = "0123456789abcdef";
+    std::string token(32, '0');
+    for (int i = 0; i < 16; ++i) {
+        const unsigned char b = block.bytes[block.used + size_t(i)];
+        token[size_t(2 * i)] = digits[b >> 4];
+        token[size_t(2 * i + 1)] = digits[b & 15];
+    }
+    std::memset(block.bytes + block.used, 0, 16);
+    block.used += 16;
+    return token;
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,208 @@
+// Plugin discovery, loading (Boost.DLL is only the dlopen layer) and ABI negotiation.
+#include "dlock_internal/loader.hpp"
+
+#include "dlock_internal/common.hpp"
+#include "file_plugin.hpp"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <boost/filesystem.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <dlfcn.h>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#ifndef DLOCK_BUILD_PLUGIN_DIR
+#define DLOCK_BUILD_PLUGIN_DIR ""
+#endif
+#ifndef DLOCK_INSTALL_PLUGIN_DIR
+#define DLOCK_INSTALL_PLUGIN_DIR ""
+#endif
+
+namespace dlock::loader {
+
+using detail::error;
+
+namespace {
+
+constexpr size_t v1_table_size = sizeof(dlock_plugin);  // pinned by the static asserts in plugin.h
+
+std::string file_name_for(const std::string& backend) { return "libdlock-" + backend + ".so"; }
+
+bool valid_backend_name(const std::string& name) {
+    return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+}
+
+// Checks a negotiated table; throws error(DLOCK_PLUGIN) naming `where` and the defect.
+void check_table(const dlock_plugin* t, const std::string& where, const std::string& expected_name) {
+    if (!t) throw error(DLOCK_PLUGIN, fmt::format("plugin {}: negotiation succeeded but returned no function table", where));
+    if (t->version < min_abi_version)
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it implements plugin ABI version {}, older than the oldest this "
+                                              "dlock {} accepts ({}); rebuild the plugin against this dlock",
+                                              where, t->version, dlock_version(), min_abi_version));
+    if (t->version > DLOCK_PLUGIN_ABI_VERSION)
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it answered plugin ABI version {} although this dlock offered at "
+                                              "most {}; the plugin is broken",
+                                              where, t->version, DLOCK_PLUGIN_ABI_VERSION));
+    if (t->struct_size < v1_table_size)
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: its function table is {} bytes but ABI version {} needs {}; the "
+                                              "plugin is broken",
+                                              where, t->struct_size, t->version, v1_table_size));
+    const char* missing = !t->name ? "name" : !t->create ? "create" : !t->destroy ? "destroy"
+                        : !t->capabilities ? "capabilities" : !t->interrupt ? "interrupt" : !t->acquire ? "acquire"
+                        : !t->release ? "release" : !t->hold_destroy ? "hold_destroy" : !t->renew ? "renew"
+                        : (t->option_count && !t->options) ? "options" : nullptr;
+    if (missing) throw error(DLOCK_PLUGIN, fmt::format("plugin {}: its function table has no `{}`; the plugin is broken", where, missing));
+    if (!expected_name.empty() && expected_name != t->name)
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it calls itself `{}`, not `{}`", where, t->name, expected_name));
+}
+
+// Calls a negotiation function behind an exception firewall and checks what it returns.
+const dlock_plugin* negotiate(dlock_plugin_negotiate_fn fn, const std::string& where, const std::string& expected_name) {
+    const dlock_plugin* table = nullptr;
+    uint32_t plugin_min = 0;
+    int status;
+    try {
+        status = fn(DLOCK_PLUGIN_ABI_VERSION, &table, &plugin_min);
+    } catch (const std::exception& e) {
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: negotiation threw an exception across the C ABI: {}", where, e.what()));
+    } catch (...) {
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: negotiation threw an exception across the C ABI", where));
+    }
+    if (status != DLOCK_OK) {
+        if (plugin_min > DLOCK_PLUGIN_ABI_VERSION)
+            throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it needs plugin ABI version {} or newer, but this dlock {} "
+                                                  "offers at most {}; upgrade dlock or use an older build of the plugin",
+                                                  where, plugin_min, dlock_version(), DLOCK_PLUGIN_ABI_VERSION));
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it refused to negotiate (status {})", where, dlock_status_name(status)));
+    }
+    check_table(table, where, expected_name);
+    return table;
+}
+
+std::mutex cache_mutex;
+std::map<std::string, std::weak_ptr<const module>> cache;  // by canonical path
+
+std::shared_ptr<const module> builtin_file() {
+    static const std::shared_ptr<const module> file = [] {
+        auto m = std::make_shared<module>();
+        m->name = "file";
+        m->path = "built-in";
+        m->table = negotiate(&dlock_file_plugin_negotiate, "`file` (built-in)", "file");
+        m->version = m->table->version;
+        return m;
+    }();
+    return file;
+}
+
+void append_split(std::vector<search_dir>& out, const std::string& list, char sep, const std::string& origin) {
+    std::stringstream stream(list);
+    for (std::string item; std::getline(stream, item, sep);)
+        if (!item.empty()) out.push_back({item, origin});
+}
+
+}  // namespace
+
+std::vector<search_dir> search_path(const std::vector<std::string>& config_plugin_path) {
+    std::vector<search_dir> dirs;
+    for (const auto& d : config_plugin_path) dirs.push_back({d, "plugin_path"});
+    if (const char* env = std::getenv("DLOCK_PLUGIN_PATH")) append_split(dirs, env, ':', "DLOCK_PLUGIN_PATH");
+    if (*DLOCK_BUILD_PLUGIN_DIR) dirs.push_back({DLOCK_BUILD_PLUGIN_DIR, "build tree"});
+    boost::system::error_code ec;
+    const auto self = boost::dll::this_line_location(ec);
+    if (!ec) dirs.push_back({(self.parent_path() / "dlock" / "plugins").string(), "next to libdlock"});
+    if (*DLOCK_INSTALL_PLUGIN_DIR) dirs.push_back({DLOCK_INSTALL_PLUGIN_DIR, "install"});
+    // The same directory reached twice is searched once.
+    std::vector<search_dir> unique;
+    std::set<std::string> seen;
+    for (auto& d : dirs) {
+        boost::system::error_code cec;
+        auto canonical = boost::filesystem::weakly_canonical(d.dir, cec);
+        if (seen.insert(cec ? d.dir : canonical.string()).second) unique.push_back(std::move(d));
+    }
+    return unique;
+}
+
+std::shared_ptr<const module> load_file(const std::string& path, const std::string& expected_name) {
+    boost::system::error_code ec;
+    const auto canonical = boost::filesystem::canonical(path, ec);
+    const std::string key = ec ? path : canonical.string();
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (auto cached = cache[key].lock()) {
+        check_table(cached->table, key, expected_name);
+        return cached;
+    }
+
+    auto library = std::make_shared<boost::dll::shared_library>();
+    library->load(key, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+    if (ec) {
+        // Boost.DLL keeps only an error category; dlopen's own reason is still in dlerror().
+        const char* reason = dlerror();
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: cannot load it: {}", key, reason ? reason : ec.message()));
+    }
+    if (!library->has(DLOCK_PLUGIN_NEGOTIATE_SYMBOL))
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it does not export `{}`; it is not a dlock plugin", key,
+                                              DLOCK_PLUGIN_NEGOTIATE_SYMBOL));
+    auto fn = library->get<int(uint32_t, const dlock_plugin**, uint32_t*)>(DLOCK_PLUGIN_NEGOTIATE_SYMBOL);
+    auto m = std::make_shared<module>();
+    m->table = negotiate(fn, key, expected_name);
+    m->name = m->table->name;
+    m->path = key;
+    m->version = m->table->version;
+    m->library = library;
+    cache[key] = m;
+    return m;
+}
+
+std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path) {
+    if (!valid_backend_name(backend))
+        throw error(DLOCK_INVALID_ARGUMENT, fmt::format("`{}` is not a backend name (lowercase letters, digits, '-' and '_')", backend));
+    if (backend == "file") return builtin_file();
+    const std::string file = file_name_for(backend);
+    const auto dirs = search_path(config_plugin_path);
+    for (const auto& d : dirs) {
+        const boost::filesystem::path candidate = boost::filesystem::path(d.dir) / file;
+        boost::system::error_code ec;
+        if (boost::filesystem::is_regular_file(candidate, ec)) return load_file(candidate.string(), backend);
+    }
+    std::string tried;
+    for (const auto& d : dirs) tried += fmt::format("\n  {} ({})", d.dir, d.origin);
+    throw error(DLOCK_PLUGIN, fmt::format("no plugin for backend `{}`: {} was not found in any of:{}\nSet `plugin_path` in "
+                                          "the config or DLOCK_PLUGIN_PATH, or install the plugin",
+                                          backend, file, tried));
+}
+
+std::vector<std::shared_ptr<const module>> discover(const std::vector<std::string>& config_plugin_path,
+                                                    std::vector<std::string>& failures) {
+    std::vector<std::shared_ptr<const module>> found{builtin_file()};
+    std::set<std::string> names{"file"};
+    for (const auto& d : search_path(config_plugin_path)) {
+        boost::system::error_code ec;
+        std::vector<boost::filesystem::path> files;
+        for (boost::filesystem::directory_iterator it(d.dir, ec), end; !ec && it != end; it.increment(ec))
+            files.push_back(it->path());
+        std::sort(files.begin(), files.end());
+        for (const auto& p : files) {
+            const std::string fname = p.filename().string();
+            if (fname.rfind("libdlock-", 0) != 0 || p.extension() != ".so") continue;
+            const std::string name = fname.substr(9, fname.size() - 9 - 3);
+            if (names.count(name)) continue;
+            try {
+                found.push_back(load_file(p.string(), name));
+                names.insert(name);
+            } catch (const error& e) {
+                failures.push_back(e.what());
+            }
+        }
+    }
+    return found;
+}
+
+}  // namespace dlock::loader

@@ -1,0 +1,558 @@
+// The `file` backend: one lock file per name in a directory, locked with open-file-description
+// (OFD) fcntl locks.
+//
+// Why OFD locks: classic POSIX record locks belong to the process and vanish when ANY descriptor
+// of the file is closed (a library reading the file would drop the lock); flock locks are
+// inherited across fork. An OFD lock belongs to one open file description: it is released when
+// that description's last descriptor closes — in particular when the holding process dies — and
+// two descriptions of one process conflict like two processes do.
+//
+// Layout: each lock file is one page, mapped shared. Its header keeps the fencing counter (bumped
+// under the lock, so it is strictly increasing per name) and the current holder's owner token.
+// The file is never unlinked: unlinking would let a newcomer lock a fresh inode while an old
+// holder still holds the unlinked one, and would reset the counter.
+//
+// Waiting: F_OFD_SETLKW sleeps in the kernel and wakes when the lock is released: no polling.
+// A deadline or a client close interrupts the sleep with a signal (`wake_signal`, handler
+// installed without SA_RESTART): a per-wait POSIX timer aimed at the waiting thread fires at the
+// deadline (and every millisecond after, in case the first signal landed just before the sleep),
+// and interrupt() signals every waiting thread until each has left.
+#include "file_plugin.hpp"
+
+#include <boost/uuid/name_generator_sha1.hpp>
+#include <boost/uuid/uuid_io.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <set>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+namespace dlock::file_backend {
+
+namespace {
+
+constexpr size_t page_bytes = 4096;
+constexpr char magic[8] = {'d', 'l', 'o', 'c', 'k', 'f', '1', '\n'};
+constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+
+// The header at offset 0 of every lock file. Written only by the holder of the lock.
+struct lock_file_header {
+    char magic[8];
+    uint64_t fence;      // the last fencing token issued for this name
+    char holder[40];     // owner token of the current holder, "" when released
+    int64_t holder_pid;  // for people reading the file
+    uint32_t name_bytes;
+    char name[1028];     // the lock name, for people reading the file
+};
+static_assert(sizeof(lock_file_header) <= page_bytes, "lock file header must fit one page");
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+pid_t current_tid() { return pid_t(syscall(SYS_gettid)); }
+
+// An open description of one lock file, mapped. Reused across acquisitions of the same name.
+struct descriptor {
+    std::string name;
+    int fd = -1;
+    lock_file_header* header = nullptr;
+    ~descriptor() {
+        if (header) munmap(header, page_bytes);
+        if (fd >= 0) close(fd);
+    }
+};
+
+struct status_error {
+    int status;
+    std::string message;
+};
+
+[[noreturn]] void fail(int status, std::string message) { throw status_error{status, std::move(message)}; }
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+// ---- the wake-up signal ------------------------------------------------------------------------
+
+void wake_handler(int) {}
+
+std::mutex signal_mutex;
+
+// Installs the no-op handler for `signo` (no SA_RESTART, so blocking fcntl returns EINTR), unless
+// the application already handles that signal.
+void install_wake_handler(int signo) {
+    std::lock_guard<std::mutex> lock(signal_mutex);
+    struct sigaction old {};
+    if (sigaction(signo, nullptr, &old) != 0)
+        fail(DLOCK_CONFIG, fmt::format("file backend: `wake_signal` {} is not a valid signal", signo));
+    const bool ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == wake_handler;
+    if (ours) return;
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+        fail(DLOCK_CONFIG, fmt::format("file backend: signal {} (`wake_signal`) already has a handler in this process; "
+                                       "choose a free real-time signal with the `wake_signal` option",
+                                       signo));
+    struct sigaction action {};
+    action.sa_handler = wake_handler;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;
+    if (sigaction(signo, &action, nullptr) != 0)
+        fail(DLOCK_CONFIG, fmt::format("file backend: cannot install a handler for signal {}: {}", signo, std::strerror(errno)));
+}
+
+// A POSIX timer that sends `signo` to one thread at an absolute CLOCK_MONOTONIC time, then every
+// millisecond until destroyed.
+class deadline_timer {
+public:
+    deadline_timer(int signo, pid_t tid, int64_t deadline_ns) {
+        sigevent event{};
+        event.sigev_notify = SIGEV_THREAD_ID;
+        event.sigev_signo = signo;
+        event._sigev_un._tid = tid;
+        if (timer_create(CLOCK_MONOTONIC, &event, &timer_) != 0)
+            fail(DLOCK_INTERNAL, fmt::format("file backend: timer_create failed: {}", std::strerror(errno)));
+        itimerspec spec{};
+        spec.it_value.tv_sec = deadline_ns / 1'000'000'000;
+        spec.it_value.tv_nsec = deadline_ns % 1'000'000'000;
+        spec.it_interval.tv_nsec = 1'000'000;
+        if (timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) != 0) {
+            const int e = errno;
+            timer_delete(timer_);
+            fail(DLOCK_INTERNAL, fmt::format("file backend: timer_settime failed: {}", std::strerror(e)));
+        }
+    }
+    ~deadline_timer() { timer_delete(timer_); }
+    deadline_timer(const deadline_timer&) = delete;
+    deadline_timer& operator=(const deadline_timer&) = delete;
+
+private:
+    timer_t timer_{};
+};
+
+std::string runtime_directory() {
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) return std::string(xdg) + "/dlock";
+    return fmt::format("/tmp/dlock-{}", static_cast<unsigned long>(getuid()));
+}
+
+// mkdir -p. The default runtime directory is private (0700) and must be ours; a configured one
+// is created with the umask's permissions so several users may share it.
+void ensure_directory(const std::string& dir, bool is_private) {
+    if (dir.empty()) fail(DLOCK_CONFIG, "file backend: option `directory` is empty");
+    for (size_t pos = 1; pos <= dir.size(); ++pos) {
+        if (pos != dir.size() && dir[pos] != '/') continue;
+        const std::string prefix = dir.substr(0, pos);
+        if (mkdir(prefix.c_str(), (pos == dir.size() && is_private) ? 0700 : 0777) != 0 && errno != EEXIST)
+            fail(DLOCK_CONFIG, fmt::format("file backend: cannot create directory `{}`: {}", prefix, std::strerror(errno)));
+    }
+    struct stat st {};
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        fail(DLOCK_CONFIG, fmt::format("file backend: `{}` is not a directory", dir));
+    if (is_private && st.st_uid != getuid())
+        fail(DLOCK_CONFIG, fmt::format("file backend: `{}` belongs to uid {}, not to this user; set `directory`",
+                                       dir, static_cast<unsigned long>(st.st_uid)));
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+        fail(DLOCK_CONFIG, fmt::format("file backend: directory `{}` is not writable: {}", dir, std::strerror(errno)));
+}
+
+}  // namespace
+
+std::string lock_file_name(std::string_view name) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string escaped;
+    std::vector<size_t> boundaries;  // where each input byte's output starts
+    for (size_t i = 0; i < name.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(name[i]);
+        boundaries.push_back(escaped.size());
+        const bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                          c == '-' || (c == '.' && i != 0);
+        if (keep) {
+            escaped += char(c);
+        } else {
+            escaped += '%';
+            escaped += hex[c >> 4];
+            escaped += hex[c & 15];
+        }
+    }
+    if (escaped.size() <= 200) return escaped + ".lock";
+    size_t cut = 0;
+    for (size_t b : boundaries) {
+        if (b > 100) break;
+        cut = b;
+    }
+    static const boost::uuids::uuid space = boost::uuids::uuid{{0x6d, 0x1c, 0x0a, 0x4e, 0x2b, 0x7f, 0x4a, 0x1d, 0x9c, 0x3e,
+                                                                 0x51, 0x8a, 0x0f, 0x77, 0x42, 0x10}};
+    const boost::uuids::uuid digest = boost::uuids::name_generator_sha1(space)(name.data(), name.size());
+    std::string digest_hex;
+    for (auto byte : digest) digest_hex += fmt::format("{:02x}", byte);
+    return escaped.substr(0, cut) + "~" + digest_hex + ".lock";
+}
+
+}  // namespace dlock::file_backend
+
+using namespace dlock::file_backend;
+
+struct dlock_backend {
+    std::string directory;
+    int wake_signal = 0;
+    size_t idle_limit = 0;
+    dlock_plugin_host host{};
+
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<descriptor*>> idle;  // unlocked descriptions by name
+    size_t idle_count = 0;
+    std::set<pid_t> waiting_threads;
+    std::atomic<bool> interrupted{false};
+
+    ~dlock_backend() {
+        for (auto& entry : idle)
+            for (descriptor* d : entry.second) delete d;
+    }
+
+    std::string path_of(std::string_view name) const { return directory + "/" + lock_file_name(name); }
+
+    // A description of the lock file of `name`, unlocked: from the idle pool or newly opened.
+    descriptor* take(const std::string& name) {
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            auto it = idle.find(name);
+            if (it != idle.end() && !it->second.empty()) {
+                descriptor* d = it->second.back();
+                it->second.pop_back();
+                if (it->second.empty()) idle.erase(it);
+                --idle_count;
+                return d;
+            }
+        }
+        auto d = std::make_unique<descriptor>();
+        d->name = name;
+        const std::string path = path_of(name);
+        d->fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (d->fd < 0)
+            fail(errno == EACCES || errno == EROFS ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+                 fmt::format("file backend: cannot open lock file `{}`: {}", path, std::strerror(errno)));
+        struct stat st {};
+        if (fstat(d->fd, &st) != 0)
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot stat `{}`: {}", path, std::strerror(errno)));
+        if (!S_ISREG(st.st_mode)) fail(DLOCK_BACKEND, fmt::format("file backend: `{}` is not a regular file", path));
+        // Growing to one page is idempotent; the file is never shrunk, so the mapping stays valid.
+        if (st.st_size < off_t(page_bytes) && ftruncate(d->fd, page_bytes) != 0)
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot size lock file `{}`: {}", path, std::strerror(errno)));
+        void* map = mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, d->fd, 0);
+        if (map == MAP_FAILED)
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot map lock file `{}`: {}", path, std::strerror(errno)));
+        d->header = static_cast<lock_file_header*>(map);
+        return d.release();
+    }
+
+    // Returns an unlocked description to the pool (or closes it when the pool is full).
+    void give_back(descriptor* d) {
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (idle_count < idle_limit) {
+                idle[d->name].push_back(d);
+                ++idle_count;
+                return;
+            }
+        }
+        delete d;
+    }
+
+    // Sleeps in F_OFD_SETLKW until the lock is ours, the deadline passes or interrupt() is called.
+    int wait_for(descriptor* d, int64_t deadline_ns, std::string& why) {
+        const pid_t tid = current_tid();
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (interrupted) { why = "file backend: client is closing"; return DLOCK_CANCELLED; }
+            waiting_threads.insert(tid);
+        }
+        struct leave_waiters {
+            dlock_backend* self;
+            pid_t tid;
+            ~leave_waiters() {
+                std::lock_guard<std::mutex> lock(self->mutex);
+                self->waiting_threads.erase(tid);
+            }
+        } leave{this, tid};
+        std::unique_ptr<deadline_timer> timer;
+        if (deadline_ns != forever_ns) timer = std::make_unique<deadline_timer>(wake_signal, tid, deadline_ns);
+        struct flock request {};
+        request.l_type = F_WRLCK;
+        request.l_whence = SEEK_SET;
+        request.l_len = 1;
+        for (;;) {
+            if (fcntl(d->fd, F_OFD_SETLKW, &request) == 0) return DLOCK_OK;
+            if (errno != EINTR) {
+                why = fmt::format("file backend: waiting for `{}` failed: {}", path_of(d->name), std::strerror(errno));
+                return DLOCK_BACKEND;
+            }
+            if (interrupted) { why = "file backend: client is closing"; return DLOCK_CANCELLED; }
+            if (deadline_ns != forever_ns && now_ns() >= deadline_ns) {
+                why = fmt::format("lock `{}` is held by another holder; not acquired before the deadline", d->name);
+                return DLOCK_TIMEOUT;
+            }
+        }
+    }
+};
+
+struct dlock_hold {
+    descriptor* d = nullptr;
+    bool released = false;
+};
+
+namespace {
+
+const dlock_option_desc file_options[] = {
+    {"directory", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, nullptr,
+     "Directory of the lock files (created if missing; shared by every process that locks the same names). "
+     "Default: $XDG_RUNTIME_DIR/dlock, else /tmp/dlock-<uid> (private to the user)."},
+    {"wake_signal", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0",
+     "Signal used to interrupt a waiting thread at its deadline or when the client closes; 0 = SIGRTMAX-2. "
+     "It must have no other handler in the process."},
+    {"idle_descriptors", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "256",
+     "How many unlocked lock-file descriptors a client keeps open for reuse (saves an open+mmap per acquire)."},
+};
+
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) {
+    try {
+        return body();
+    } catch (const status_error& e) {
+        copy_message(error, e.message);
+        return e.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "file backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("file backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    }
+}
+
+const dlock_option_value* find_option(const dlock_option_value* options, size_t count, const char* name) {
+    for (size_t i = 0; i < count; ++i)
+        if (std::strcmp(options[i].name, name) == 0 && options[i].is_set) return &options[i];
+    return nullptr;
+}
+
+int file_create(const dlock_option_value* options, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+                dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto backend = std::make_unique<dlock_backend>();
+        if (host) backend->host = *host;
+        const auto* dir = find_option(options, count, "directory");
+        const bool is_default = !dir || !dir->string_value || !*dir->string_value;
+        backend->directory = is_default ? runtime_directory() : std::string(dir->string_value);
+        while (backend->directory.size() > 1 && backend->directory.back() == '/') backend->directory.pop_back();
+        ensure_directory(backend->directory, is_default);
+        const auto* sig = find_option(options, count, "wake_signal");
+        backend->wake_signal = (sig && sig->int_value) ? int(sig->int_value) : SIGRTMAX - 2;
+        if (backend->wake_signal <= 0 || backend->wake_signal > SIGRTMAX)
+            fail(DLOCK_CONFIG, fmt::format("file backend: `wake_signal` {} is not a signal number", backend->wake_signal));
+        install_wake_handler(backend->wake_signal);
+        const auto* idle = find_option(options, count, "idle_descriptors");
+        const int64_t limit = idle ? idle->int_value : 256;
+        if (limit < 0 || limit > 65536)
+            fail(DLOCK_CONFIG, fmt::format("file backend: `idle_descriptors` {} is outside 0..65536", limit));
+        backend->idle_limit = size_t(limit);
+        *out = backend.release();
+        return DLOCK_OK;
+    });
+}
+
+void file_destroy(dlock_backend* backend) { delete backend; }
+
+uint64_t file_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND; }
+
+void file_interrupt(dlock_backend* backend) {
+    backend->interrupted = true;
+    // Signal every waiting thread until each has left its wait. A signal that lands just before a
+    // thread enters fcntl is lost, hence the repetition; each round is one millisecond apart.
+    for (int round = 0; round < 10'000; ++round) {
+        {
+            std::lock_guard<std::mutex> lock(backend->mutex);
+            if (backend->waiting_threads.empty()) return;
+            for (pid_t tid : backend->waiting_threads) syscall(SYS_tgkill, getpid(), tid, backend->wake_signal);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, dlock_hold** out_hold,
+                 dlock_grant* out_grant, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (backend->interrupted) fail(DLOCK_CANCELLED, "file backend: client is closing");
+        const std::string name(request->name);
+        descriptor* d = backend->take(name);
+        struct give_back_unless_kept {
+            dlock_backend* backend;
+            descriptor* d;
+            ~give_back_unless_kept() {
+                if (d) backend->give_back(d);
+            }
+        } guard{backend, d};
+
+        struct flock lock_request {};
+        lock_request.l_type = F_WRLCK;
+        lock_request.l_whence = SEEK_SET;
+        lock_request.l_len = 1;
+        if (fcntl(d->fd, F_OFD_SETLK, &lock_request) != 0) {
+            if (errno != EAGAIN && errno != EACCES)
+                fail(DLOCK_BACKEND, fmt::format("file backend: locking `{}` failed: {}", backend->path_of(name), std::strerror(errno)));
+            if (request->deadline_ns == 0) fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held by another holder", name));
+            std::string why;
+            const int status = backend->wait_for(d, request->deadline_ns, why);
+            if (status != DLOCK_OK) fail(status, why);
+        }
+
+        // Ours now. Everything below happens under the lock.
+        lock_file_header* h = d->header;
+        if (std::memcmp(h->magic, magic, sizeof magic) != 0) {
+            const bool blank = std::all_of(reinterpret_cast<const char*>(h), reinterpret_cast<const char*>(h + 1),
+                                           [](char c) { return c == 0; });
+            if (!blank) {
+                lock_request.l_type = F_UNLCK;
+                fcntl(d->fd, F_OFD_SETLK, &lock_request);
+                fail(DLOCK_BACKEND, fmt::format("file backend: `{}` is not a dlock lock file (bad header); remove it only "
+                                                "if no process uses it",
+                                                backend->path_of(name)));
+            }
+            std::memcpy(h->magic, magic, sizeof magic);
+            h->name_bytes = uint32_t(std::min(name.size(), sizeof h->name - 1));
+            std::memcpy(h->name, name.data(), h->name_bytes);
+        }
+        const uint64_t fence = ++h->fence;
+        std::strncpy(h->holder, request->owner, sizeof h->holder - 1);
+        h->holder_pid = getpid();
+
+        auto hold = new dlock_hold;
+        hold->d = d;
+        guard.d = nullptr;
+        *out_hold = hold;
+        out_grant->fencing_token = fence;
+        out_grant->valid_until_ns = forever_ns;
+        out_grant->ttl_ms = request->ttl_ms;
+        return DLOCK_OK;
+    });
+}
+
+int file_release(dlock_backend* backend, dlock_hold* hold, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (hold->released) return DLOCK_OK;
+        descriptor* d = hold->d;
+        std::memset(d->header->holder, 0, sizeof d->header->holder);
+        d->header->holder_pid = 0;
+        struct flock unlock {};
+        unlock.l_type = F_UNLCK;
+        unlock.l_whence = SEEK_SET;
+        unlock.l_len = 1;
+        if (fcntl(d->fd, F_OFD_SETLK, &unlock) != 0)
+            fail(DLOCK_UNKNOWN, fmt::format("file backend: unlocking `{}` failed: {}", backend->path_of(d->name), std::strerror(errno)));
+        hold->released = true;
+        hold->d = nullptr;
+        backend->give_back(d);
+        return DLOCK_OK;
+    });
+}
+
+void file_hold_destroy(dlock_backend*, dlock_hold* hold) {
+    // A hold destroyed unreleased closes its description, which drops the OFD lock.
+    if (hold && hold->d) delete hold->d;
+    delete hold;
+}
+
+int file_renew(dlock_backend*, dlock_renewal* renewals, size_t count, dlock_plugin_error*) {
+    // An OFD lock cannot expire or be taken while its description is open: nothing to extend.
+    for (size_t i = 0; i < count; ++i) {
+        renewals[i].status = renewals[i].hold && !renewals[i].hold->released ? DLOCK_OK : DLOCK_LOST;
+        renewals[i].valid_until_ns = forever_ns;
+    }
+    return DLOCK_OK;
+}
+
+int file_inspect(dlock_backend* backend, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        const std::string path = backend->path_of(name);
+        info->held = 0;
+        info->holder[0] = '\0';
+        info->fencing_token = 0;
+        info->ttl_left_ms = -1;
+        const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            if (errno == ENOENT) return DLOCK_OK;  // never locked
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot open `{}`: {}", path, std::strerror(errno)));
+        }
+        struct closer {
+            int fd;
+            ~closer() { close(fd); }
+        } c{fd};
+        struct flock probe {};
+        probe.l_type = F_WRLCK;
+        probe.l_whence = SEEK_SET;
+        probe.l_len = 1;
+        if (fcntl(fd, F_OFD_GETLK, &probe) != 0)
+            fail(DLOCK_BACKEND, fmt::format("file backend: probing `{}` failed: {}", path, std::strerror(errno)));
+        lock_file_header header{};
+        const ssize_t got = pread(fd, &header, sizeof header, 0);
+        if (got == ssize_t(sizeof header) && std::memcmp(header.magic, magic, sizeof magic) == 0) {
+            info->fencing_token = header.fence;
+            if (probe.l_type != F_UNLCK) {
+                header.holder[sizeof header.holder - 1] = '\0';
+                std::strncpy(info->holder, header.holder, sizeof info->holder - 1);
+            }
+        }
+        info->held = probe.l_type != F_UNLCK;
+        return DLOCK_OK;
+    });
+}
+
+const dlock_plugin file_plugin_table = {
+    sizeof(dlock_plugin),
+    1,
+    "file",
+    "Local locks: one lock file per name in a directory, held with OFD fcntl locks; released by the kernel when "
+    "the holder dies; fencing counter kept in the file.",
+    file_options,
+    sizeof file_options / sizeof file_options[0],
+    file_create,
+    file_destroy,
+    file_capabilities,
+    file_interrupt,
+    file_acquire,
+    file_release,
+    file_hold_destroy,
+    file_renew,
+    file_inspect,
+};
+
+}  // namespace
+
+extern "C" int dlock_file_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out_plugin,
+                                           uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        if (out_min_version) *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out_plugin = &file_plugin_table;
+    return DLOCK_OK;
+}

@@ -1,0 +1,98 @@
+// conformance_worker — a separate process driving a backend through the C++ API for the
+// conformance suite's cross-process tests.
+//
+//   conformance_worker contend CONFIG NAME ITERATIONS HISTORY COUNTER SEED
+//       ITERATIONS times: acquire NAME (a random mix of try-once, a 20 ms wait and a 5 s wait),
+//       then inside the critical section a read-sleep-write increment of the 8-byte counter in
+//       file COUNTER (a lost update there betrays an overlap), then release. Appends one history
+//       line per attempt to HISTORY:
+//         ok FENCE T_ACQUIRED T_RELEASE_INVOKED VALID_UNTIL   (CLOCK_MONOTONIC ns)
+//         timeout | fail STATUS
+//   conformance_worker hold CONFIG NAME TTL_MS
+//       acquires NAME, prints "held FENCE" on stdout, then sleeps until killed.
+#include <dlock/dlock.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <random>
+#include <string>
+#include <thread>
+#include <time.h>
+#include <unistd.h>
+
+namespace {
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int64_t to_ns(std::chrono::steady_clock::time_point t) {
+    if (t == std::chrono::steady_clock::time_point::max()) return INT64_MAX;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+int contend(int argc, char** argv) {
+    if (argc != 8) return 2;
+    const std::string config = argv[2], name = argv[3];
+    const int iterations = std::atoi(argv[4]);
+    FILE* history = std::fopen(argv[5], "w");
+    const int counter = open(argv[6], O_RDWR | O_CLOEXEC);
+    if (!history || counter < 0) { std::perror("open"); return 2; }
+    std::mt19937 rng(static_cast<unsigned>(std::atoi(argv[7])));
+    auto client = dlock::client::open(config);
+    for (int i = 0; i < iterations; ++i) {
+        dlock::acquire_options options;
+        switch (rng() % 3) {
+        case 0: options.with_wait(std::chrono::milliseconds(0)); break;
+        case 1: options.with_wait(std::chrono::milliseconds(20)); break;
+        default: options.with_wait(std::chrono::seconds(5)); break;
+        }
+        std::error_code ec;
+        dlock::lease lease = client.acquire(name, options, ec);
+        if (ec == dlock::errc::timeout) { std::fprintf(history, "timeout\n"); continue; }
+        if (ec) { std::fprintf(history, "fail %s %s\n", ec.message().c_str(), dlock_last_error()); continue; }
+        const int64_t acquired = now_ns();
+        uint64_t value = 0;
+        if (pread(counter, &value, sizeof value, 0) != sizeof value) value = 0;
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        ++value;
+        if (pwrite(counter, &value, sizeof value, 0) != sizeof value) std::perror("pwrite");
+        const int64_t release_invoked = now_ns();
+        const int64_t valid_until = to_ns(lease.valid_until());
+        lease.release(ec);
+        std::fprintf(history, "ok %llu %lld %lld %lld\n", static_cast<unsigned long long>(lease.fencing_token()),
+                     static_cast<long long>(acquired), static_cast<long long>(release_invoked),
+                     static_cast<long long>(valid_until));
+    }
+    std::fclose(history);
+    return 0;
+}
+
+int hold(int argc, char** argv) {
+    if (argc != 5) return 2;
+    auto client = dlock::client::open(argv[2]);
+    auto lease = client.acquire(argv[3], dlock::acquire_options()
+                                             .with_wait(dlock::forever)
+                                             .with_ttl(std::chrono::milliseconds(std::atoll(argv[4]))));
+    std::printf("held %llu\n", static_cast<unsigned long long>(lease.fencing_token()));
+    std::fflush(stdout);
+    for (;;) pause();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        if (argc >= 2 && std::string(argv[1]) == "contend") return contend(argc, argv);
+        if (argc >= 2 && std::string(argv[1]) == "hold") return hold(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "conformance_worker: %s\n", e.what());
+        return 1;
+    }
+    std::fprintf(stderr, "usage: conformance_worker contend|hold ...\n");
+    return 2;
+}

@@ -1,0 +1,243 @@
+// A fake backend plugin, built several times from this one source with different -D defines, to
+// test the loader's negative cases and the core's lease keeper:
+//
+//   (none)             `fake`: a working in-process TTL lock (not shared between processes).
+//                      Options: `lose_after` (report the hold LOST through the host after this long),
+//                      `renew_status` (the status every renewal returns; 0 = renew normally).
+//   FAKE_NO_SYMBOL     exports no negotiation symbol
+//   FAKE_TOO_OLD       answers ABI version 0
+//   FAKE_TOO_NEW       refuses: needs ABI version 99
+//   FAKE_BROKEN_TABLE  a function table too small for its version
+//   FAKE_CREATE_FAILS  create returns DLOCK_CONFIG with a message
+//   FAKE_THROWS        create throws a C++ exception across the C ABI
+#include <dlock/plugin.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <set>
+#include <vector>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <time.h>
+
+#ifndef FAKE_NAME
+#define FAKE_NAME "fake"
+#endif
+
+namespace {
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+struct entry {
+    std::string owner;
+    int64_t expires_ns = 0;
+    uint64_t fence = 0;
+};
+
+}  // namespace
+
+struct dlock_backend {
+    dlock_plugin_host host{};
+    int64_t lose_after_ms = 0;
+    int renew_status = 0;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, entry> locks;
+    bool interrupted = false;
+    // Reporting LOST: `report_mutex` is never taken by release or renew (the host contract), and a
+    // hold's cookie is used only while the hold is alive.
+    std::mutex report_mutex;
+    std::condition_variable report_wake;
+    std::set<void*> live_cookies;
+    bool stopping = false;
+    std::vector<std::thread> losers;
+};
+
+struct dlock_hold {
+    std::string name, owner;
+    void* cookie;
+};
+
+namespace {
+
+void set_error(dlock_plugin_error* e, const char* text) {
+    std::strncpy(e->message, text, sizeof e->message - 1);
+    e->message[sizeof e->message - 1] = 0;
+}
+
+const dlock_option_desc options[] = {
+    {"lose_after", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Report each hold LOST this long after acquire (0 = never)."},
+    {"renew_status", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "Status every renewal returns (0 = renew normally)."},
+};
+
+int fake_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+                dlock_plugin_error* error) {
+#if defined(FAKE_CREATE_FAILS)
+    (void)values; (void)count; (void)host; (void)out;
+    set_error(error, "fake backend: endpoint `nowhere:1` refused the connection");
+    return DLOCK_CONFIG;
+#elif defined(FAKE_THROWS)
+    (void)values; (void)count; (void)host; (void)out; (void)error;
+    throw std::runtime_error("fake backend threw");
+#else
+    (void)error;
+    auto* b = new dlock_backend;
+    b->host = *host;
+    for (size_t i = 0; i < count; ++i) {
+        if (!std::strcmp(values[i].name, "lose_after")) b->lose_after_ms = values[i].int_value;
+        if (!std::strcmp(values[i].name, "renew_status")) b->renew_status = int(values[i].int_value);
+    }
+    *out = b;
+    return DLOCK_OK;
+#endif
+}
+
+void fake_destroy(dlock_backend* b) {
+    {
+        std::lock_guard<std::mutex> lock(b->report_mutex);
+        b->stopping = true;
+        b->report_wake.notify_all();
+    }
+    for (auto& t : b->losers) t.join();
+    delete b;
+}
+
+uint64_t fake_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_TTL | DLOCK_CAP_PUSH_WAIT; }
+
+void fake_interrupt(dlock_backend* b) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    b->interrupted = true;
+    b->changed.notify_all();
+}
+
+int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** out_hold, dlock_grant* grant,
+                 dlock_plugin_error* error) {
+    std::unique_lock<std::mutex> lock(b->mutex);
+    for (;;) {
+        if (b->interrupted) { set_error(error, "fake: interrupted"); return DLOCK_CANCELLED; }
+        entry& e = b->locks[r->name];
+        const int64_t sent = now_ns();
+        if (e.owner.empty() || e.expires_ns <= sent) {
+            e.owner = r->owner;
+            e.expires_ns = sent + r->ttl_ms * 1'000'000;
+            ++e.fence;
+            *out_hold = new dlock_hold{r->name, r->owner, r->host_lease};
+            grant->fencing_token = e.fence;
+            grant->valid_until_ns = e.expires_ns;
+            grant->ttl_ms = r->ttl_ms;
+            if (b->lose_after_ms > 0) {
+                void* cookie = r->host_lease;
+                const auto at = std::chrono::steady_clock::now() + std::chrono::milliseconds(b->lose_after_ms);
+                {
+                    std::lock_guard<std::mutex> report(b->report_mutex);
+                    b->live_cookies.insert(cookie);
+                }
+                b->losers.emplace_back([b, cookie, at] {
+                    std::unique_lock<std::mutex> report(b->report_mutex);
+                    b->report_wake.wait_until(report, at, [&] { return b->stopping; });
+                    if (!b->stopping && b->live_cookies.count(cookie))
+                        b->host.hold_state_changed(b->host.context, cookie, DLOCK_LEASE_LOST, 0);
+                });
+            }
+            return DLOCK_OK;
+        }
+        if (r->deadline_ns == 0 || now_ns() >= r->deadline_ns) { set_error(error, "fake: held"); return DLOCK_TIMEOUT; }
+        const int64_t until = std::min(r->deadline_ns, e.expires_ns);
+        b->changed.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until)));
+    }
+}
+
+int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error*) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    entry& e = b->locks[h->name];
+    if (e.owner != h->owner || e.expires_ns <= now_ns()) return DLOCK_LOST;
+    e.owner.clear();
+    b->changed.notify_all();
+    return DLOCK_OK;
+}
+
+void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
+    {
+        std::lock_guard<std::mutex> report(b->report_mutex);
+        b->live_cookies.erase(h->cookie);
+    }
+    delete h;
+}
+
+int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    for (size_t i = 0; i < count; ++i) {
+        if (b->renew_status) { rs[i].status = b->renew_status; continue; }
+        entry& e = b->locks[rs[i].hold->name];
+        const int64_t sent = now_ns();
+        if (e.owner != rs[i].hold->owner || e.expires_ns <= sent) { rs[i].status = DLOCK_LOST; continue; }
+        e.expires_ns = sent + rs[i].ttl_ms * 1'000'000;
+        rs[i].status = DLOCK_OK;
+        rs[i].valid_until_ns = e.expires_ns;
+    }
+    return DLOCK_OK;
+}
+
+int fake_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error*) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    entry& e = b->locks[name];
+    const int64_t now = now_ns();
+    info->held = !e.owner.empty() && e.expires_ns > now;
+    if (info->held) {
+        std::strncpy(info->holder, e.owner.c_str(), sizeof info->holder - 1);
+        info->ttl_left_ms = (e.expires_ns - now) / 1'000'000;
+    }
+    info->fencing_token = e.fence;
+    return DLOCK_OK;
+}
+
+const dlock_plugin table = {
+#ifdef FAKE_BROKEN_TABLE
+    40,
+#else
+    sizeof(dlock_plugin),
+#endif
+#ifdef FAKE_TOO_OLD
+    0,
+#else
+    1,
+#endif
+    FAKE_NAME,
+    "A fake in-process TTL backend for tests.",
+    options,
+    2,
+    fake_create,
+    fake_destroy,
+    fake_capabilities,
+    fake_interrupt,
+    fake_acquire,
+    fake_release,
+    fake_hold_destroy,
+    fake_renew,
+    fake_inspect,
+};
+
+}  // namespace
+
+#ifndef FAKE_NO_SYMBOL
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+#ifdef FAKE_TOO_NEW
+    (void)host_max_version; (void)out;
+    *out_min_version = 99;
+    return DLOCK_NOT_SUPPORTED;
+#else
+    (void)host_max_version; (void)out_min_version;
+    *out = &table;
+    return DLOCK_OK;
+#endif
+}
+#endif
