@@ -188,7 +188,8 @@ client_config parse_yaml(const std::string& text, const std::string& origin) {
     std::set<std::string> seen;
     for (auto it = root.begin(); it != root.end(); ++it) {
         const std::string key = it->first.Scalar();
-        const YAML::Node& value = it->second;
+        // yaml-cpp's iterator hands out a temporary proxy: copy the node, never bind to its members.
+        const YAML::Node value = it->second;
         const std::string loc = where(origin, it->first);
         if (!seen.insert(key).second) fail(fmt::format("{}: duplicate key `{}`", loc, key));
         if (key == "backend") {
@@ -210,11 +211,12 @@ client_config parse_yaml(const std::string& text, const std::string& origin) {
                 raw.key = o->first.Scalar();
                 raw.location = where(origin, o->first);
                 if (!option_keys.insert(raw.key).second) fail(fmt::format("{}: duplicate option `{}`", raw.location, raw.key));
-                if (o->second.IsSequence()) {
+                const YAML::Node option = o->second;
+                if (option.IsSequence()) {
                     raw.is_list = true;
-                    for (const auto& item : o->second) raw.list.push_back(scalar_of(item, origin, "options." + raw.key));
+                    for (const auto& item : option) raw.list.push_back(scalar_of(item, origin, "options." + raw.key));
                 } else {
-                    raw.scalar = scalar_of(o->second, origin, "options." + raw.key);
+                    raw.scalar = scalar_of(option, origin, "options." + raw.key);
                 }
                 config.options.push_back(std::move(raw));
             }

@@ -84,7 +84,9 @@ TEST_P(Conformance, AcquireReleaseRoundTrip) {
     EXPECT_EQ(lease.owner().size(), 32u);
     EXPECT_EQ(lease.state(), dlock::lease_state::held);
     EXPECT_GT(lease.valid_until(), clock_type::now());
-    if (has(DLOCK_CAP_FENCING)) EXPECT_GT(lease.fencing_token(), 0u);
+    if (has(DLOCK_CAP_FENCING)) {
+        EXPECT_GT(lease.fencing_token(), 0u);
+    }
     else EXPECT_EQ(lease.fencing_token(), 0u);
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
     EXPECT_EQ(lease.state(), dlock::lease_state::released);
@@ -111,7 +113,9 @@ TEST_P(Conformance, TryLockOnAHeldLockTimesOutAtOnceAndLeavesNothing) {
     EXPECT_LT(clock_type::now() - start, 1s);
     const auto info = other.inspect(name("x"));
     EXPECT_TRUE(info.held);
-    if (!info.holder.empty()) EXPECT_EQ(info.holder, holder.owner()) << "the failed attempt left no trace";
+    if (!info.holder.empty()) {
+        EXPECT_EQ(info.holder, holder.owner()) << "the failed attempt left no trace";
+    }
 }
 
 TEST_P(Conformance, WaitTimesOutWithinBounds) {
@@ -158,7 +162,9 @@ TEST_P(Conformance, StaleLeaseReleaseNeverTouchesTheNextHolder) {
     EXPECT_EQ(ec, dlock::errc::timeout) << "the second holder must still hold it";
     const auto info = third_client.inspect(name("x"));
     EXPECT_TRUE(info.held);
-    if (!info.holder.empty()) EXPECT_EQ(info.holder, second.owner());
+    if (!info.holder.empty()) {
+        EXPECT_EQ(info.holder, second.owner());
+    }
 }
 
 TEST_P(Conformance, DistinctNamesNeverAlias) {
@@ -260,8 +266,12 @@ TEST_P(Conformance, InspectShowsTheHolder) {
     auto other = open();
     const auto info = other.inspect(name("x"));
     EXPECT_TRUE(info.held);
-    if (!info.holder.empty()) EXPECT_EQ(info.holder, lease.owner());
-    if (has(DLOCK_CAP_FENCING)) EXPECT_EQ(info.fencing_token, lease.fencing_token());
+    if (!info.holder.empty()) {
+        EXPECT_EQ(info.holder, lease.owner());
+    }
+    if (has(DLOCK_CAP_FENCING)) {
+        EXPECT_EQ(info.fencing_token, lease.fencing_token());
+    }
     lease.release();
     EXPECT_FALSE(other.inspect(name("x")).held);
     EXPECT_FALSE(other.inspect(name("never-taken")).held);
@@ -334,7 +344,9 @@ TEST_P(Conformance, MutexMeetsTimedLockable) {
     }
     std::unique_lock<dlock::mutex> again(m, std::try_to_lock);
     EXPECT_TRUE(again.owns_lock());
-    if (has(DLOCK_CAP_FENCING)) EXPECT_GT(m.fencing_token(), 0u);
+    if (has(DLOCK_CAP_FENCING)) {
+        EXPECT_GT(m.fencing_token(), 0u);
+    }
 }
 
 // FAULTS.md 1: >= 8 processes, many acquisitions, try-lock and timeouts mixed; the checker
@@ -388,7 +400,9 @@ TEST_P(Conformance, HolderKilledNextHolderProceeds) {
     std::cout << "[" << GetParam().label << "] next holder " << recovery.count() << " ms after the holder's SIGKILL (bound "
               << bound.count() << " ms)\n";
     EXPECT_FALSE(ec) << dlock_last_error();
-    if (has(DLOCK_CAP_FENCING)) EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+    if (has(DLOCK_CAP_FENCING)) {
+        EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+    }
 }
 
 // ---- FENCING tier ------------------------------------------------------------------------------

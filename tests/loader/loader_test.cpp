@@ -120,8 +120,10 @@ TEST(Loader, LibraryStaysLoadedWhileAClientLives) {
         c.close();  // the lease handle outlives its client; the library must stay mapped for it
         EXPECT_TRUE(library_mapped(file));
         EXPECT_EQ(lease.state(), dlock::lease_state::released);
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
     }
-    EXPECT_FALSE(library_mapped(file)) << "the last client is gone: the plugin should be unloaded";
+    // Whether the library is unmapped after the last client is glibc's decision (a plugin with
+    // STB_GNU_UNIQUE symbols, as unoptimised C++ often has, is never unloaded), so it is not asserted.
 }
 
 }  // namespace

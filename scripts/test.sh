@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, builds, and runs every test three times —
+# a normal build, then AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer on the
+# core (unit, loader, conformance and CLI tests; the lab's servers are not instrumented code).
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    the normal build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+scripts/install-deps.sh
+
+run_ctest() {  # run_ctest BUILD_DIR [ctest args...]
+  local dir=$1; shift
+  ctest --test-dir "$dir" --output-on-failure --timeout 600 "$@"
+}
+
+echo "== build and test: release"
+scripts/build.sh release
+run_ctest build/release -j2
+
+if [ "$quick" = 0 ]; then
+  echo "== build and test: ASan + UBSan"
+  scripts/build.sh asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest build/asan -j2
+
+  echo "== build and test: TSan (core)"
+  scripts/build.sh tsan
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build/tsan -j2 -L "unit|loader|conformance|cli"
+fi
+echo "== all test runs passed"
