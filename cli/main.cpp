@@ -50,7 +50,7 @@ int exit_code_for(const std::error_code& ec) {
 }
 
 int report(const std::system_error& e) {
-    std::cerr << "dlock: " << e.what() << " [" << e.code().message() << "]\n";
+    std::cerr << "dlock: " << dlock_last_error() << " [" << e.code().message() << "]\n";
     return exit_code_for(e.code());
 }
 

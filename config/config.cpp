@@ -413,7 +413,11 @@ bound_options bind_options(const client_config& config, const dlock_plugin& plug
                 if (config.dsn_has_password) { source.scalar = config.dsn_password; found = true; }
                 break;
             case DLOCK_DSN_PATH:
-                if (!config.dsn_path.empty() && config.dsn_path != "/") { source.scalar = config.dsn_path; found = true; }
+                if (!config.dsn_path.empty() && config.dsn_path != "/") {
+                    // A path fills a string whole ("/var/lock/x"), a number without its slash ("/3").
+                    source.scalar = desc.type == DLOCK_OPTION_STRING ? config.dsn_path : config.dsn_path.substr(1);
+                    found = true;
+                }
                 break;
             case DLOCK_DSN_URL:
                 source.scalar = config.dsn_url;

@@ -10,11 +10,17 @@
 //         timeout | fail STATUS
 //   conformance_worker hold CONFIG NAME TTL_MS
 //       acquires NAME, prints "held FENCE" on stdout, then sleeps until killed.
+//   conformance_worker script CONFIG NAME TTL_MS
+//       acquires NAME, prints "held FENCE OWNER", then obeys stdin, one word a line, answering
+//       one line each: `state` -> held|suspect|lost|released; `token` -> FENCE (what it would
+//       send to a fenced resource); `release` -> released|already_lost|unknown; `exit`.
+//       A test pauses it (SIGSTOP) between commands to play a holder stalled after its check.
 #include <dlock/dlock.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <random>
 #include <string>
@@ -83,12 +89,47 @@ int hold(int argc, char** argv) {
     for (;;) pause();
 }
 
+const char* state_name(dlock::lease_state s) {
+    switch (s) {
+    case dlock::lease_state::held: return "held";
+    case dlock::lease_state::suspect: return "suspect";
+    case dlock::lease_state::lost: return "lost";
+    default: return "released";
+    }
+}
+
+int scripted(int argc, char** argv) {
+    if (argc != 5) return 2;
+    auto client = dlock::client::open(argv[2]);
+    auto lease = client.acquire(argv[3], dlock::acquire_options()
+                                             .with_wait(std::chrono::seconds(30))
+                                             .with_ttl(std::chrono::milliseconds(std::atoll(argv[4]))));
+    std::printf("held %llu %s\n", static_cast<unsigned long long>(lease.fencing_token()), std::string(lease.owner()).c_str());
+    std::fflush(stdout);
+    char line[64];
+    while (std::fgets(line, sizeof line, stdin)) {
+        const std::string word(line, std::strcspn(line, "\n"));
+        if (word == "state") std::printf("%s\n", state_name(lease.state()));
+        else if (word == "token") std::printf("%llu\n", static_cast<unsigned long long>(lease.fencing_token()));
+        else if (word == "release") {
+            std::error_code ec;
+            const auto outcome = lease.release(ec);
+            std::printf("%s\n", outcome == dlock::release_outcome::released       ? "released"
+                                 : outcome == dlock::release_outcome::already_lost ? "already_lost"
+                                                                                   : "unknown");
+        } else if (word == "exit") break;
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     try {
         if (argc >= 2 && std::string(argv[1]) == "contend") return contend(argc, argv);
         if (argc >= 2 && std::string(argv[1]) == "hold") return hold(argc, argv);
+        if (argc >= 2 && std::string(argv[1]) == "script") return scripted(argc, argv);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conformance_worker: %s\n", e.what());
         return 1;

@@ -21,7 +21,7 @@ extern char** environ;
 namespace dlock::test {
 
 child_process::child_process(const std::vector<std::string>& argv, bool capture_stdout,
-                             const std::vector<std::string>& extra_env) {
+                             const std::vector<std::string>& extra_env, bool feed_stdin) {
     std::vector<std::string> args = argv;
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
@@ -40,8 +40,17 @@ child_process::child_process(const std::vector<std::string>& argv, bool capture_
         if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
         posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
     }
+    int stdin_fds[2] = {-1, -1};
+    if (feed_stdin) {
+        if (pipe2(stdin_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+        posix_spawn_file_actions_adddup2(&actions, stdin_fds[0], STDIN_FILENO);
+    }
     const int err = posix_spawnp(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
     posix_spawn_file_actions_destroy(&actions);
+    if (feed_stdin) {
+        close(stdin_fds[0]);
+        stdin_fd_ = stdin_fds[1];
+    }
     if (capture_stdout) {
         close(pipe_fds[1]);
         stdout_fd_ = pipe_fds[0];
@@ -55,6 +64,12 @@ child_process::~child_process() {
         wait();
     }
     if (stdout_fd_ >= 0) close(stdout_fd_);
+    if (stdin_fd_ >= 0) close(stdin_fd_);
+}
+
+void child_process::write_line(const std::string& line) {
+    const std::string text = line + "\n";
+    if (write(stdin_fd_, text.data(), text.size()) != ssize_t(text.size())) throw std::runtime_error("write to child failed");
 }
 
 bool child_process::read_line(std::string& line, int timeout_ms) {

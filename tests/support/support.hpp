@@ -13,8 +13,9 @@ namespace dlock::test {
 class child_process {
 public:
     // Runs argv[0] (searched on PATH) with `argv`. capture_stdout: read it with read_line().
+    // feed_stdin: write to it with write_line().
     explicit child_process(const std::vector<std::string>& argv, bool capture_stdout = false,
-                           const std::vector<std::string>& extra_env = {});
+                           const std::vector<std::string>& extra_env = {}, bool feed_stdin = false);
     ~child_process();
     child_process(const child_process&) = delete;
     child_process& operator=(const child_process&) = delete;
@@ -22,6 +23,8 @@ public:
     pid_t pid() const { return pid_; }
     // Reads one line of stdout (without '\n'); false on EOF or after timeout_ms.
     bool read_line(std::string& line, int timeout_ms);
+    // Writes one line to its stdin.
+    void write_line(const std::string& line);
     // Waits for exit; returns the exit status, or 128+signal.
     int wait();
     void kill(int signo);
@@ -29,6 +32,7 @@ public:
 private:
     pid_t pid_ = -1;
     int stdout_fd_ = -1;
+    int stdin_fd_ = -1;
     std::string buffer_;
     bool reaped_ = false;
     int status_ = -1;

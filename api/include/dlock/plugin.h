@@ -66,7 +66,7 @@ typedef enum dlock_dsn_part {
     DLOCK_DSN_HOSTS = 1,    /* "host1,host2": a STRING gets it whole, a STRING_LIST one per host */
     DLOCK_DSN_USER = 2,
     DLOCK_DSN_PASSWORD = 3,
-    DLOCK_DSN_PATH = 4,     /* with its leading '/' */
+    DLOCK_DSN_PATH = 4,     /* a STRING gets it with its leading '/', other types without */
     DLOCK_DSN_URL = 5       /* the whole DSN less dlock's own query keys */
 } dlock_dsn_part;
 

@@ -1,0 +1,301 @@
+// The `redis` backend: one Redis server.
+//
+// Acquire is one round trip: a Lua script does SET key owner NX PX ttl and, on success, INCRs the
+// name's persistent fence key and returns the token; on failure it returns the holder's remaining
+// ttl. Release (compare owner, DEL, PUBLISH) and renewal (compare owner, PEXPIRE; any number of
+// leases in one call) are scripts too, all run by EVALSHA with a NOSCRIPT fallback.
+//
+// Waiting: the client's one subscriber connection watches the name's channel BEFORE the retry, so
+// a release between the retry and the wait still wakes the waiter; the waiter also retries when the
+// holder's remaining ttl runs out (a holder that died never publishes). No polling interval.
+//
+// Validity: valid_until = send time + ttl - drift, drift = ttl/100 + 2 ms (the server's clock may
+// run slightly fast relative to ours).
+#include "redis_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+using namespace dlock::redis_common;
+
+namespace {
+
+constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+
+int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }  // ttl/100 + 2 ms
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "redis backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("redis backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    }
+}
+
+}  // namespace
+
+struct dlock_backend {
+    endpoint where;
+    settings config;
+    dlock_plugin_host host{};
+    std::unique_ptr<pool> connections;
+    std::unique_ptr<subscriber> waker;  // started by the first wait
+    std::mutex waker_mutex;
+    std::atomic<bool> interrupted{false};
+
+    subscriber& subscriber_for_waits() {
+        std::lock_guard<std::mutex> lock(waker_mutex);
+        if (!waker) waker = std::make_unique<subscriber>(where, config);
+        return *waker;
+    }
+};
+
+struct dlock_hold {
+    lock_keys keys;
+    std::string owner;
+};
+
+namespace {
+
+const dlock_option_desc redis_options[] = {
+    {"endpoint", DLOCK_OPTION_STRING, 0, DLOCK_DSN_HOSTS, "127.0.0.1:6379", "The Redis server, host:port."},
+    {"username", DLOCK_OPTION_STRING, 0, DLOCK_DSN_USER, nullptr, "ACL user name (Redis 6+); empty for the default user."},
+    {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Password for AUTH; empty for none."},
+    {"database", DLOCK_OPTION_INT, 0, DLOCK_DSN_PATH, "0", "Database index (SELECT)."},
+    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "dlock:", "Prefix of every key dlock writes."},
+    {"connect_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "1s", "Timeout of a TCP connect."},
+    {"command_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "2s", "Timeout of one command's round trip."},
+    {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "8", "Connections kept for commands (one thread uses one at a time)."},
+};
+
+const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
+    for (size_t i = 0; i < n; ++i)
+        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
+    return nullptr;
+}
+
+int redis_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+                 dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto b = std::make_unique<dlock_backend>();
+        if (host) b->host = *host;
+        const auto* ep = find(values, count, "endpoint");
+        b->where = parse_endpoint(ep && ep->string_value ? ep->string_value : "127.0.0.1:6379");
+        if (const auto* v = find(values, count, "username")) b->config.username = v->string_value;
+        if (const auto* v = find(values, count, "password")) b->config.password = v->string_value;
+        if (const auto* v = find(values, count, "database")) b->config.database = v->int_value;
+        if (const auto* v = find(values, count, "key_prefix")) b->config.key_prefix = v->string_value;
+        if (const auto* v = find(values, count, "connect_timeout")) b->config.connect_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "command_timeout")) b->config.command_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "pool_size")) {
+            if (v->int_value < 1 || v->int_value > 1024) fail(DLOCK_CONFIG, fmt::format("redis: `pool_size` {} is outside 1..1024", v->int_value));
+            b->config.pool_size = size_t(v->int_value);
+        }
+        if (b->config.database < 0) fail(DLOCK_CONFIG, fmt::format("redis: `database` {} is negative", b->config.database));
+        if (b->config.connect_timeout_ms < 1 || b->config.command_timeout_ms < 1)
+            fail(DLOCK_CONFIG, "redis: `connect_timeout` and `command_timeout` must be at least 1ms");
+        b->connections = std::make_unique<pool>(b->where, b->config);
+        {
+            // Connect eagerly: a wrong address or password is an error at open, not at first use.
+            auto c = b->connections->borrow();
+            for (const auto& w : hazard_warnings(*c))
+                if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
+        }
+        *out = b.release();
+        return DLOCK_OK;
+    });
+}
+
+void redis_destroy(dlock_backend* b) { delete b; }
+
+uint64_t redis_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL; }
+
+void redis_interrupt(dlock_backend* b) {
+    b->interrupted = true;
+    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    if (b->waker) b->waker->interrupt();
+}
+
+struct attempt {
+    bool acquired = false;
+    uint64_t fence = 0;
+    int64_t holder_ttl_ms = -1;
+    int64_t sent_ns = 0;
+};
+
+// One run of the acquire script. On a transport failure after sending, the outcome is unknown: the
+// lock may be ours. It is then released by owner token (best effort) so nothing is left behind.
+attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
+    attempt a;
+    auto c = b->connections->borrow();
+    a.sent_ns = now_ns();
+    reply_ptr r;
+    try {
+        r = run_script(*c, acquire_script, {h.keys.lock, h.keys.fence}, {h.owner, std::to_string(ttl_ms)});
+    } catch (const failure& f) {
+        if (f.status == DLOCK_UNKNOWN) {
+            try {
+                auto fresh = b->connections->borrow();
+                run_script(*fresh, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+            } catch (const failure&) {
+                // The key, if it was set, expires after ttl.
+            }
+        }
+        throw;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
+        fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to the acquire script", b->where.text()));
+    a.acquired = r->element[0]->integer == 1;
+    if (a.acquired) a.fence = uint64_t(r->element[1]->integer);
+    else a.holder_ttl_ms = r->element[1]->integer;
+    return a;
+}
+
+int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
+                  dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
+        auto h = std::make_unique<dlock_hold>();
+        h->keys = keys_for(b->config.key_prefix, req->name);
+        h->owner = req->owner;
+
+        auto finish = [&](const attempt& a) {
+            grant->fencing_token = a.fence;
+            grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+            grant->ttl_ms = req->ttl_ms;
+            *out_hold = h.release();
+            return DLOCK_OK;
+        };
+        auto held_message = [&](const attempt& a) {
+            return fmt::format("lock `{}` is held on redis {} (expires in {} ms unless renewed)", req->name, b->where.text(),
+                               a.holder_ttl_ms);
+        };
+
+        attempt a = try_acquire(b, *h, req->ttl_ms);
+        if (a.acquired) return finish(a);
+        if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+
+        subscriber& waker = b->subscriber_for_waits();
+        struct unwatch_guard {
+            subscriber& s;
+            const std::string& channel;
+            ~unwatch_guard() { s.unwatch(channel); }
+        } guard{waker, h->keys.channel};
+        waker.watch(h->keys.channel);
+        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * 1'000'000));
+        for (;;) {
+            if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
+            const uint64_t seen = waker.generation(h->keys.channel);  // before the retry: no lost wake-up
+            a = try_acquire(b, *h, req->ttl_ms);
+            if (a.acquired) return finish(a);
+            const int64_t now = now_ns();
+            if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+            // Retry at the latest when the holder's key expires (-1: no expiry set by someone else's
+            // write; -2: it vanished just now).
+            const int64_t expiry_ns = a.holder_ttl_ms >= 0 ? now + (a.holder_ttl_ms + 1) * 1'000'000
+                                      : a.holder_ttl_ms == -2 ? now : forever_ns;
+            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, expiry_ns));
+        }
+    });
+}
+
+int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto c = b->connections->borrow();
+        reply_ptr r = run_script(*c, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner});
+        if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
+        return r->integer == 1 ? DLOCK_OK : DLOCK_LOST;
+    });
+}
+
+void redis_hold_destroy(dlock_backend*, dlock_hold* h) { delete h; }
+
+int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        std::vector<std::string> keys, args;
+        for (size_t i = 0; i < count; ++i) {
+            keys.push_back(renewals[i].hold->keys.lock);
+            args.push_back(renewals[i].hold->owner);
+            args.push_back(std::to_string(renewals[i].ttl_ms));
+        }
+        auto c = b->connections->borrow();
+        const int64_t sent = now_ns();
+        reply_ptr r = run_script(*c, renew_script, keys, args);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != count) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the renew script");
+        for (size_t i = 0; i < count; ++i) {
+            const bool ours = r->element[i]->integer == 1;
+            renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
+            renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
+        }
+        return DLOCK_OK;
+    });
+}
+
+int redis_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        const lock_keys keys = keys_for(b->config.key_prefix, name);
+        auto c = b->connections->borrow();
+        reply_ptr r = run_script(*c, inspect_script, {keys.lock, keys.fence}, {});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail(DLOCK_BACKEND, "redis: unexpected reply to the inspect script");
+        const redisReply* owner = r->element[0];
+        info->held = owner->type == REDIS_REPLY_STRING;
+        if (info->held) {
+            const size_t n = std::min(owner->len, sizeof info->holder - 1);
+            std::memcpy(info->holder, owner->str, n);
+            info->holder[n] = '\0';
+            info->ttl_left_ms = r->element[1]->integer >= 0 ? r->element[1]->integer : -1;
+        }
+        if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
+            info->fencing_token = std::strtoull(r->element[2]->str, nullptr, 10);
+        return DLOCK_OK;
+    });
+}
+
+const dlock_plugin redis_plugin = {
+    sizeof(dlock_plugin),
+    1,
+    "redis",
+    "One Redis server: SET NX PX + INCR fence in one Lua script; pub/sub wake-ups; TTL leases renewed by the keeper.",
+    redis_options,
+    sizeof redis_options / sizeof redis_options[0],
+    redis_create,
+    redis_destroy,
+    redis_capabilities,
+    redis_interrupt,
+    redis_acquire,
+    redis_release,
+    redis_hold_destroy,
+    redis_renew,
+    redis_inspect,
+};
+
+}  // namespace
+
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = &redis_plugin;
+    return DLOCK_OK;
+}

@@ -1,0 +1,298 @@
+// Endpoints, connections, the pool, scripts, keys and hazard checks.
+#include "redis_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <time.h>
+
+namespace dlock::redis_common {
+
+void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string endpoint::text() const {
+    return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+endpoint parse_endpoint(const std::string& text) {
+    endpoint e;
+    std::string port;
+    if (!text.empty() && text[0] == '[') {
+        const size_t close = text.find(']');
+        if (close == std::string::npos) fail(DLOCK_CONFIG, fmt::format("redis endpoint `{}`: unclosed `[`", text));
+        e.host = text.substr(1, close - 1);
+        if (close + 1 < text.size()) {
+            if (text[close + 1] != ':') fail(DLOCK_CONFIG, fmt::format("redis endpoint `{}`: expected `:port` after `]`", text));
+            port = text.substr(close + 2);
+        }
+    } else {
+        const size_t colon = text.rfind(':');
+        e.host = text.substr(0, colon);
+        if (colon != std::string::npos) port = text.substr(colon + 1);
+    }
+    if (e.host.empty()) fail(DLOCK_CONFIG, fmt::format("redis endpoint `{}` has no host (expected host:port)", text));
+    if (!port.empty()) {
+        char* end = nullptr;
+        const long p = std::strtol(port.c_str(), &end, 10);
+        if (*end || p < 1 || p > 65535) fail(DLOCK_CONFIG, fmt::format("redis endpoint `{}`: `{}` is not a port", text, port));
+        e.port = int(p);
+    }
+    return e;
+}
+
+failure classify_error_reply(const std::string& server, const std::string& error) {
+    auto starts = [&](const char* prefix) { return error.rfind(prefix, 0) == 0; };
+    if (starts("READONLY"))
+        return {DLOCK_BACKEND, fmt::format("redis {} is a read-only replica ({}); point dlock at the master", server, error)};
+    if (starts("OOM"))
+        return {DLOCK_BACKEND, fmt::format("redis {} is out of memory and refuses writes ({}); raise maxmemory or free memory", server, error)};
+    if (starts("LOADING"))
+        return {DLOCK_UNAVAILABLE, fmt::format("redis {} is loading its dataset ({}); retry shortly", server, error)};
+    if (starts("MISCONF"))
+        return {DLOCK_BACKEND, fmt::format("redis {} refuses writes because it cannot persist ({})", server, error)};
+    if (starts("WRONGTYPE"))
+        return {DLOCK_BACKEND, fmt::format("redis {}: a dlock key holds a value of another type ({}); another program writes "
+                                           "under dlock's key prefix",
+                                           server, error)};
+    if (starts("NOAUTH") || starts("WRONGPASS") || error.find("invalid password") != std::string::npos ||
+        error.find("invalid username-password") != std::string::npos)
+        return {DLOCK_CONFIG, fmt::format("redis {}: authentication failed ({}); check `username`/`password`", server, error)};
+    if (starts("NOPERM"))
+        return {DLOCK_BACKEND, fmt::format("redis {}: permission denied ({}); the ACL user needs EVAL/EVALSHA, PUBLISH and "
+                                           "SUBSCRIBE on dlock's keys",
+                                           server, error)};
+    return {DLOCK_BACKEND, fmt::format("redis {} answered with an error: {}", server, error)};
+}
+
+namespace {
+
+timeval to_timeval(int64_t ms) { return timeval{time_t(ms / 1000), suseconds_t((ms % 1000) * 1000)}; }
+
+reply_ptr blocking_command(redisContext* ctx, const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    return reply_ptr(static_cast<redisReply*>(redisCommandArgv(ctx, int(argv.size()), argv.data(), lens.data())));
+}
+
+}  // namespace
+
+connection::connection(const endpoint& where, const settings& s) : where_(where) {
+    ctx_ = redisConnectWithTimeout(where.host.c_str(), where.port, to_timeval(s.connect_timeout_ms));
+    if (!ctx_) fail(DLOCK_INTERNAL, "redis: out of memory allocating a connection");
+    if (ctx_->err)
+        fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: cannot connect: {} (is the server running and reachable?)", where.text(),
+                                            ctx_->errstr));
+    redisSetTimeout(ctx_, to_timeval(s.command_timeout_ms));
+    redisEnableKeepAlive(ctx_);
+    auto expect_ok = [&](const std::vector<std::string>& args, const char* what) {
+        reply_ptr r = blocking_command(ctx_, args);
+        if (!r) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection lost during {}: {}", where.text(), what, ctx_->errstr));
+        if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(where.text(), r->str);
+        return r;
+    };
+    if (!s.password.empty()) {
+        if (s.username.empty()) expect_ok({"AUTH", s.password}, "AUTH");
+        else expect_ok({"AUTH", s.username, s.password}, "AUTH");
+    }
+    if (s.database != 0) expect_ok({"SELECT", std::to_string(s.database)}, "SELECT");
+    // Load every script, so EVALSHA works on this server from the first call.
+    for (const script* sc : {&acquire_script, &release_script, &renew_script, &inspect_script}) {
+        reply_ptr r = expect_ok({"SCRIPT", "LOAD", sc->source()}, "SCRIPT LOAD");
+        if (r->type == REDIS_REPLY_STRING) sc->learn_sha1(std::string(r->str, r->len));
+    }
+}
+
+connection::~connection() {
+    if (ctx_) redisFree(ctx_);
+}
+
+reply_ptr connection::command(const std::vector<std::string>& args) {
+    if (broken_) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection is broken", where_.text()));
+    reply_ptr r = blocking_command(ctx_, args);
+    if (!r) {
+        broken_ = true;
+        // hiredis reports an unsent command and a lost reply alike; a timeout or EOF after sending
+        // leaves the outcome unknown.
+        fail(DLOCK_UNKNOWN, fmt::format("redis {}: no reply: {}", where_.text(), ctx_->errstr[0] ? ctx_->errstr : "connection lost"));
+    }
+    return r;
+}
+
+pool::pool(endpoint where, settings s) : where_(std::move(where)), settings_(std::move(s)) {}
+
+pool::lease::~lease() {
+    if (pool_ && conn_) pool_->give_back(std::move(conn_));
+}
+
+pool::lease pool::borrow() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        if (!idle_.empty()) {
+            auto c = std::move(idle_.back());
+            idle_.pop_back();
+            return lease(this, std::move(c));
+        }
+        if (open_ < std::max<size_t>(settings_.pool_size, 1)) break;
+        available_.wait(lock);
+    }
+    const int64_t now = now_ns();
+    if (now < retry_after_ns_)
+        fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: unreachable; next reconnect attempt in {} ms", where_.text(),
+                                            (retry_after_ns_ - now) / 1'000'000 + 1));
+    ++open_;
+    lock.unlock();
+    try {
+        auto c = std::make_unique<connection>(where_, settings_);
+        lock.lock();
+        backoff_ms_ = 0;
+        retry_after_ns_ = 0;
+        return lease(this, std::move(c));
+    } catch (...) {
+        lock.lock();
+        --open_;
+        backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
+        retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
+        available_.notify_one();
+        throw;
+    }
+}
+
+void pool::give_back(std::unique_ptr<connection> c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c->broken()) {
+        --open_;
+    } else {
+        idle_.push_back(std::move(c));
+    }
+    available_.notify_one();
+}
+
+std::string script::sha1() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sha1_;
+}
+
+void script::learn_sha1(const std::string& sha) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sha1_ = sha;
+}
+
+// The fence key is checked before SET so a malformed fence key never leaves a lock set without a
+// token (a script's writes before an error are not undone). GET raises WRONGTYPE on a lock or
+// fence key of another type, so such a key is an error, never "held".
+const script acquire_script(R"lua(
+local fence = redis.call('GET', KEYS[2])
+if fence and not tonumber(fence) then
+  return redis.error_reply('WRONGTYPE dlock fence key ' .. KEYS[2] .. ' does not hold an integer')
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+redis.call('GET', KEYS[1])
+return {0, redis.call('PTTL', KEYS[1])}
+)lua");
+
+const script release_script(R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[3], 'released')
+  return 1
+end
+return 0
+)lua");
+
+const script renew_script(R"lua(
+local result = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', key, ARGV[2 * i])
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result
+)lua");
+
+const script inspect_script(R"lua(
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+)lua");
+
+std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,
+                                        const std::vector<std::string>& args) {
+    std::vector<std::string> cmd;
+    cmd.reserve(3 + keys.size() + args.size());
+    const std::string sha = by_source ? std::string() : s.sha1();
+    if (by_source || sha.empty()) {
+        cmd.emplace_back("EVAL");
+        cmd.emplace_back(s.source());
+    } else {
+        cmd.emplace_back("EVALSHA");
+        cmd.push_back(sha);
+    }
+    cmd.push_back(std::to_string(keys.size()));
+    cmd.insert(cmd.end(), keys.begin(), keys.end());
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return cmd;
+}
+
+reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& args) {
+    reply_ptr r = c.command(script_command(s, false, keys, args));
+    if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0)
+        r = c.command(script_command(s, true, keys, args));  // the server lost its script cache
+    if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(c.where().text(), std::string(r->str, r->len));
+    return r;
+}
+
+lock_keys keys_for(const std::string& prefix, const std::string& name) {
+    std::string tag;
+    tag.reserve(name.size());
+    for (unsigned char c : name) {
+        if (c == '{' || c == '}' || c == '%') tag += fmt::format("%{:02X}", c);
+        else tag += char(c);
+    }
+    const std::string base = prefix + "{" + tag + "}";
+    return {base + ":lock", base + ":fence", base + ":released"};
+}
+
+std::vector<std::string> hazard_warnings(connection& c) {
+    std::vector<std::string> warnings;
+    auto config_get = [&](const char* key) -> std::string {
+        reply_ptr r = c.command({"CONFIG", "GET", key});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_STRING) return "?";
+        return std::string(r->element[1]->str, r->element[1]->len);
+    };
+    const std::string policy = config_get("maxmemory-policy");
+    if (policy == "?") return warnings;  // CONFIG disabled (renamed): nothing to learn
+    if (policy != "noeviction")
+        warnings.push_back(fmt::format("{}: maxmemory-policy is `{}`: under memory pressure the server may evict lock "
+                                       "keys, and two holders would then hold one lock; use `noeviction`",
+                                       c.where().text(), policy));
+    const std::string aof = config_get("appendonly");
+    const std::string save = config_get("save");
+    if (aof != "yes" && save.empty())
+        warnings.push_back(fmt::format("{}: persistence is off (appendonly no, no RDB save points): a restart loses "
+                                       "every lock while their holders still believe they hold them",
+                                       c.where().text()));
+    else if (aof == "yes" && config_get("appendfsync") != "always")
+        warnings.push_back(fmt::format("{}: appendfsync is not `always`: a crash can lose the last second of lock "
+                                       "writes",
+                                       c.where().text()));
+    return warnings;
+}
+
+}  // namespace dlock::redis_common

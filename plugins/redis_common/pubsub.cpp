@@ -1,0 +1,235 @@
+// The shared pub/sub subscriber and the parallel fan-out.
+#include "redis_common.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace dlock::redis_common {
+
+namespace {
+
+std::chrono::steady_clock::time_point at(int64_t ns) {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+int append(redisContext* ctx, const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    return redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data());
+}
+
+bool flush(redisContext* ctx) {
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(ctx, &done) != REDIS_OK) return false;
+    return true;
+}
+
+}  // namespace
+
+subscriber::subscriber(endpoint where, settings s) : where_(std::move(where)), settings_(std::move(s)) {
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("redis: eventfd failed: {}", std::strerror(errno)));
+    thread_ = std::thread([this] { run(); });
+}
+
+subscriber::~subscriber() {
+    stopping_ = true;
+    interrupt();
+    wake();
+    thread_.join();
+    close(wake_fd_);
+}
+
+void subscriber::wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+}
+
+void subscriber::watch(const std::string& channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (channels_[channel].watchers++ == 0) {
+        pending_.emplace_back(true, channel);
+        wake();
+    }
+}
+
+void subscriber::unwatch(const std::string& channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    if (--it->second.watchers == 0) {
+        channels_.erase(it);
+        pending_.emplace_back(false, channel);
+        wake();
+    }
+}
+
+bool subscriber::wait_subscribed(const std::string& channel, int64_t deadline_ns) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_until(lock, at(deadline_ns), [&] {
+        auto it = channels_.find(channel);
+        return interrupted_ || (it != channels_.end() && it->second.subscribed);
+    });
+    auto it = channels_.find(channel);
+    return !interrupted_ && it != channels_.end() && it->second.subscribed;
+}
+
+uint64_t subscriber::generation(const std::string& channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = channels_.find(channel);
+    return it == channels_.end() ? 0 : it->second.generation;
+}
+
+void subscriber::wait_change(const std::string& channel, uint64_t seen, int64_t until_ns) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_until(lock, at(until_ns), [&] {
+        auto it = channels_.find(channel);
+        return interrupted_ || it == channels_.end() || it->second.generation != seen;
+    });
+}
+
+void subscriber::interrupt() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        interrupted_ = true;
+    }
+    changed_.notify_all();
+}
+
+// The subscriber thread owns its connection. It (re)connects, re-subscribes every watched channel,
+// sends pending (un)subscriptions when woken through the eventfd, and turns each message into a
+// generation bump. When the connection drops, every watched channel's generation is bumped too, so
+// waiters retry at once instead of sleeping through a release they could not hear.
+void subscriber::run() {
+    int64_t backoff_ms = 0;
+    while (!stopping_) {
+        std::unique_ptr<connection> conn;
+        try {
+            conn = std::make_unique<connection>(where_, settings_);
+        } catch (const failure&) {
+            backoff_ms = backoff_ms ? std::min<int64_t>(backoff_ms * 2, 1000) : 10;
+            pollfd p{wake_fd_, POLLIN, 0};
+            poll(&p, 1, int(backoff_ms));
+            uint64_t drain;
+            [[maybe_unused]] ssize_t n = read(wake_fd_, &drain, sizeof drain);
+            continue;
+        }
+        backoff_ms = 0;
+        redisContext* ctx = conn->context();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            pending_.clear();
+            for (auto& [name, state] : channels_) append(ctx, {"SUBSCRIBE", name});
+        }
+        bool healthy = flush(ctx);
+        while (healthy && !stopping_) {
+            pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+            if (fds[1].revents) {
+                uint64_t drain;
+                [[maybe_unused]] ssize_t n = read(wake_fd_, &drain, sizeof drain);
+                std::vector<std::pair<bool, std::string>> todo;
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    todo.swap(pending_);
+                }
+                for (auto& [subscribe, name] : todo) append(ctx, {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", name});
+                if (!todo.empty() && !flush(ctx)) healthy = false;
+            }
+            if (fds[0].revents) {
+                if (redisBufferRead(ctx) != REDIS_OK) {
+                    healthy = false;
+                    break;
+                }
+                void* raw = nullptr;
+                while (redisGetReplyFromReader(ctx, &raw) == REDIS_OK && raw) {
+                    reply_ptr r(static_cast<redisReply*>(raw));
+                    raw = nullptr;
+                    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING) continue;
+                    const std::string kind(r->element[0]->str, r->element[0]->len);
+                    const std::string name(r->element[1]->str, r->element[1]->len);
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    auto it = channels_.find(name);
+                    if (it == channels_.end()) continue;
+                    if (kind == "subscribe") it->second.subscribed = true;
+                    else if (kind == "message") ++it->second.generation;
+                    else if (kind == "unsubscribe") it->second.subscribed = false;
+                    changed_.notify_all();
+                }
+            }
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& [name, state] : channels_) {
+            state.subscribed = false;
+            ++state.generation;
+        }
+        changed_.notify_all();
+    }
+}
+
+bool pipeline(connection& c, const std::vector<std::string>& command) {
+    return append(c.context(), command) == REDIS_OK && flush(c.context());
+}
+
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
+                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
+                               std::vector<bool>& late) {
+    const size_t n = connections.size();
+    std::vector<reply_ptr> replies(n);
+    late.assign(n, false);
+    std::vector<bool> waiting(n, false);
+    // Send everything first: the requests travel to every server at once.
+    for (size_t i = 0; i < n; ++i) {
+        connection* c = connections[i];
+        if (!c || c->broken()) continue;
+        if (append(c->context(), commands[i]) != REDIS_OK || !flush(c->context())) {
+            c->mark_broken();
+            continue;
+        }
+        waiting[i] = true;
+    }
+    for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<size_t> index;
+        for (size_t i = 0; i < n; ++i) {
+            if (!waiting[i]) continue;
+            // A reply may already be buffered from an earlier read.
+            void* raw = nullptr;
+            if (redisGetReplyFromReader(connections[i]->context(), &raw) == REDIS_OK && raw) {
+                replies[i].reset(static_cast<redisReply*>(raw));
+                waiting[i] = false;
+                continue;
+            }
+            fds.push_back({connections[i]->context()->fd, POLLIN, 0});
+            index.push_back(i);
+        }
+        if (fds.empty()) break;
+        const int64_t left_ms = (deadline_ns - now_ns()) / 1'000'000;
+        if (left_ms <= 0) break;
+        const int ready = poll(fds.data(), fds.size(), int(std::min<int64_t>(left_ms, 60'000)));
+        if (ready < 0 && errno != EINTR) break;
+        for (size_t k = 0; k < fds.size(); ++k) {
+            if (!fds[k].revents) continue;
+            connection* c = connections[index[k]];
+            if (redisBufferRead(c->context()) != REDIS_OK) {
+                c->mark_broken();
+                waiting[index[k]] = false;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; ++i) late[i] = waiting[i];
+    return replies;
+}
+
+}  // namespace dlock::redis_common

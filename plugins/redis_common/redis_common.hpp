@@ -1,0 +1,213 @@
+// redis_common.hpp — what the `redis` and `redlock` plugins share (one static library, never
+// copied): endpoints, connections with AUTH/SELECT/keepalive/timeouts, a connection pool with
+// reconnect backoff, the Lua scripts run by EVALSHA with a NOSCRIPT fallback, the key space, the
+// shared pub/sub subscriber that wakes waiters, and a parallel fan-out of one command to N servers.
+//
+// Errors are thrown as redis_common::failure {status, message}; the plugins turn them into
+// dlock_status codes at their C entry points.
+#pragma once
+
+#include <dlock/plugin.h>
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dlock::redis_common {
+
+struct failure {
+    int status;  // dlock_status
+    std::string message;
+};
+[[noreturn]] void fail(int status, std::string message);
+
+int64_t now_ns();
+
+struct endpoint {
+    std::string host;
+    int port = 6379;
+    std::string text() const;  // "host:port"
+};
+// Parses "host:port", "host" (port 6379), "[v6]:port". Throws failure(DLOCK_CONFIG).
+endpoint parse_endpoint(const std::string& text);
+
+struct settings {
+    std::string username;  // ACL user; empty = default user
+    std::string password;  // empty = no AUTH
+    int64_t database = 0;
+    std::string key_prefix = "dlock:";
+    int64_t connect_timeout_ms = 1000;
+    int64_t command_timeout_ms = 2000;
+    size_t pool_size = 8;
+};
+
+struct reply_deleter {
+    void operator()(redisReply* r) const { if (r) freeReplyObject(r); }
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
+
+// Turns a Redis error reply into a status and a message naming the server and what to do
+// (READONLY, OOM, LOADING, MISCONF, WRONGTYPE, NOAUTH/WRONGPASS, ...).
+failure classify_error_reply(const std::string& server, const std::string& error);
+
+// One connection (a hiredis context: not thread-safe; used by one thread at a time).
+class connection {
+public:
+    connection(const endpoint& where, const settings& s);  // connects, AUTH, SELECT; throws failure
+    ~connection();
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    redisContext* context() { return ctx_; }
+    const endpoint& where() const { return where_; }
+    bool broken() const { return broken_; }
+    void mark_broken() { broken_ = true; }
+
+    // Sends a command and waits for its reply. A transport failure marks the connection broken and
+    // throws failure(DLOCK_UNAVAILABLE if nothing was sent, else DLOCK_UNKNOWN); an error reply is
+    // returned as a reply (callers decide).
+    reply_ptr command(const std::vector<std::string>& args);
+
+private:
+    endpoint where_;
+    redisContext* ctx_ = nullptr;
+    bool broken_ = false;
+};
+
+// Connections to one server, shared by threads. Broken connections are dropped; a reconnect after
+// a failure waits out a growing backoff (10 ms doubling to 1 s) instead of hammering the server.
+class pool {
+public:
+    pool(endpoint where, settings s);
+    const endpoint& where() const { return where_; }
+    const settings& config() const { return settings_; }
+
+    class lease {
+    public:
+        lease(pool* p, std::unique_ptr<connection> c) : pool_(p), conn_(std::move(c)) {}
+        lease(lease&&) = default;
+        ~lease();
+        connection* operator->() { return conn_.get(); }
+        connection& operator*() { return *conn_; }
+
+    private:
+        pool* pool_;
+        std::unique_ptr<connection> conn_;
+    };
+    lease borrow();  // throws failure(DLOCK_UNAVAILABLE) when the server cannot be reached
+
+private:
+    friend class lease;
+    void give_back(std::unique_ptr<connection> c);
+
+    endpoint where_;
+    settings settings_;
+    std::mutex mutex_;
+    std::condition_variable available_;
+    std::vector<std::unique_ptr<connection>> idle_;
+    size_t open_ = 0;
+    int64_t retry_after_ns_ = 0;
+    int64_t backoff_ms_ = 0;
+};
+
+// A Lua script run by EVALSHA, falling back to EVAL (which also caches it) on NOSCRIPT. Its SHA1
+// is learnt from the first SCRIPT LOAD (every new connection loads all scripts into its server).
+class script {
+public:
+    explicit script(const char* src) : source_(src) {}
+    const char* source() const { return source_; }
+    std::string sha1() const;            // empty until a server told us
+    void learn_sha1(const std::string& sha) const;
+
+private:
+    const char* source_;
+    mutable std::mutex mutex_;
+    mutable std::string sha1_;
+};
+
+// The scripts both plugins run. KEYS[1] lock key, KEYS[2] fence key, KEYS[3] channel (as a key so
+// it shares the slot).
+extern const script acquire_script;  // ARGV owner, ttl_ms -> {1, fence} | {0, pttl}
+extern const script release_script;  // ARGV owner -> 1 released | 0 not ours
+extern const script renew_script;    // KEYS lock keys; ARGV owner1, ttl1, owner2, ttl2... -> {1|0...}
+extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
+
+// EVALSHA with NOSCRIPT fallback on one connection. Error replies are thrown as classified failures.
+reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& args);
+// The command line for EVALSHA (or EVAL when `by_source`), for pipelined/fan-out use.
+std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,
+                                        const std::vector<std::string>& args);
+
+// Keys of one lock name. Bytes `{`, `}` and `%` are %XX-escaped so the whole name is one hash tag
+// and the escaping is reversible (distinct names, distinct keys).
+struct lock_keys {
+    std::string lock, fence, channel;
+};
+lock_keys keys_for(const std::string& prefix, const std::string& name);
+
+// Reads the server's persistence and eviction settings and returns warnings for each hazard
+// (an eviction policy that can drop lock keys; no AOF/RDB persistence).
+std::vector<std::string> hazard_warnings(connection& c);
+
+// One dedicated pub/sub connection per server, shared by every waiter of a client. A waiter
+// watches a channel BEFORE its retry; any message published after that bumps the channel's
+// generation, so a release between the retry and the wait is never missed.
+class subscriber {
+public:
+    subscriber(endpoint where, settings s);
+    ~subscriber();
+
+    // Starts watching (SUBSCRIBE on first watcher). Pair with unwatch().
+    void watch(const std::string& channel);
+    void unwatch(const std::string& channel);
+    // Waits until the subscription is confirmed; false at `deadline_ns`, on interrupt, or while
+    // the pub/sub connection is down (callers then fall back to timed retries).
+    bool wait_subscribed(const std::string& channel, int64_t deadline_ns);
+    uint64_t generation(const std::string& channel);
+    // Waits until the generation differs from `seen`, until `until_ns`, or interrupt.
+    void wait_change(const std::string& channel, uint64_t seen, int64_t until_ns);
+    void interrupt();
+    bool interrupted() const { return interrupted_; }
+
+private:
+    struct channel_state {
+        int watchers = 0;
+        bool subscribed = false;
+        uint64_t generation = 0;
+    };
+    void run();
+    void wake();
+
+    endpoint where_;
+    settings settings_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::map<std::string, channel_state> channels_;
+    std::vector<std::pair<bool, std::string>> pending_;  // (subscribe?, channel)
+    std::atomic<bool> interrupted_{false};
+    std::atomic<bool> stopping_{false};
+    int wake_fd_ = -1;
+    std::thread thread_;
+};
+
+// Sends one command to several servers at once and collects the replies: appends on every
+// connection, flushes, then polls all sockets until each replied or `deadline_ns`. Replies are
+// null for servers that failed (connection marked broken) or did not answer in time: those are
+// flagged in `late`, and their connection is left mid-reply for the caller, who may pipeline a
+// follow-up command behind the pending one (with pipeline()) and must then mark it broken.
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
+                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
+                               std::vector<bool>& late);
+// Appends and flushes a command without waiting for its reply (false on a transport failure).
+bool pipeline(connection& c, const std::vector<std::string>& command);
+
+}  // namespace dlock::redis_common

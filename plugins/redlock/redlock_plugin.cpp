@@ -1,0 +1,522 @@
+// The `redlock` backend: the algorithm of the Redis distributed-lock page over N independent
+// Redis masters (N odd, >= 3).
+//
+// Acquire: the acquire script is sent to all N nodes at once (non-blocking sends, then one poll over
+// every socket); the lock is ours when a quorum N/2+1 answered "set" and time remains:
+// validity = ttl - elapsed - drift, drift = ttl/100 + 2 ms, all on CLOCK_MONOTONIC, so valid_until =
+// send time + ttl - drift. Otherwise the owner-fenced release goes to ALL nodes, including those that
+// did not answer (they may have set the key after all), and a waiter retries after a random delay.
+// Renewal needs a quorum within the validity; release goes to every node.
+//
+// No fencing token: each node's counter counts only the acquisitions that reached that node, and a
+// majority's counters are not monotonic across holders (two successive quorums may share only one
+// node, whose counter need not be the largest). The capability says so; the token is 0.
+//
+// Waiting: the client watches the name's channel on the first node it reaches (every release
+// publishes on every node); a waiter wakes on that message, at the holders' expiry, or after a
+// jittered retry delay, so waiters do not split the votes of the next round in lockstep.
+#include "redis_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <netdb.h>
+#include <random>
+#include <set>
+#include <sys/socket.h>
+
+using namespace dlock::redis_common;
+
+namespace {
+
+constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "redlock backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("redlock backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    }
+}
+
+struct node {
+    endpoint where;
+    std::unique_ptr<pool> connections;
+};
+
+}  // namespace
+
+struct dlock_backend {
+    std::vector<node> nodes;
+    size_t quorum = 0;
+    settings config;
+    int64_t retry_delay_ms = 50;
+    dlock_plugin_host host{};
+    std::mutex waker_mutex;
+    std::unique_ptr<subscriber> waker;
+    size_t waker_node = 0;
+    std::atomic<bool> interrupted{false};
+    std::mutex sleep_mutex;
+    std::condition_variable sleep_cv;  // notified by interrupt()
+
+    std::string names() const {
+        std::string out;
+        for (const auto& n : nodes) out += (out.empty() ? "" : ", ") + n.where.text();
+        return out;
+    }
+};
+
+struct dlock_hold {
+    lock_keys keys;
+    std::string owner;
+};
+
+namespace {
+
+// Connections to every node for one round; a node whose connection cannot be borrowed has none.
+struct round_connections {
+    std::vector<std::unique_ptr<pool::lease>> leases;
+    std::vector<connection*> conns;
+    explicit round_connections(dlock_backend* b) : leases(b->nodes.size()), conns(b->nodes.size(), nullptr) {
+        for (size_t i = 0; i < b->nodes.size(); ++i) {
+            try {
+                leases[i] = std::make_unique<pool::lease>(b->nodes[i].connections->borrow());
+                conns[i] = &**leases[i];
+            } catch (const failure&) {
+            }
+        }
+    }
+};
+
+// The same script on every node at once. Nodes that do not answer before the deadline get no reply;
+// `on_late` runs for each of them (its connection still has the request pending) before the
+// connection is dropped.
+template <typename OnLate>
+std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& args, int64_t deadline_ns, OnLate&& on_late) {
+    round_connections round(b);
+    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(s, false, keys, args));
+    std::vector<bool> late;
+    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late);
+    for (size_t i = 0; i < replies.size(); ++i) {
+        if (late[i]) {
+            on_late(*round.conns[i]);
+            round.conns[i]->mark_broken();  // mid-reply: never reused
+        } else if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR && std::strncmp(replies[i]->str, "NOSCRIPT", 8) == 0) {
+            try {
+                replies[i] = run_script(*round.conns[i], s, keys, args);  // falls back to EVAL
+            } catch (const failure&) {
+                replies[i].reset();
+            }
+        }
+    }
+    return replies;
+}
+
+std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& args, int64_t deadline_ns) {
+    return on_all_nodes(b, s, keys, args, deadline_ns, [](connection&) {});
+}
+
+int64_t node_deadline(const dlock_backend* b) { return now_ns() + b->config.command_timeout_ms * 1'000'000; }
+
+const dlock_option_desc redlock_options[] = {
+    {"endpoints", DLOCK_OPTION_STRING_LIST, DLOCK_OPTION_REQUIRED, DLOCK_DSN_HOSTS, nullptr,
+     "The independent Redis masters, host:port each; an odd number, at least 3, all distinct."},
+    {"username", DLOCK_OPTION_STRING, 0, DLOCK_DSN_USER, nullptr, "ACL user name on every node (Redis 6+)."},
+    {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Password for AUTH on every node."},
+    {"database", DLOCK_OPTION_INT, 0, DLOCK_DSN_PATH, "0", "Database index (SELECT) on every node."},
+    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "dlock:", "Prefix of every key dlock writes."},
+    {"connect_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "200ms", "Timeout of a TCP connect to one node."},
+    {"command_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "200ms",
+     "How long a round waits for the nodes' replies; keep it well below the ttl."},
+    {"retry_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "50ms", "A waiter retries after a random delay up to this long."},
+    {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "8", "Connections kept per node."},
+};
+
+const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
+    for (size_t i = 0; i < n; ++i)
+        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
+    return nullptr;
+}
+
+// Every address `e` resolves to, as "address:port".
+std::set<std::string> addresses_of(const endpoint& e) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    std::set<std::string> out;
+    if (getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &found) != 0) return out;
+    for (addrinfo* a = found; a; a = a->ai_next) {
+        char host[NI_MAXHOST];
+        char port[NI_MAXSERV];
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            out.insert(std::string(host) + ":" + port);
+    }
+    freeaddrinfo(found);
+    return out;
+}
+
+int redlock_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+                   dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto b = std::make_unique<dlock_backend>();
+        if (host) b->host = *host;
+        b->config.connect_timeout_ms = 200;
+        b->config.command_timeout_ms = 200;
+        if (const auto* v = find(values, count, "username")) b->config.username = v->string_value;
+        if (const auto* v = find(values, count, "password")) b->config.password = v->string_value;
+        if (const auto* v = find(values, count, "database")) b->config.database = v->int_value;
+        if (const auto* v = find(values, count, "key_prefix")) b->config.key_prefix = v->string_value;
+        if (const auto* v = find(values, count, "connect_timeout")) b->config.connect_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "command_timeout")) b->config.command_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "retry_delay")) b->retry_delay_ms = v->int_value;
+        if (const auto* v = find(values, count, "pool_size")) {
+            if (v->int_value < 1 || v->int_value > 1024) fail(DLOCK_CONFIG, fmt::format("redlock: `pool_size` {} is outside 1..1024", v->int_value));
+            b->config.pool_size = size_t(v->int_value);
+        }
+        if (b->config.connect_timeout_ms < 1 || b->config.command_timeout_ms < 1)
+            fail(DLOCK_CONFIG, "redlock: `connect_timeout` and `command_timeout` must be at least 1ms");
+
+        const auto* eps = find(values, count, "endpoints");
+        const size_t n = eps ? eps->list_count : 0;
+        if (n < 3) fail(DLOCK_CONFIG, fmt::format("redlock: `endpoints` lists {} node(s); Redlock needs at least 3 independent masters", n));
+        if (n % 2 == 0)
+            fail(DLOCK_CONFIG, fmt::format("redlock: `endpoints` lists {} nodes, an even number: a quorum of {} tolerates no more "
+                                           "failures than {} nodes would; use an odd number",
+                                           n, n / 2 + 1, n - 1));
+        std::map<std::string, std::string> seen;  // address -> endpoint as written
+        for (size_t i = 0; i < n; ++i) {
+            const std::string written = eps->list_values[i];
+            node nd{parse_endpoint(written), nullptr};
+            std::set<std::string> addresses = addresses_of(nd.where);
+            if (addresses.empty()) addresses.insert(nd.where.text());  // unresolvable: compare as written
+            for (const auto& a : addresses) {
+                auto [it, fresh] = seen.emplace(a, written);
+                if (!fresh)
+                    fail(DLOCK_CONFIG, fmt::format("redlock: endpoints `{}` and `{}` are the same server ({}); every node "
+                                                   "must be an independent master",
+                                                   it->second, written, a));
+            }
+            nd.connections = std::make_unique<pool>(nd.where, b->config);
+            b->nodes.push_back(std::move(nd));
+        }
+        b->quorum = n / 2 + 1;
+        // Reach every node now to report hazards; a node that is down is a warning, not an error:
+        // Redlock works while a quorum is up.
+        size_t reachable = 0;
+        for (auto& nd : b->nodes) {
+            try {
+                auto c = nd.connections->borrow();
+                ++reachable;
+                for (const auto& w : hazard_warnings(*c))
+                    if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
+            } catch (const failure& f) {
+                if (b->host.log) b->host.log(b->host.context, 2, f.message.c_str());
+            }
+        }
+        if (reachable < b->quorum && b->host.log)
+            b->host.log(b->host.context, 2,
+                        fmt::format("only {} of {} nodes are reachable; acquisitions fail until {} are", reachable, n, b->quorum).c_str());
+        *out = b.release();
+        return DLOCK_OK;
+    });
+}
+
+void redlock_destroy(dlock_backend* b) { delete b; }
+
+uint64_t redlock_capabilities(dlock_backend*) { return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM; }
+
+void redlock_interrupt(dlock_backend* b) {
+    {
+        std::lock_guard<std::mutex> lock(b->sleep_mutex);
+        b->interrupted = true;
+    }
+    b->sleep_cv.notify_all();
+    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    if (b->waker) b->waker->interrupt();
+}
+
+struct round_result {
+    bool acquired = false;
+    size_t granted = 0, answered = 0;
+    int64_t sent_ns = 0;
+    int64_t min_holder_ttl_ms = -1;
+    std::string error;  // the first error reply, if any
+};
+
+// One Redlock round. A node that has not answered when the round ends may still execute our SET
+// later; if the round fails, the owner-fenced release is pipelined behind that SET on the same
+// connection, so the node runs both, in order, whenever it wakes.
+round_result acquire_round(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
+    round_result r;
+    round_connections round(b);
+    const std::vector<std::string> keys{h.keys.lock, h.keys.fence};
+    const std::vector<std::string> args{h.owner, std::to_string(ttl_ms)};
+    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire_script, false, keys, args));
+    std::vector<bool> late;
+    r.sent_ns = now_ns();
+    std::vector<reply_ptr> replies = fan_out(round.conns, commands, r.sent_ns + b->config.command_timeout_ms * 1'000'000, late);
+    for (size_t i = 0; i < replies.size(); ++i) {
+        const redisReply* rep = replies[i].get();
+        if (rep && rep->type == REDIS_REPLY_ERROR && std::strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+            try {
+                replies[i] = run_script(*round.conns[i], acquire_script, keys, args);
+            } catch (const failure& f) {
+                if (r.error.empty()) r.error = f.message;
+                replies[i].reset();
+            }
+            rep = replies[i].get();
+        }
+        if (!rep) continue;
+        if (rep->type == REDIS_REPLY_ERROR) {
+            if (r.error.empty()) r.error = classify_error_reply(b->nodes[i].where.text(), rep->str).message;
+            continue;
+        }
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) continue;
+        ++r.answered;
+        if (rep->element[0]->integer == 1) {
+            ++r.granted;
+        } else if (rep->element[1]->integer >= 0) {
+            r.min_holder_ttl_ms = r.min_holder_ttl_ms < 0 ? rep->element[1]->integer
+                                                          : std::min<int64_t>(r.min_holder_ttl_ms, rep->element[1]->integer);
+        }
+    }
+    const int64_t validity_ns = ttl_ms * 1'000'000 - (now_ns() - r.sent_ns) - drift_ns(ttl_ms);
+    r.acquired = r.granted >= b->quorum && validity_ns > 0;
+    if (!r.acquired) {
+        // Give back what was granted: the owner-fenced release on every node of the round, over the
+        // same connections, in parallel. Late nodes get it pipelined behind their pending SET.
+        const auto release_command =
+            script_command(release_script, true, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+        std::vector<connection*> answered(round.conns.size(), nullptr);
+        for (size_t i = 0; i < late.size(); ++i) {
+            if (late[i]) pipeline(*round.conns[i], release_command);
+            else if (round.conns[i] && !round.conns[i]->broken()) answered[i] = round.conns[i];
+        }
+        std::vector<bool> late_release;
+        std::vector<std::vector<std::string>> releases(answered.size(), release_command);
+        fan_out(answered, releases, now_ns() + b->config.command_timeout_ms * 1'000'000, late_release);
+        for (size_t i = 0; i < late_release.size(); ++i)
+            if (late_release[i]) answered[i]->mark_broken();
+    }
+    for (size_t i = 0; i < late.size(); ++i)
+        if (late[i]) round.conns[i]->mark_broken();
+    return r;
+}
+
+void sleep_interruptibly(dlock_backend* b, int64_t until_ns) {
+    std::unique_lock<std::mutex> lock(b->sleep_mutex);
+    b->sleep_cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
+                           [&] { return b->interrupted.load(); });
+}
+
+subscriber* waker_for(dlock_backend* b) {
+    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    if (!b->waker) {
+        // Watch on the first node that answers; every release publishes on every node.
+        for (size_t i = 0; i < b->nodes.size() && !b->waker; ++i) {
+            try {
+                b->nodes[i].connections->borrow();
+                b->waker = std::make_unique<subscriber>(b->nodes[i].where, b->config);
+                b->waker_node = i;
+            } catch (const failure&) {
+            }
+        }
+    }
+    return b->waker.get();
+}
+
+int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
+                    dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
+        auto h = std::make_unique<dlock_hold>();
+        h->keys = keys_for(b->config.key_prefix, req->name);
+        h->owner = req->owner;
+        thread_local std::mt19937_64 rng{std::random_device{}()};
+
+        subscriber* waker = nullptr;
+        struct unwatch_guard {
+            subscriber*& s;
+            const std::string& channel;
+            ~unwatch_guard() { if (s) s->unwatch(channel); }
+        } guard{waker, h->keys.channel};
+
+        for (;;) {
+            const uint64_t seen = waker ? waker->generation(h->keys.channel) : 0;  // before the round
+            const round_result r = acquire_round(b, *h, req->ttl_ms);
+            if (r.acquired) {
+                grant->fencing_token = 0;
+                grant->valid_until_ns = r.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+                grant->ttl_ms = req->ttl_ms;
+                *out_hold = h.release();
+                return DLOCK_OK;
+            }
+            const int64_t now = now_ns();
+            if (req->deadline_ns == 0 || now >= req->deadline_ns) {
+                if (!r.error.empty() && r.answered < b->quorum) fail(DLOCK_BACKEND, r.error);
+                if (r.answered < b->quorum)
+                    fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered ({}); a quorum of {} is needed",
+                                                        r.answered, b->nodes.size(), b->names(), b->quorum));
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held (granted by {} of {} nodes, quorum {})", req->name,
+                                                r.granted, b->nodes.size(), b->quorum));
+            }
+            if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
+            if (!waker) {
+                waker = waker_for(b);
+                if (waker) {
+                    waker->watch(h->keys.channel);
+                    waker->wait_subscribed(h->keys.channel, std::min(req->deadline_ns, node_deadline(b)));
+                    continue;  // retry now that a release cannot go unheard
+                }
+            }
+            // Wake on a release, at the holders' expiry, or at the retry time; then pause a random
+            // part of retry_delay so waiters woken by the same release do not split the next vote.
+            const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
+            int64_t until = r.min_holder_ttl_ms >= 0 ? now + (r.min_holder_ttl_ms + 1) * 1'000'000
+                                                     : now + b->retry_delay_ms * 1'000'000;
+            if (r.answered < b->quorum) until = now + jitter_ns + 1'000'000;  // nodes down: retry soon
+            until = std::min(until, req->deadline_ns);
+            if (waker) waker->wait_change(h->keys.channel, seen, until);
+            else sleep_interruptibly(b, until);
+            sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
+        }
+    });
+}
+
+int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        const auto replies = on_all_nodes(b, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner},
+                                          node_deadline(b));
+        size_t released = 0, not_ours = 0;
+        for (const auto& r : replies) {
+            if (!r || r->type != REDIS_REPLY_INTEGER) continue;
+            (r->integer == 1 ? released : not_ours)++;
+        }
+        if (released >= b->quorum) return DLOCK_OK;
+        if (released + not_ours == b->nodes.size()) {
+            if (released > 0 && not_ours < b->quorum) return DLOCK_OK;
+            copy_message(error, fmt::format("redlock: our key was on only {} of {} nodes at release; the lease had been lost",
+                                            released, b->nodes.size()));
+            return DLOCK_LOST;
+        }
+        copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", released,
+                                        b->nodes.size(), b->nodes.size() - released - not_ours));
+        return DLOCK_UNKNOWN;
+    });
+}
+
+void redlock_hold_destroy(dlock_backend*, dlock_hold* h) { delete h; }
+
+int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        std::vector<std::string> keys, args;
+        for (size_t i = 0; i < count; ++i) {
+            keys.push_back(renewals[i].hold->keys.lock);
+            args.push_back(renewals[i].hold->owner);
+            args.push_back(std::to_string(renewals[i].ttl_ms));
+        }
+        const int64_t sent = now_ns();
+        const auto replies = on_all_nodes(b, renew_script, keys, args, sent + b->config.command_timeout_ms * 1'000'000);
+        const int64_t elapsed = now_ns() - sent;
+        for (size_t i = 0; i < count; ++i) {
+            size_t ok = 0, refused = 0;
+            for (const auto& r : replies) {
+                if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != count) continue;
+                (r->element[i]->integer == 1 ? ok : refused)++;
+            }
+            const int64_t ttl_ns = renewals[i].ttl_ms * 1'000'000;
+            if (ok >= b->quorum && elapsed < ttl_ns - drift_ns(renewals[i].ttl_ms)) {
+                renewals[i].status = DLOCK_OK;
+                renewals[i].valid_until_ns = sent + ttl_ns - drift_ns(renewals[i].ttl_ms);
+            } else if (refused > b->nodes.size() - b->quorum) {
+                renewals[i].status = DLOCK_LOST;  // a quorum can never confirm it again
+            } else {
+                renewals[i].status = DLOCK_UNAVAILABLE;
+            }
+        }
+        return DLOCK_OK;
+    });
+}
+
+int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        const lock_keys keys = keys_for(b->config.key_prefix, name);
+        const auto replies = on_all_nodes(b, inspect_script, {keys.lock, keys.fence}, {}, node_deadline(b));
+        std::map<std::string, std::pair<size_t, int64_t>> owners;  // owner -> (nodes, min pttl)
+        size_t answered = 0;
+        for (const auto& r : replies) {
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) continue;
+            ++answered;
+            if (r->element[0]->type != REDIS_REPLY_STRING) continue;
+            auto& entry = owners[std::string(r->element[0]->str, r->element[0]->len)];
+            const int64_t pttl = r->element[1]->integer;
+            entry.second = entry.first == 0 ? pttl : std::min(entry.second, pttl);
+            ++entry.first;
+        }
+        if (answered < b->quorum)
+            fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
+                                                b->nodes.size(), b->quorum));
+        for (const auto& [owner, seen] : owners) {
+            if (seen.first < b->quorum) continue;
+            info->held = 1;
+            std::strncpy(info->holder, owner.c_str(), sizeof info->holder - 1);
+            info->ttl_left_ms = seen.second;
+        }
+        return DLOCK_OK;
+    });
+}
+
+const dlock_plugin redlock_plugin = {
+    sizeof(dlock_plugin),
+    1,
+    "redlock",
+    "Redlock over N independent Redis masters: quorum N/2+1 in one parallel round, validity = ttl - elapsed - drift. "
+    "No fencing tokens.",
+    redlock_options,
+    sizeof redlock_options / sizeof redlock_options[0],
+    redlock_create,
+    redlock_destroy,
+    redlock_capabilities,
+    redlock_interrupt,
+    redlock_acquire,
+    redlock_release,
+    redlock_hold_destroy,
+    redlock_renew,
+    redlock_inspect,
+};
+
+}  // namespace
+
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = &redlock_plugin;
+    return DLOCK_OK;
+}

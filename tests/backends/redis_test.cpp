@@ -1,0 +1,320 @@
+// The `redis` and `redlock` backends under the faults of FAULTS.md that concern them, on real
+// servers from the lab. (Holder killed — scenario 2 — is in the conformance suite for every backend.)
+// Where a backend breaks safety by design, the test demonstrates the violation (EV) and asserts
+// that it happened, so the docs' guarantees table stays true.
+#include "support.hpp"
+
+#include "dlock/lab/gtest.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+using dlock::test::child_process;
+
+namespace {
+
+// FAULTS.md's fenced resource, reduced to its rule: a write is accepted only with a token >= the
+// highest seen.
+struct fenced_resource {
+    uint64_t highest = 0;
+    bool write(uint64_t token) {
+        if (token < highest) return false;
+        highest = token;
+        return true;
+    }
+};
+
+class RedisFaults : public ::testing::Test {
+protected:
+    void SetUp() override {
+        DLOCK_LAB_REQUIRE(backend::redis);
+        DLOCK_LAB_REQUIRE(backend::redlock);
+        auto& env = dlock::lab::lab_environment::instance();
+        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
+        lab_ = env.owned_lab();
+        env.reset(backend::redis);
+        env.reset(backend::redlock);
+    }
+    std::string config(backend which) { return dlock::lab::lab_environment::instance().config_path(which).string(); }
+    dlock::lab::redis_client redis() { return lab_->redis().client(); }
+
+    dlock::lab::lab* lab_ = nullptr;
+};
+
+std::string expect_line(child_process& p, int timeout_ms = 10000) {
+    std::string line;
+    EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
+    return line;
+}
+
+// FAULTS.md 3 and 4 with fencing: holder A is paused past its ttl right after checking its lease;
+// B acquires; A resumes. A's fenced write is refused, A learns it lost the lease, and A's stale
+// release leaves B's lock alone.
+TEST_F(RedisFaults, HolderPausedPastTtlIsFencedOff) {
+    child_process a({DLOCK_CONFORMANCE_WORKER, "script", config(backend::redis), "faults/pause", "600"}, true, {}, true);
+    const std::string held = expect_line(a);
+    ASSERT_EQ(held.rfind("held ", 0), 0u) << held;
+    a.write_line("state");
+    EXPECT_EQ(expect_line(a), "held");  // A checked: it believes it holds the lock...
+    a.kill(SIGSTOP);                     // ...and stalls (a GC pause, a page fault storm)
+    std::this_thread::sleep_for(900ms);
+
+    auto client = dlock::client::open(config(backend::redis));
+    auto b = client.acquire("faults/pause", dlock::acquire_options().with_wait(3s));
+    fenced_resource resource;
+    EXPECT_TRUE(resource.write(b.fencing_token()));
+
+    a.kill(SIGCONT);
+    a.write_line("token");
+    const uint64_t stale = std::stoull(expect_line(a));
+    EXPECT_LT(stale, b.fencing_token());
+    EXPECT_FALSE(resource.write(stale)) << "the resumed holder's write must be refused";
+    a.write_line("state");
+    EXPECT_EQ(expect_line(a), "lost");
+    a.write_line("release");
+    EXPECT_EQ(expect_line(a), "already_lost");
+    EXPECT_EQ(client.inspect("faults/pause").holder, b.owner()) << "A's stale release touched B's lock";
+    a.write_line("exit");
+    a.wait();
+}
+
+// FAULTS.md 3 for redlock: EV. Without fencing tokens the resource cannot tell the stalled holder
+// from the new one: both writes are accepted, an overlap the client library cannot prevent.
+TEST_F(RedisFaults, RedlockHolderPausedPastTtlOverlapsWithoutFencing) {
+    child_process a({DLOCK_CONFORMANCE_WORKER, "script", config(backend::redlock), "faults/pause", "600"}, true, {}, true);
+    ASSERT_EQ(expect_line(a).rfind("held ", 0), 0u);
+    a.write_line("state");
+    EXPECT_EQ(expect_line(a), "held");
+    a.kill(SIGSTOP);
+    std::this_thread::sleep_for(900ms);
+    auto client = dlock::client::open(config(backend::redlock));
+    auto b = client.acquire("faults/pause", dlock::acquire_options().with_wait(3s));
+    fenced_resource resource;
+    EXPECT_TRUE(resource.write(b.fencing_token()));
+    a.kill(SIGCONT);
+    a.write_line("token");
+    const uint64_t stale = std::stoull(expect_line(a));
+    EXPECT_EQ(stale, 0u);
+    EXPECT_EQ(b.fencing_token(), 0u);
+    EXPECT_TRUE(resource.write(stale)) << "EV expected: without tokens the stale write goes through";
+    std::cout << "[redlock] EV demonstrated: a holder paused past its ttl wrote after the next holder, undetected\n";
+    a.write_line("release");
+    EXPECT_EQ(expect_line(a), "already_lost");
+    EXPECT_EQ(client.inspect("faults/pause").holder, b.owner()) << "A's stale release touched B's lock";
+    a.write_line("exit");
+    a.wait();
+}
+
+// FAULTS.md 5: a release with a forged owner token is refused by the compare-owner script.
+TEST_F(RedisFaults, ForgedTokenCannotRelease) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto lease = client.acquire("faults/forged", dlock::acquire_options().with_wait(0ms));
+    auto raw = redis();
+    const auto reply = raw.checked({"EVAL",
+                                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                                    "1", "dlock:{faults/forged}:lock", std::string(32, 'f')});
+    EXPECT_EQ(reply.integer, 0);
+    EXPECT_TRUE(client.inspect("faults/forged").held);
+    EXPECT_EQ(raw.checked({"GET", "dlock:{faults/forged}:lock"}).text, lease.owner());
+}
+
+// FAULTS.md 6: EV. Redis restarted without persistence right after an acquire forgets the lock:
+// a second client acquires while the first still believes it holds it. The first learns of it at
+// its next renewal.
+TEST_F(RedisFaults, RestartWithoutPersistenceLosesLocks) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto a = client.acquire("faults/restart", dlock::acquire_options().with_wait(0ms).with_ttl(3s));
+    lab_->redis().restart(dlock::lab::data_policy::keep);  // persistence is off: nothing is kept
+    auto other = dlock::client::open(config(backend::redis));
+    std::error_code ec;
+    auto b = other.acquire("faults/restart", dlock::acquire_options().with_wait(2s), ec);
+    EXPECT_FALSE(ec) << "EV expected: the restarted server granted the lock again";
+    EXPECT_EQ(a.state(), dlock::lease_state::held) << "the first holder cannot know yet";
+    std::cout << "[redis] EV demonstrated: after a restart without persistence two clients hold `faults/restart`\n";
+    for (int i = 0; i < 300 && a.state() != dlock::lease_state::lost; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(a.state(), dlock::lease_state::lost) << "the next renewal (at ttl/3) must report the loss";
+}
+
+// FAULTS.md 6, safe variant: with appendonly + appendfsync always, a lock survives a crash.
+TEST_F(RedisFaults, AppendfsyncAlwaysKeepsLocksAcrossACrash) {
+    dlock::lab::lab_options options;
+    options.redis.appendonly = true;
+    options.redis.appendfsync = "always";
+    dlock::lab::lab durable({backend::redis}, options);
+    const std::string cfg = durable.config_path(backend::redis).string();
+    auto client = dlock::client::open(cfg);
+    auto a = client.acquire("faults/durable", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    durable.redis().kill();
+    durable.redis().restart(dlock::lab::data_policy::keep);
+    auto other = dlock::client::open(cfg);
+    std::error_code ec;
+    other.acquire("faults/durable", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the lock must survive the crash";
+    EXPECT_EQ(other.inspect("faults/durable").holder, a.owner());
+}
+
+// FAULTS.md 7: Redlock keeps working with 2 of 5 nodes down and fails cleanly with 3 down.
+TEST_F(RedisFaults, RedlockToleratesAMinorityDownAndFailsCleanlyWithout) {
+    auto& nodes = lab_->redlock();
+    nodes.node(0).kill();
+    nodes.node(1).kill();
+    auto client = dlock::client::open(config(backend::redlock));
+    {
+        std::error_code ec;
+        auto lease = client.acquire("faults/minority", dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_FALSE(ec) << "3 of 5 nodes are a quorum: " << dlock_last_error();
+    }
+    nodes.node(2).kill();
+    std::error_code ec;
+    auto lease = client.acquire("faults/majority", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::unavailable) << "never a false success";
+    EXPECT_FALSE(lease);
+    EXPECT_NE(std::string(dlock_last_error()).find("quorum"), std::string::npos) << dlock_last_error();
+    for (size_t i = 3; i < 5; ++i) {
+        auto raw = nodes.node(i).client();
+        EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/majority}:lock"}).integer, 0) << "a failed acquire left a key on node " << i;
+    }
+    for (size_t i = 0; i < 3; ++i) nodes.node(i).restart(dlock::lab::data_policy::keep);
+}
+
+// FAULTS.md 7: nodes that answer late. Two paused nodes make the round outlast a short ttl, so the
+// validity left is <= 0 (as when the client itself stalls mid-acquisition): the lock is given back
+// on every node, the late ones included, which run SET then release when they wake.
+TEST_F(RedisFaults, RedlockRoundOutlastingTheTtlGivesTheLockBackEverywhere) {
+    auto& nodes = lab_->redlock();
+    auto client = dlock::client::open(config(backend::redlock));  // connects to every node while all are up
+    nodes.node(3).pause();
+    nodes.node(4).pause();
+    std::error_code ec;
+    auto lease = client.acquire("faults/late", dlock::acquire_options().with_wait(0ms).with_ttl(150ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a round longer than the ttl must not succeed: " << dlock_last_error();
+    EXPECT_NE(std::string(dlock_last_error()).find("granted by 3 of 5 nodes"), std::string::npos)
+        << "a quorum granted it, but no validity was left: " << dlock_last_error();
+    EXPECT_FALSE(lease);
+    nodes.node(3).resume();
+    nodes.node(4).resume();
+    std::this_thread::sleep_for(300ms);
+    for (size_t i = 0; i < 5; ++i) {
+        auto raw = nodes.node(i).client();
+        EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/late}:lock"}).integer, 0) << "our key is left on node " << i;
+    }
+    std::error_code again;
+    auto next = client.acquire("faults/late", dlock::acquire_options().with_wait(2s).with_ttl(5s), again);
+    EXPECT_FALSE(again) << dlock_last_error();
+}
+
+// FAULTS.md 8: a forward clock jump on a Redis node makes its keys expire early (produced directly:
+// libfaketime cannot run Debian's redis-server). EV for `redis`; for `redlock` one node's jump is
+// harmless, a majority's is not.
+TEST_F(RedisFaults, ClockJumpOnTheServerExpiresTheLockEarly) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto a = client.acquire("faults/clock", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    EXPECT_GE(lab_->redis().expire_keys_early("dlock:*:lock", 60s), 1);
+    auto other = dlock::client::open(config(backend::redis));
+    std::error_code ec;
+    other.acquire("faults/clock", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "EV expected: the jump freed the lock under its holder";
+    std::cout << "[redis] EV demonstrated: a clock jump on the server let a second client in\n";
+}
+
+TEST_F(RedisFaults, RedlockSurvivesOneNodesClockJumpButNotAMajoritys) {
+    auto& nodes = lab_->redlock();
+    auto client = dlock::client::open(config(backend::redlock));
+    auto a = client.acquire("faults/clock", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    nodes.node(0).expire_keys_early("dlock:*:lock", 60s);
+    auto other = dlock::client::open(config(backend::redlock));
+    std::error_code ec;
+    other.acquire("faults/clock", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "one node's jump must not free the lock";
+    nodes.node(1).expire_keys_early("dlock:*:lock", 60s);
+    nodes.node(2).expire_keys_early("dlock:*:lock", 60s);
+    other.acquire("faults/clock", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "EV expected: jumps on a majority free the lock under its holder";
+    std::cout << "[redlock] EV demonstrated: clock jumps on 3 of 5 nodes let a second client in\n";
+}
+
+// FAULTS.md 14: server errors are clear errors, never "held".
+TEST_F(RedisFaults, NoscriptAfterScriptFlushRecovers) {
+    auto client = dlock::client::open(config(backend::redis));
+    { auto warm = client.acquire("faults/noscript-warm", dlock::acquire_options().with_wait(0ms)); }
+    redis().checked({"SCRIPT", "FLUSH"});
+    auto lease = client.acquire("faults/noscript", dlock::acquire_options().with_wait(0ms));
+    EXPECT_GT(lease.fencing_token(), 0u);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+TEST_F(RedisFaults, ReadOnlyReplicaIsAClearError) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto raw = redis();
+    const auto master = lab_->redlock().node(0).client_endpoint();
+    raw.checked({"REPLICAOF", master.host, std::to_string(master.port)});
+    std::error_code ec;
+    client.acquire("faults/readonly", dlock::acquire_options().with_wait(0ms), ec);
+    const std::string message = dlock_last_error();
+    raw.checked({"REPLICAOF", "NO", "ONE"});
+    EXPECT_EQ(ec, dlock::errc::backend);
+    EXPECT_NE(message.find("read-only replica"), std::string::npos) << message;
+}
+
+TEST_F(RedisFaults, OutOfMemoryIsAClearError) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto raw = redis();
+    raw.checked({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+    raw.checked({"CONFIG", "SET", "maxmemory", "1"});
+    std::error_code ec;
+    client.acquire("faults/oom", dlock::acquire_options().with_wait(0ms), ec);
+    const std::string message = dlock_last_error();
+    raw.checked({"CONFIG", "SET", "maxmemory", "0"});
+    EXPECT_EQ(ec, dlock::errc::backend);
+    EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
+}
+
+TEST_F(RedisFaults, ForeignKeyTypesAreClearErrors) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto raw = redis();
+    raw.checked({"HSET", "dlock:{faults/wrongtype}:lock", "field", "value"});
+    std::error_code ec;
+    client.acquire("faults/wrongtype", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::backend);
+    EXPECT_NE(std::string(dlock_last_error()).find("another type"), std::string::npos) << dlock_last_error();
+    raw.checked({"SET", "dlock:{faults/badfence}:fence", "not-a-number"});
+    client.acquire("faults/badfence", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::backend);
+    EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/badfence}:lock"}).integer, 0) << "no lock without a token";
+}
+
+TEST_F(RedisFaults, AuthenticationFailuresAreConfigErrors) {
+    auto raw = redis();
+    raw.checked({"CONFIG", "SET", "requirepass", "s3cret"});
+    raw.checked({"AUTH", "s3cret"});
+    const auto where = lab_->redis().client_endpoint();
+    const std::string base = "redis://" + where.host + ":" + std::to_string(where.port);
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open((base).c_str(), &c), DLOCK_CONFIG);
+    EXPECT_NE(std::string(dlock_last_error()).find("authentication failed"), std::string::npos) << dlock_last_error();
+    EXPECT_EQ(dlock_client_open(("redis://:wrong@" + where.host + ":" + std::to_string(where.port)).c_str(), &c), DLOCK_CONFIG);
+    EXPECT_EQ(dlock_client_open(("redis://:s3cret@" + where.host + ":" + std::to_string(where.port)).c_str(), &c), DLOCK_OK)
+        << dlock_last_error();
+    dlock_client_close(c);
+    raw.checked({"CONFIG", "SET", "requirepass", ""});
+}
+
+TEST_F(RedisFaults, UnreachableServerIsUnavailableAtOpen) {
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open("redis://127.0.0.1:1", &c), DLOCK_UNAVAILABLE);
+    EXPECT_NE(std::string(dlock_last_error()).find("127.0.0.1:1"), std::string::npos) << dlock_last_error();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::redis, backend::redlock});
+    return RUN_ALL_TESTS();
+}
