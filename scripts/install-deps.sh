@@ -17,6 +17,9 @@ packages=(
   redis-server redis-tools etcd-server etcd-client zookeeper default-jre-headless postgresql
   # fault tools
   iproute2 iptables procps
+  # peers measured side by side in the benchmarks
+  python3-redis python3-tooz python3-kazoo python3-etcd3 python3-psycopg2 libcurator-recipes-java
+  default-jdk-headless
 )
 
 missing=()

@@ -32,6 +32,25 @@ std::vector<backend_case> backend_cases() {
     cases.push_back({"redis", {"redis"}, lab_config("redis")});
     cases.push_back({"redlock", {"redlock"}, lab_config("redlock")});
 #endif
+#ifdef DLOCK_HAVE_ZOOKEEPER
+    // A holder's session outlives its death by up to the session timeout.
+    cases.push_back({"zookeeper", {"zookeeper"}, lab_config("zookeeper"), std::chrono::milliseconds(8000)});
+    cases.push_back({"zookeeper_ensemble", {"zookeeper-ensemble"}, lab_config("zookeeper-ensemble"), std::chrono::milliseconds(8000)});
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    cases.push_back({"etcd", {"etcd"}, lab_config("etcd"), std::chrono::milliseconds(4000)});
+    cases.push_back({"etcd_cluster", {"etcd-cluster"}, lab_config("etcd-cluster"), std::chrono::milliseconds(4000)});
+#endif
+#ifdef DLOCK_HAVE_SQL
+    cases.push_back({"sql_lease", {"sql"}, lab_config("sql")});
+    cases.push_back({"sql_advisory", {"sql"}, [](const std::string& scratch) {
+                         const std::string path = scratch + "/sql-advisory.yaml";
+                         std::ofstream(path) << "backend: sql\noptions:\n  dsn: \""
+                                             << lab::lab_environment::instance().access(lab::backend::sql).dsn
+                                             << "\"\n  mode: advisory\n";
+                         return path;
+                     }});
+#endif
     return cases;
 }
 
