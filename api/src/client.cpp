@@ -229,7 +229,8 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     }
     if (reentrant) reentrant_[h->name] = h;
     dlock_lease* lease = new_lease(h);
-    if (h->valid_until_ns != forever_ns) keeper_wake_.notify_one();
+    // Waking the keeper costs a context switch: only when this hold is due before its next wake.
+    if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
     return lease;
 }
 
@@ -505,11 +506,13 @@ void client_core::keeper_loop() {
             continue;
         }
         if (stop_keeper_) return;
+        keeper_wakes_at_ns_ = next_wake;
         if (next_wake == forever_ns) {
             keeper_wake_.wait(lock);
         } else {
             keeper_wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_wake)));
         }
+        keeper_wakes_at_ns_ = INT64_MIN;
     }
 }
 

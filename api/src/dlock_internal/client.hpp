@@ -92,6 +92,9 @@ private:
     std::condition_variable keeper_wake_;
     bool closed_ = false;                                  // (m)
     bool stop_keeper_ = false;                             // (m)
+    // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
+    // will rescan every hold). A new hold wakes it only if the hold is due earlier.
+    int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
     int acquires_in_flight_ = 0;                           // (m)
     std::set<std::shared_ptr<hold>> holds_;                // (m) live holds
     std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
