@@ -121,6 +121,15 @@ connection::~connection() {
 
 reply_ptr connection::command(const std::vector<std::string>& args) {
     if (broken_) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection is broken", where_.text()));
+    while (owed_ > 0) {  // replies of requests nobody waits for: read and drop them first
+        void* raw = nullptr;
+        if (redisGetReply(ctx_, &raw) != REDIS_OK) {
+            broken_ = true;
+            fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection lost: {}", where_.text(), ctx_->errstr));
+        }
+        reply_ptr dropped(static_cast<redisReply*>(raw));
+        --owed_;
+    }
     reply_ptr r = blocking_command(ctx_, args);
     if (!r) {
         broken_ = true;
@@ -288,7 +297,11 @@ std::vector<std::string> hazard_warnings(connection& c) {
         warnings.push_back(fmt::format("{}: persistence is off (appendonly no, no RDB save points): a restart loses "
                                        "every lock while their holders still believe they hold them",
                                        c.where().text()));
-    else if (aof == "yes" && config_get("appendfsync") != "always")
+    else if (aof != "yes")
+        warnings.push_back(fmt::format("{}: only RDB snapshots persist data (save \"{}\"): a restart loses the locks "
+                                       "taken since the last snapshot; use appendonly yes + appendfsync always",
+                                       c.where().text(), save));
+    else if (config_get("appendfsync") != "always")
         warnings.push_back(fmt::format("{}: appendfsync is not `always`: a crash can lose the last second of lock "
                                        "writes",
                                        c.where().text()));

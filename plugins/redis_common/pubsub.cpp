@@ -179,16 +179,19 @@ void subscriber::run() {
 }
 
 bool pipeline(connection& c, const std::vector<std::string>& command) {
-    return append(c.context(), command) == REDIS_OK && flush(c.context());
+    if (append(c.context(), command) != REDIS_OK || !flush(c.context())) return false;
+    c.owe_reply();
+    return true;
 }
 
 std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
                                const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late) {
+                               std::vector<bool>& late, const enough_replies& enough) {
     const size_t n = connections.size();
     std::vector<reply_ptr> replies(n);
     late.assign(n, false);
     std::vector<bool> waiting(n, false);
+    std::vector<int> to_skip(n, 0);  // owed replies that arrive before ours
     // Send everything first: the requests travel to every server at once.
     for (size_t i = 0; i < n; ++i) {
         connection* c = connections[i];
@@ -197,6 +200,7 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
             c->mark_broken();
             continue;
         }
+        to_skip[i] = c->owed_replies();
         waiting[i] = true;
     }
     for (;;) {
@@ -204,17 +208,32 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
         std::vector<size_t> index;
         for (size_t i = 0; i < n; ++i) {
             if (!waiting[i]) continue;
-            // A reply may already be buffered from an earlier read.
+            // Replies may already be buffered from an earlier read; owed ones come first.
             void* raw = nullptr;
-            if (redisGetReplyFromReader(connections[i]->context(), &raw) == REDIS_OK && raw) {
-                replies[i].reset(static_cast<redisReply*>(raw));
+            while (waiting[i] && redisGetReplyFromReader(connections[i]->context(), &raw) == REDIS_OK && raw) {
+                reply_ptr r(static_cast<redisReply*>(raw));
+                raw = nullptr;
+                if (to_skip[i] > 0) {
+                    --to_skip[i];
+                    connections[i]->settle_owed_reply();
+                    continue;
+                }
+                replies[i] = std::move(r);
                 waiting[i] = false;
-                continue;
             }
+            if (!waiting[i]) continue;
             fds.push_back({connections[i]->context()->fd, POLLIN, 0});
             index.push_back(i);
         }
         if (fds.empty()) break;
+        if (enough && enough(replies)) {
+            // Decided: the others' replies are owed by their connections, read before their next use.
+            for (size_t i : index) {
+                connections[i]->owe_reply();
+                waiting[i] = false;
+            }
+            break;
+        }
         const int64_t left_ms = (deadline_ns - now_ns()) / 1'000'000;
         if (left_ms <= 0) break;
         const int ready = poll(fds.data(), fds.size(), int(std::min<int64_t>(left_ms, 60'000)));

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,6 +71,11 @@ public:
     const endpoint& where() const { return where_; }
     bool broken() const { return broken_; }
     void mark_broken() { broken_ = true; }
+    // Replies the server still owes for requests nobody waits for any more (a fan-out that stopped
+    // at its quorum, a pipelined follow-up). They are read and dropped before the next request.
+    int owed_replies() const { return owed_; }
+    void owe_reply() { ++owed_; }
+    void settle_owed_reply() { --owed_; }
 
     // Sends a command and waits for its reply. A transport failure marks the connection broken and
     // throws failure(DLOCK_UNAVAILABLE if nothing was sent, else DLOCK_UNKNOWN); an error reply is
@@ -80,6 +86,7 @@ private:
     endpoint where_;
     redisContext* ctx_ = nullptr;
     bool broken_ = false;
+    int owed_ = 0;
 };
 
 // Connections to one server, shared by threads. Broken connections are dropped; a reconnect after
@@ -200,14 +207,18 @@ private:
 };
 
 // Sends one command to several servers at once and collects the replies: appends on every
-// connection, flushes, then polls all sockets until each replied or `deadline_ns`. Replies are
-// null for servers that failed (connection marked broken) or did not answer in time: those are
+// connection, flushes, then polls all sockets until each replied, `enough(replies)` says the
+// replies so far decide the outcome, or `deadline_ns` passes. Replies are null for servers that
+// failed (connection marked broken), that had not answered when `enough` fired (their reply is
+// owed by the connection: it stays usable), or that did not answer by the deadline: those are
 // flagged in `late`, and their connection is left mid-reply for the caller, who may pipeline a
 // follow-up command behind the pending one (with pipeline()) and must then mark it broken.
+using enough_replies = std::function<bool(const std::vector<reply_ptr>&)>;
 std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
                                const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late);
-// Appends and flushes a command without waiting for its reply (false on a transport failure).
+                               std::vector<bool>& late, const enough_replies& enough = {});
+// Appends and flushes a command whose reply nobody will wait for (it is owed, then dropped);
+// false on a transport failure.
 bool pipeline(connection& c, const std::vector<std::string>& command);
 
 }  // namespace dlock::redis_common

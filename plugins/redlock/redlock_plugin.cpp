@@ -115,11 +115,12 @@ struct round_connections {
 // connection is dropped.
 template <typename OnLate>
 std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
-                                    const std::vector<std::string>& args, int64_t deadline_ns, OnLate&& on_late) {
+                                    const std::vector<std::string>& args, int64_t deadline_ns, OnLate&& on_late,
+                                    const enough_replies& enough = {}) {
     round_connections round(b);
     std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(s, false, keys, args));
     std::vector<bool> late;
-    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late);
+    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late, enough);
     for (size_t i = 0; i < replies.size(); ++i) {
         if (late[i]) {
             on_late(*round.conns[i]);
@@ -277,8 +278,20 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms
     const std::vector<std::string> args{h.owner, std::to_string(ttl_ms)};
     std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire_script, false, keys, args));
     std::vector<bool> late;
+    // The round is decided by the quorum-th grant, or once a quorum can no longer be reached.
+    const size_t nodes = b->nodes.size();
+    const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
+        size_t granted = 0, refused = 0;
+        for (const auto& rep : so_far) {
+            if (!rep) continue;
+            if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && rep->element[0]->integer == 1) ++granted;
+            else if (!(rep->type == REDIS_REPLY_ERROR && std::strncmp(rep->str, "NOSCRIPT", 8) == 0)) ++refused;
+        }
+        return granted >= b->quorum || refused > nodes - b->quorum;
+    };
     r.sent_ns = now_ns();
-    std::vector<reply_ptr> replies = fan_out(round.conns, commands, r.sent_ns + b->config.command_timeout_ms * 1'000'000, late);
+    std::vector<reply_ptr> replies =
+        fan_out(round.conns, commands, r.sent_ns + b->config.command_timeout_ms * 1'000'000, late, decided);
     for (size_t i = 0; i < replies.size(); ++i) {
         const redisReply* rep = replies[i].get();
         if (rep && rep->type == REDIS_REPLY_ERROR && std::strncmp(rep->str, "NOSCRIPT", 8) == 0) {
@@ -307,20 +320,13 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms
     const int64_t validity_ns = ttl_ms * 1'000'000 - (now_ns() - r.sent_ns) - drift_ns(ttl_ms);
     r.acquired = r.granted >= b->quorum && validity_ns > 0;
     if (!r.acquired) {
-        // Give back what was granted: the owner-fenced release on every node of the round, over the
-        // same connections, in parallel. Late nodes get it pipelined behind their pending SET.
+        // Give back what was granted: the owner-fenced release goes to every node of the round,
+        // pipelined on the same connection behind the acquire (so a node that has not answered yet
+        // runs SET, then release, in that order) without waiting for the replies.
         const auto release_command =
             script_command(release_script, true, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
-        std::vector<connection*> answered(round.conns.size(), nullptr);
-        for (size_t i = 0; i < late.size(); ++i) {
-            if (late[i]) pipeline(*round.conns[i], release_command);
-            else if (round.conns[i] && !round.conns[i]->broken()) answered[i] = round.conns[i];
-        }
-        std::vector<bool> late_release;
-        std::vector<std::vector<std::string>> releases(answered.size(), release_command);
-        fan_out(answered, releases, now_ns() + b->config.command_timeout_ms * 1'000'000, late_release);
-        for (size_t i = 0; i < late_release.size(); ++i)
-            if (late_release[i]) answered[i]->mark_broken();
+        for (connection* c : round.conns)
+            if (c && !c->broken()) pipeline(*c, release_command);
     }
     for (size_t i = 0; i < late.size(); ++i)
         if (late[i]) round.conns[i]->mark_broken();
@@ -409,8 +415,15 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
 
 int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, [&] {
+        // Released by a quorum decides it; the other nodes' replies are read later.
+        const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
+            size_t released = 0;
+            for (const auto& rep : so_far)
+                if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) ++released;
+            return released >= b->quorum;
+        };
         const auto replies = on_all_nodes(b, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner},
-                                          node_deadline(b));
+                                          node_deadline(b), [](connection&) {}, decided);
         size_t released = 0, not_ours = 0;
         for (const auto& r : replies) {
             if (!r || r->type != REDIS_REPLY_INTEGER) continue;

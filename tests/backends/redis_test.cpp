@@ -5,12 +5,15 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/proxy.hpp"
 
 #include <dlock/dlock.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -183,23 +186,40 @@ TEST_F(RedisFaults, RedlockToleratesAMinorityDownAndFailsCleanlyWithout) {
     for (size_t i = 0; i < 3; ++i) nodes.node(i).restart(dlock::lab::data_policy::keep);
 }
 
-// FAULTS.md 7: nodes that answer late. Two paused nodes make the round outlast a short ttl, so the
-// validity left is <= 0 (as when the client itself stalls mid-acquisition): the lock is given back
-// on every node, the late ones included, which run SET then release when they wake.
+// FAULTS.md 7: nodes that answer late, and a round that outlasts the ttl. Nodes 0-2 answer
+// through a proxy adding 100 ms each way and nodes 3-4 are paused: the quorum's grants arrive after
+// the 150 ms ttl, so no validity is left (as when the client itself stalls mid-acquisition). The
+// lock is given back on every node, the paused ones included, which run SET then release when
+// they wake.
 TEST_F(RedisFaults, RedlockRoundOutlastingTheTtlGivesTheLockBackEverywhere) {
     auto& nodes = lab_->redlock();
-    auto client = dlock::client::open(config(backend::redlock));  // connects to every node while all are up
+    std::vector<std::unique_ptr<dlock::lab::tcp_proxy>> slow;
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) {
+        dlock::lab::endpoint where = nodes.node(i).client_endpoint();
+        if (i < 3) {
+            slow.push_back(std::make_unique<dlock::lab::tcp_proxy>(where));
+            where = slow.back()->listen_endpoint();
+        }
+        endpoints += (i ? ", \"" : "\"") + where.to_string() + "\"";
+    }
+    dlock::test::scratch_dir dir("dlock-redlock-late");
+    const std::string cfg = dir.path() + "/late.yaml";
+    std::ofstream(cfg) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  command_timeout: 1s\n";
+    auto client = dlock::client::open(cfg);  // connects to every node while all are up and fast
+    for (auto& p : slow) p->set_delay(100ms);
     nodes.node(3).pause();
     nodes.node(4).pause();
     std::error_code ec;
     auto lease = client.acquire("faults/late", dlock::acquire_options().with_wait(0ms).with_ttl(150ms), ec);
-    EXPECT_EQ(ec, dlock::errc::timeout) << "a round longer than the ttl must not succeed: " << dlock_last_error();
-    EXPECT_NE(std::string(dlock_last_error()).find("granted by 3 of 5 nodes"), std::string::npos)
-        << "a quorum granted it, but no validity was left: " << dlock_last_error();
-    EXPECT_FALSE(lease);
+    const std::string message = dlock_last_error();
     nodes.node(3).resume();
     nodes.node(4).resume();
-    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a round longer than the ttl must not succeed: " << message;
+    EXPECT_NE(message.find("granted by 3 of 5 nodes"), std::string::npos) << "a quorum granted it, but no validity was left: " << message;
+    EXPECT_FALSE(lease);
+    for (auto& p : slow) p->set_delay(0us);
+    std::this_thread::sleep_for(500ms);
     for (size_t i = 0; i < 5; ++i) {
         auto raw = nodes.node(i).client();
         EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/late}:lock"}).integer, 0) << "our key is left on node " << i;
