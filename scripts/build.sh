@@ -14,5 +14,7 @@ case "$variant" in
   *) echo "usage: $0 release|asan|tsan" >&2; exit 2 ;;
 esac
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+# Paths are hashed relative to the checkout, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 cmake -S . -B "build/$variant" -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache "${extra[@]}" >/dev/null
 cmake --build "build/$variant" -j"$(nproc)"
