@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using dlock::lab::backend;
@@ -323,6 +324,30 @@ TEST_F(RedisFaults, AuthenticationFailuresAreConfigErrors) {
         << dlock_last_error();
     dlock_client_close(c);
     raw.checked({"CONFIG", "SET", "requirepass", ""});
+}
+
+// Hazards are reported when a client opens: an eviction policy that can drop lock keys, and no
+// persistence (the lab's servers run without it).
+TEST_F(RedisFaults, HazardsAreWarnedAboutAtOpen) {
+    auto raw = redis();
+    raw.checked({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"});
+    int pipe_fds[2];
+    ASSERT_EQ(pipe(pipe_fds), 0);
+    const int saved = dup(STDERR_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);  // dlock logs to stderr
+    {
+        auto client = dlock::client::open(config(backend::redis));
+    }
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(pipe_fds[1]);
+    std::string logged;
+    char buf[4096];
+    for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) logged.append(buf, size_t(n));
+    close(pipe_fds[0]);
+    raw.checked({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+    EXPECT_NE(logged.find("maxmemory-policy is `allkeys-lru`"), std::string::npos) << logged;
+    EXPECT_NE(logged.find("persistence is off"), std::string::npos) << logged;
 }
 
 TEST_F(RedisFaults, UnreachableServerIsUnavailableAtOpen) {
