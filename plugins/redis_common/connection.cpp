@@ -90,15 +90,15 @@ reply_ptr blocking_command(redisContext* ctx, const std::vector<std::string>& ar
 }  // namespace
 
 connection::connection(const endpoint& where, const settings& s) : where_(where) {
-    ctx_ = redisConnectWithTimeout(where.host.c_str(), where.port, to_timeval(s.connect_timeout_ms));
+    ctx_.reset(redisConnectWithTimeout(where.host.c_str(), where.port, to_timeval(s.connect_timeout_ms)));
     if (!ctx_) fail(DLOCK_INTERNAL, "redis: out of memory allocating a connection");
     if (ctx_->err)
         fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: cannot connect: {} (is the server running and reachable?)", where.text(),
                                             ctx_->errstr));
-    redisSetTimeout(ctx_, to_timeval(s.command_timeout_ms));
-    redisEnableKeepAlive(ctx_);
+    redisSetTimeout(ctx_.get(), to_timeval(s.command_timeout_ms));
+    redisEnableKeepAlive(ctx_.get());
     auto expect_ok = [&](const std::vector<std::string>& args, const char* what) {
-        reply_ptr r = blocking_command(ctx_, args);
+        reply_ptr r = blocking_command(ctx_.get(), args);
         if (!r) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection lost during {}: {}", where.text(), what, ctx_->errstr));
         if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(where.text(), r->str);
         return r;
@@ -115,22 +115,18 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
     }
 }
 
-connection::~connection() {
-    if (ctx_) redisFree(ctx_);
-}
-
 reply_ptr connection::command(const std::vector<std::string>& args) {
     if (broken_) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection is broken", where_.text()));
     while (owed_ > 0) {  // replies of requests nobody waits for: read and drop them first
         void* raw = nullptr;
-        if (redisGetReply(ctx_, &raw) != REDIS_OK) {
+        if (redisGetReply(ctx_.get(), &raw) != REDIS_OK) {
             broken_ = true;
             fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection lost: {}", where_.text(), ctx_->errstr));
         }
         reply_ptr dropped(static_cast<redisReply*>(raw));
         --owed_;
     }
-    reply_ptr r = blocking_command(ctx_, args);
+    reply_ptr r = blocking_command(ctx_.get(), args);
     if (!r) {
         broken_ = true;
         // hiredis reports an unsent command and a lost reply alike; a timeout or EOF after sending

@@ -63,11 +63,10 @@ failure classify_error_reply(const std::string& server, const std::string& error
 class connection {
 public:
     connection(const endpoint& where, const settings& s);  // connects, AUTH, SELECT; throws failure
-    ~connection();
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
 
-    redisContext* context() { return ctx_; }
+    redisContext* context() { return ctx_.get(); }
     const endpoint& where() const { return where_; }
     bool broken() const { return broken_; }
     void mark_broken() { broken_ = true; }
@@ -83,8 +82,12 @@ public:
     reply_ptr command(const std::vector<std::string>& args);
 
 private:
+    struct context_deleter {
+        void operator()(redisContext* c) const { redisFree(c); }
+    };
     endpoint where_;
-    redisContext* ctx_ = nullptr;
+    // Owned from the moment it exists: a constructor that throws (refused, bad AUTH) frees it too.
+    std::unique_ptr<redisContext, context_deleter> ctx_;
     bool broken_ = false;
     int owed_ = 0;
 };
