@@ -20,6 +20,12 @@ echo "== build and test: release"
 scripts/build.sh release
 run_ctest build/release -j2
 
+# The evidence the tests print (checker verdicts, recovery times, demonstrated violations, lab
+# startup times), gathered from ctest's log so it shows in CI output.
+echo "== evidence from the release run"
+grep -hE "checker:|next holder|EV demonstrated|whole set, in parallel|^  [a-z-]+[0-9]* \([a-z-]+\) .*: [0-9]+ ms$" \
+  build/release/Testing/Temporary/LastTest.log | sort -u || true
+
 if [ "$quick" = 0 ]; then
   echo "== build and test: ASan + UBSan"
   scripts/build.sh asan
