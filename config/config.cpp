@@ -347,10 +347,12 @@ client_config from_environment() {
 
 resolved_policy resolve(const client_config& config, std::string_view name) {
     resolved_policy out;
-    const std::string name_z(name);
     const policy* rule = nullptr;
-    for (const auto& r : config.locks) {
-        if (fnmatch(r.pattern.c_str(), name_z.c_str(), 0) == 0) { rule = &r.settings; break; }
+    if (!config.locks.empty()) {
+        const std::string name_z(name);  // fnmatch wants a C string
+        for (const auto& r : config.locks) {
+            if (fnmatch(r.pattern.c_str(), name_z.c_str(), 0) == 0) { rule = &r.settings; break; }
+        }
     }
     auto pick = [&](auto member, auto& field) {
         if (rule && (rule->*member)) field = *(rule->*member);

@@ -110,9 +110,9 @@ int dlock_acquire(dlock_client* client, const char* name, const dlock_acquire_op
     });
 }
 
-const char* dlock_lease_name(const dlock_lease* lease) { return lease ? lease->name.c_str() : ""; }
+const char* dlock_lease_name(const dlock_lease* lease) { return lease ? lease->hold->name.c_str() : ""; }
 
-const char* dlock_lease_owner(const dlock_lease* lease) { return lease ? lease->owner.c_str() : ""; }
+const char* dlock_lease_owner(const dlock_lease* lease) { return lease ? lease->hold->owner.data() : ""; }
 
 uint64_t dlock_lease_fencing_token(const dlock_lease* lease) { return lease ? lease->fence : 0; }
 

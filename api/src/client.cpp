@@ -154,8 +154,6 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         auto* lease = new dlock_lease;
         lease->client = shared_from_this();
         lease->hold = h;
-        lease->name = h->name;
-        lease->owner = h->owner;
         lease->fence = h->fence;
         lease->on_lost = on_lost;
         lease->on_lost_data = on_lost_data;
@@ -173,12 +171,21 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         }
         ++acquires_in_flight_;
     }
+    // close() waits for this count to reach zero before destroying the backend, so it is counted out
+    // only after the last plugin call: under the mutex in the success path's registration below,
+    // or by this guard when the acquisition fails or the client closed meanwhile.
     struct in_flight_guard {
         client_core* self;
-        ~in_flight_guard() {
-            std::lock_guard<std::mutex> lock(self->mutex_);
+        bool counted = true;
+        void count_out_locked() {
             --self->acquires_in_flight_;
+            counted = false;
             self->changed_.notify_all();
+        }
+        ~in_flight_guard() {
+            if (!counted) return;
+            std::lock_guard<std::mutex> lock(self->mutex_);
+            count_out_locked();
         }
     } in_flight{this};
 
@@ -192,7 +199,7 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     dlock_acquire_request request{};
     request.struct_size = sizeof request;
     request.name = h->name.c_str();
-    request.owner = h->owner.c_str();
+    request.owner = h->owner.data();
     request.ttl_ms = ttl_ms;
     request.deadline_ns = wait_ms == 0 ? 0
                           : wait_ms == INT64_MAX ? forever_ns
@@ -221,12 +228,14 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     h->next_renew_ns = forever_ns;
     if (h->renew && (capabilities_ & DLOCK_CAP_TTL) && h->valid_until_ns != forever_ns)
         h->next_renew_ns = h->valid_until_ns - detail::ms_to_ns(h->ttl_ms) * 2 / 3;
-    holds_.insert(h);
+    remember_hold(h);
     if (closed_) {  // closed while we waited: give it back rather than hand out a lease on a closed client
         std::string why;
         release_hold(lock, h, why);
         throw error(DLOCK_CANCELLED, "the client was closed during acquire");
     }
+    // No plugin call follows: close() may go on once this section ends.
+    in_flight.count_out_locked();
     if (reentrant) reentrant_[h->name] = h;
     dlock_lease* lease = new_lease(h);
     // Waking the keeper costs a context switch: only when this hold is due before its next wake.
@@ -268,8 +277,17 @@ void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int
     if (h.valid_until_ns <= now_ns) mark_lost(h);
 }
 
+void client_core::remember_hold(const std::shared_ptr<hold>& h) {
+    h->slot = holds_.size();
+    holds_.push_back(h);
+}
+
 void client_core::forget_hold(const std::shared_ptr<hold>& h) {
-    holds_.erase(h);
+    if (h->slot < holds_.size() && holds_[h->slot] == h) {
+        holds_.back()->slot = h->slot;
+        std::swap(holds_[h->slot], holds_.back());
+        holds_.pop_back();
+    }
     auto it = reentrant_.find(h->name);
     if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
 }
@@ -335,10 +353,10 @@ int client_core::release(dlock_lease* lease) {
 
 int client_core::renew(dlock_lease* lease) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (lease->released) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("lease on `{}` was released", lease->name));
+    if (lease->released) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("lease on `{}` was released", lease->hold->name));
     const std::shared_ptr<hold> h = lease->hold;
     changed_.wait(lock, [&] { return !h->busy; });
-    if (h->state == DLOCK_LEASE_LOST) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->name));
+    if (h->state == DLOCK_LEASE_LOST) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->hold->name));
     if (closed_ || !h->plugin_hold) throw error(DLOCK_CANCELLED, "the client is closed");
     h->busy = true;
     dlock_renewal renewal{h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0};

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <pthread.h>
 #include <sys/random.h>
 
@@ -49,7 +48,9 @@ namespace {
 // each byte is handed out once. A fork copies the block into the child, so every fork bumps a
 // generation number and a block from an older generation is thrown away, never reused.
 std::atomic<uint64_t> fork_generation{0};
-std::once_flag atfork_registered;
+// Registered once, when the library is loaded (not on every token: std::call_once costs two
+// thread-local accesses even after the first call).
+const int atfork_registered = pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
 
 struct random_block {
     unsigned char bytes[4096];
@@ -73,24 +74,24 @@ void fill(random_block& b) {
 
 }  // namespace
 
-std::string new_owner_token() {
-    std::call_once(atfork_registered, [] {
-        pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
-    });
+owner_token new_owner_token() {
+    (void)atfork_registered;
+    random_block& b = block;  // one thread-local lookup
     const uint64_t generation = fork_generation.load(std::memory_order_relaxed);
-    if (block.generation != generation || block.used + 16 > sizeof block.bytes) {
-        fill(block);
-        block.generation = generation;
+    if (b.generation != generation || b.used + 16 > sizeof b.bytes) {
+        fill(b);
+        b.generation = generation;
     }
     static const char digits[] = "0123456789abcdef";
-    std::string token(32, '0');
+    owner_token token;
+    const unsigned char* bits = b.bytes + b.used;
     for (int i = 0; i < 16; ++i) {
-        const unsigned char b = block.bytes[block.used + size_t(i)];
-        token[size_t(2 * i)] = digits[b >> 4];
-        token[size_t(2 * i + 1)] = digits[b & 15];
+        token[size_t(2 * i)] = digits[bits[i] >> 4];
+        token[size_t(2 * i + 1)] = digits[bits[i] & 15];
     }
-    std::memset(block.bytes + block.used, 0, 16);
-    block.used += 16;
+    token[32] = '\0';
+    std::memset(b.bytes + b.used, 0, 16);
+    b.used += 16;
     return token;
 }
 

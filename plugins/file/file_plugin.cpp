@@ -30,6 +30,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -216,6 +217,9 @@ struct dlock_backend {
     std::string directory;
     int wake_signal = 0;
     size_t idle_limit = 0;
+    // Written into lock files for people reading them; read once (getpid is a system call, and a
+    // forked child must not use its parent's client: it shares the parent's lock descriptions).
+    pid_t pid = getpid();
     dlock_plugin_host host{};
 
     std::mutex mutex;
@@ -235,11 +239,12 @@ struct dlock_backend {
     descriptor* take(const std::string& name) {
         {
             std::lock_guard<std::mutex> lock(mutex);
+            // Entries stay when emptied: the next acquisition of the name reuses them without
+            // allocating. At most one entry per name this client has locked.
             auto it = idle.find(name);
             if (it != idle.end() && !it->second.empty()) {
                 descriptor* d = it->second.back();
                 it->second.pop_back();
-                if (it->second.empty()) idle.erase(it);
                 --idle_count;
                 return d;
             }
@@ -269,6 +274,9 @@ struct dlock_backend {
     void give_back(descriptor* d) {
         {
             std::lock_guard<std::mutex> lock(mutex);
+            if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
+                for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
+            }
             if (idle_count < idle_limit) {
                 idle[d->name].push_back(d);
                 ++idle_count;
@@ -443,7 +451,7 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
         }
         const uint64_t fence = ++h->fence;
         std::strncpy(h->holder, request->owner, sizeof h->holder - 1);
-        h->holder_pid = getpid();
+        h->holder_pid = backend->pid;
 
         auto hold = new dlock_hold;
         hold->d = d;

@@ -45,7 +45,7 @@ TEST(Names, InvalidNamesSayWhy) {
 TEST(Names, OwnerTokensAreFreshRandomHex) {
     std::set<std::string> seen;
     for (int i = 0; i < 10000; ++i) {
-        const std::string t = dlock::detail::new_owner_token();
+        const std::string t = dlock::detail::new_owner_token().data();
         ASSERT_EQ(t.size(), 32u);
         ASSERT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos);
         ASSERT_TRUE(seen.insert(t).second) << "repeated token";
@@ -53,16 +53,16 @@ TEST(Names, OwnerTokensAreFreshRandomHex) {
 }
 
 TEST(Names, ForkedChildNeverRepeatsItsParentsTokens) {
-    dlock::detail::new_owner_token();  // the parent has a partly used block of random bytes
+    dlock::detail::new_owner_token().data();  // the parent has a partly used block of random bytes
     int pipe_fds[2];
     ASSERT_EQ(pipe(pipe_fds), 0);
     const pid_t child = fork();
     if (child == 0) {
-        const std::string t = dlock::detail::new_owner_token();
+        const std::string t = dlock::detail::new_owner_token().data();
         (void)!write(pipe_fds[1], t.data(), t.size());
         _exit(0);
     }
-    const std::string parent_token = dlock::detail::new_owner_token();
+    const std::string parent_token = dlock::detail::new_owner_token().data();
     char buf[32];
     ASSERT_EQ(read(pipe_fds[0], buf, 32), 32);
     waitpid(child, nullptr, 0);

@@ -14,6 +14,7 @@
 
 #include "dlock_internal/config.hpp"
 #include "dlock_internal/loader.hpp"
+#include "dlock_internal/names.hpp"
 
 #include <dlock/plugin.h>
 
@@ -32,7 +33,7 @@ namespace dlock::core {
 
 struct hold {
     std::string name;
-    std::string owner;
+    detail::owner_token owner;
     uint64_t fence = 0;
     int64_t ttl_ms = 0;
     bool renew = false;
@@ -43,6 +44,7 @@ struct hold {
     dlock_lease_state state = DLOCK_LEASE_HELD;  // (m)
     bool busy = false;                   // (m) a plugin call on it is in progress
     std::vector<dlock_lease*> leases;    // (m) lease handles not yet released
+    size_t slot = 0;                     // (m) index in client_core::holds_ while live
 };
 
 class client_core : public std::enable_shared_from_this<client_core> {
@@ -77,7 +79,8 @@ private:
     void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
     // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_.
     int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why);
-    void forget_hold(const std::shared_ptr<hold>& h);  // needs mutex_
+    void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
+    void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
     [[noreturn]] void fail_plugin_call(int status, const dlock_plugin_error& error, const char* what);
 
     config::client_config config_;
@@ -96,7 +99,8 @@ private:
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
     int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
     int acquires_in_flight_ = 0;                           // (m)
-    std::set<std::shared_ptr<hold>> holds_;                // (m) live holds
+    // (m) live holds, unordered; each knows its slot, so removal is a swap with the last.
+    std::vector<std::shared_ptr<hold>> holds_;
     std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
     std::vector<dlock_lease*> lost_queue_;                 // (m) leases whose callback is due
     std::thread keeper_;
@@ -107,8 +111,7 @@ private:
 // The application's handle. Fields marked (m) are guarded by the client's mutex.
 struct dlock_lease {
     std::shared_ptr<dlock::core::client_core> client;
-    std::shared_ptr<dlock::core::hold> hold;
-    std::string name, owner;
+    std::shared_ptr<dlock::core::hold> hold;  // its name, owner and fence are this lease's
     uint64_t fence = 0;
     bool released = false;                     // (m) this handle was released
     int release_status = DLOCK_OK;             // (m) what release returned the first time
