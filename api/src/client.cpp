@@ -439,10 +439,14 @@ void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_n
         mark_lost(*raw);
     } else if (state == DLOCK_LEASE_SUSPECT) {
         raw->state = DLOCK_LEASE_SUSPECT;
+        if (valid_until_ns > 0) raw->valid_until_ns = valid_until_ns;  // the backend's bound while unconfirmed
     } else if (state == DLOCK_LEASE_HELD) {
         raw->state = DLOCK_LEASE_HELD;
         raw->valid_until_ns = valid_until_ns;
     }
+    // A bound already in the past is a loss now, not at the keeper's next wake.
+    if ((raw->state == DLOCK_LEASE_HELD || raw->state == DLOCK_LEASE_SUSPECT) && raw->valid_until_ns <= monotonic_now_ns())
+        mark_lost(*raw);
     keeper_wake_.notify_one();
 }
 
