@@ -1,0 +1,721 @@
+// Sessions, asynchronous requests and the waits on them, and the session monitor.
+//
+// The monitor is one thread per client. It turns session events into hold states for the host —
+// disconnected: SUSPECT; expired: LOST, and a new session for later acquires — and keeps each
+// hold's valid_until at (send time of the last request the server answered) + session timeout.
+// The server renews a session on every packet it receives, so it cannot expire the session before
+// that instant; the client decides LOST at it by itself, without waiting to hear "expired" after a
+// reconnection. The C client exposes no time of its last answered ping, so while this client holds
+// locks the monitor sends the session's heartbeat itself: an `exists` of the chroot's root when no
+// request was answered for a quarter of the session timeout. That request resets the library's own
+// ping timer (it pings after a third of the timeout without sending), so it replaces a ping rather
+// than adding to them. Without holds the library's pings alone keep the session. The same heartbeat
+// runs while an acquire waits in the queue, so that its grant starts from a fresh contact even when
+// it skips the final listing (see acquisition::wait_for).
+#include "zookeeper_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <time.h>
+
+namespace dlock::zk {
+
+void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool answered_by_server(int rc) {
+    return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOAUTH || rc == ZBADVERSION || rc == ZNOTEMPTY ||
+           rc == ZNOCHILDRENFOREPHEMERALS || rc == ZINVALIDACL || rc == ZTHROTTLEDOP;
+}
+
+bool outcome_unknown(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING || rc == ZSESSIONMOVED; }
+
+bool session_gone(int rc) {
+    return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZAUTHFAILED || rc == ZSESSIONCLOSEDREQUIRESASLAUTH;
+}
+
+namespace {
+
+// libzookeeper's log lines carry no handle, so they go to the log of one live client (all clients
+// of a process share dlock's logger), at debug level: connection chatter during a failover is
+// expected, and the plugin reports what matters for locks itself.
+std::mutex log_sinks_mutex;
+std::vector<const dlock_backend*> log_sinks;
+
+void forward_library_log(const char* message) {
+    std::lock_guard<std::mutex> lock(log_sinks_mutex);
+    if (log_sinks.empty() || !message) return;
+    std::string text(message);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    log_sinks.front()->log(0, "libzookeeper: " + text);
+}
+
+void on_watcher(zhandle_t* zh, int type, int state, const char* path, void* context) {
+    auto* s = static_cast<session*>(context);
+    s->owner().on_event(*s, zh, type, state, path);
+}
+
+std::chrono::steady_clock::time_point to_time_point(int64_t ns) {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+// Completion trampolines: `data` is a heap copy of the call's shared_ptr, owned by the completion.
+struct pending {
+    call_ptr c;
+    dlock_backend* owner;
+    session* via;
+};
+
+pending* take(const void* data) { return static_cast<pending*>(const_cast<void*>(data)); }
+
+void complete(const void* data, int rc) {
+    std::unique_ptr<pending> p(take(data));
+    p->owner->finish(p->c, p->via, rc);
+}
+
+void on_string_stat(int rc, const char* value, const Stat* stat, const void* data) {
+    call& c = *take(data)->c;
+    if (rc == ZOK) {
+        if (value) c.text = value;
+        if (stat) c.stat = *stat;
+    }
+    complete(data, rc);
+}
+
+void on_strings(int rc, const String_vector* strings, const void* data) {
+    call& c = *take(data)->c;
+    if (rc == ZOK && strings)
+        for (int32_t i = 0; i < strings->count; ++i) c.names.emplace_back(strings->data[i]);
+    complete(data, rc);
+}
+
+void on_void(int rc, const void* data) { complete(data, rc); }
+
+void on_stat(int rc, const Stat* stat, const void* data) {
+    if (rc == ZOK && stat) take(data)->c->stat = *stat;
+    complete(data, rc);
+}
+
+void on_data(int rc, const char*, int, const Stat* stat, const void* data) {
+    if (rc == ZOK && stat) take(data)->c->stat = *stat;
+    complete(data, rc);
+}
+
+void on_acl(int rc, ACL_vector* acl, Stat*, const void* data) {
+    call& c = *take(data)->c;
+    if (rc == ZOK && acl)
+        for (int32_t i = 0; i < acl->count; ++i)
+            c.names.push_back(fmt::format("{}:{} {}", acl->data[i].id.scheme ? acl->data[i].id.scheme : "",
+                                          acl->data[i].id.id ? acl->data[i].id.id : "", acl->data[i].perms));
+    complete(data, rc);
+}
+
+void on_auth(int rc, const void* data) {
+    auto* b = static_cast<const dlock_backend*>(data);
+    if (rc != ZOK)
+        b->log(3, fmt::format("zookeeper {}: digest authentication as `{}` failed: {}", b->config().connect_string(),
+                              b->config().user, zerror(rc)));
+}
+
+template <typename Start>
+call_ptr issue(dlock_backend& b, session& s, Start&& start) {
+    auto c = std::make_shared<call>();
+    auto* data = new pending{c, &b, &s};
+    c->sent_ns = now_ns();
+    const int rc = start(s.handle(), data);
+    if (rc != ZOK) {  // refused at once (bad state or arguments): no completion will come
+        delete data;
+        c->rc = rc;
+        c->done = true;
+    }
+    return c;
+}
+
+std::string perms_text(int perms) {
+    std::string out;
+    if (perms & ZOO_PERM_CREATE) out += 'c';
+    if (perms & ZOO_PERM_DELETE) out += 'd';
+    if (perms & ZOO_PERM_READ) out += 'r';
+    if (perms & ZOO_PERM_WRITE) out += 'w';
+    if (perms & ZOO_PERM_ADMIN) out += 'a';
+    return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+// ---- session --------------------------------------------------------------------------------------
+
+session::session(dlock_backend& owner, uint64_t generation_number)
+    : generation(generation_number), owner_(owner), timeout_ms_(owner.config().session_timeout_ms) {}
+
+session::~session() {
+    if (zh_) zookeeper_close(zh_);
+}
+
+void session::open() {
+    const auto& cfg = owner_.config();
+    errno = 0;
+    zh_ = zookeeper_init2(cfg.connect_string().c_str(), on_watcher, int(cfg.session_timeout_ms), nullptr, this, 0,
+                          forward_library_log);
+    if (zh_) {
+        // By default the client resolves the server names again on every turn of its I/O loop
+        // (getaddrinfo, netlink dumps, /etc/hosts): tens of microseconds of CPU per request. -1
+        // resolves them only when a connection is lost, which is when a changed address matters.
+        zoo_set_servers_resolution_delay(zh_, -1);
+    }
+    if (!zh_)
+        fail(errno == EINVAL ? DLOCK_CONFIG : DLOCK_UNAVAILABLE,
+             fmt::format("zookeeper: cannot start a session with `{}`: {} (expected `connect: host:port,host:port` with an "
+                         "optional `/chroot`)",
+                         cfg.connect_string(), errno ? std::strerror(errno) : "zookeeper_init failed"));
+    if (!cfg.user.empty()) {
+        const std::string credentials = cfg.user + ":" + cfg.password;
+        const int rc = zoo_add_auth(zh_, "digest", credentials.data(), int(credentials.size()), on_auth, &owner_);
+        if (rc != ZOK)
+            fail(DLOCK_BACKEND, fmt::format("zookeeper {}: cannot add digest authentication: {}", cfg.connect_string(), zerror(rc)));
+    }
+}
+
+void session::confirm(int64_t sent_ns) {
+    int64_t seen = confirmed_send_ns_.load();
+    while (sent_ns > seen && !confirmed_send_ns_.compare_exchange_weak(seen, sent_ns)) {
+    }
+}
+
+int64_t session::valid_until_ns() const {
+    const int64_t timeout_ns = timeout_ms() * ns_per_ms;
+    return confirmed_send_ns() + timeout_ns - (timeout_ns / 100 + 2 * ns_per_ms);
+}
+
+}  // namespace dlock::zk
+
+using namespace dlock::zk;
+
+// ---- backend: construction and the session's life ----------------------------------------------
+
+dlock_backend::dlock_backend(settings s, const dlock_plugin_host* h) : config_(std::move(s)) {
+    if (h) host_ = *h;
+    if (!config_.user.empty()) {
+        acl_identity_ = digest_identity(config_.user, config_.password);
+        acl_entries_[0].perms = ZOO_PERM_ALL;
+        acl_entries_[0].id.scheme = const_cast<char*>("digest");
+        acl_entries_[0].id.id = acl_identity_.data();
+        acl_entries_[1].perms = ZOO_PERM_READ;
+        acl_entries_[1].id.scheme = const_cast<char*>("world");
+        acl_entries_[1].id.id = const_cast<char*>("anyone");
+        acl_ = ACL_vector{2, acl_entries_};
+    }
+    std::lock_guard<std::mutex> lock(log_sinks_mutex);
+    log_sinks.push_back(this);
+}
+
+dlock_backend::~dlock_backend() {
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        stopping_ = true;
+        for (waiter* w : waiters_) w->cv.notify_one();
+    }
+    if (monitor_.joinable()) monitor_.join();
+    std::shared_ptr<session> last;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        last = std::move(current_);
+    }
+    last.reset();  // closes the session outside the mutex: its completions and watcher take it
+    std::lock_guard<std::mutex> lock(log_sinks_mutex);
+    log_sinks.erase(std::remove(log_sinks.begin(), log_sinks.end(), this), log_sinks.end());
+}
+
+void dlock_backend::log(int level, const std::string& message) const {
+    if (host_.log) host_.log(host_.context, level, message.c_str());
+}
+
+std::string dlock_backend::where(const session* s) const {
+    if (s && s->handle()) {
+        const char* server = zoo_get_current_server(s->handle());
+        const size_t n = server ? std::strlen(server) : 0;
+        if (n > 2 && std::strcmp(server + n - 2, ":0") != 0) return fmt::format("zookeeper {}", server);  // ":0": none yet
+    }
+    return fmt::format("zookeeper {}", config_.connect_string());
+}
+
+std::shared_ptr<session> dlock_backend::open_session() {
+    uint64_t generation;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        generation = ++last_generation_;
+    }
+    auto s = std::make_shared<session>(*this, generation);
+    s->open();
+    return s;
+}
+
+void dlock_backend::enlist(waiter& w) {
+    std::lock_guard<std::mutex> lock(mutex);
+    waiters_.insert(&w);
+}
+
+void dlock_backend::dismiss(waiter& w) {
+    std::lock_guard<std::mutex> lock(mutex);
+    waiters_.erase(&w);
+}
+
+void dlock_backend::start() {
+    scoped_waiter w(*this);
+
+    auto fresh = open_session();
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        current_ = fresh;
+    }
+    std::shared_ptr<session> s;
+    try {
+        s = connected_session(w, now_ns() + config_.connect_timeout_ms * ns_per_ms, false);
+    } catch (const failure& f) {
+        if (f.status != DLOCK_UNAVAILABLE) throw;
+        fail(DLOCK_UNAVAILABLE, fmt::format("zookeeper {}: no server accepted a session within {} ms; is the ensemble running "
+                                            "and reachable from here?",
+                                            config_.hosts, config_.connect_timeout_ms));
+    }
+    log(1, fmt::format("{}: session 0x{:x} connected; negotiated session timeout {} ms (asked {} ms)", where(s.get()),
+                       s->id(), s->timeout_ms(), config_.session_timeout_ms));
+
+    // A missing chroot is an operator's mistake to report, not a node to create.
+    auto root = exists(*s, "/");
+    if (!await(w, {root.get()}, now_ns() + config_.connect_timeout_ms * ns_per_ms, false))
+        fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer to `exists /` within {} ms", where(s.get()), config_.connect_timeout_ms));
+    if (root->rc == ZNONODE)
+        fail(DLOCK_CONFIG, fmt::format("{}: the chroot `{}` does not exist; create it (zkCli.sh: `create {}`) or fix "
+                                       "`connect`/`chroot`",
+                                       where(s.get()), config_.chroot, config_.chroot));
+    if (root->rc != ZOK)
+        fail(DLOCK_UNAVAILABLE, fmt::format("{}: `exists /` failed: {}", where(s.get()), zerror(root->rc)));
+    check_base_path(w, s);
+    monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+// Creates the base path if missing (with dlock's ACL), then checks from its ACL that this client's
+// identity may create lock nodes in it, so a wrong password is a clear error at open rather than a
+// permission error at the first acquire. ACL entries of schemes dlock cannot evaluate (ip, sasl,
+// x509) leave the decision to the server.
+void dlock_backend::check_base_path(waiter& w, const std::shared_ptr<session>& s) {
+    const int64_t until = now_ns() + config_.connect_timeout_ms * ns_per_ms;
+    const std::string& base = config_.base_path;
+    if (base != "/") {
+        for (size_t slash = base.find('/', 1);; slash = base.find('/', slash + 1)) {
+            const std::string prefix = base.substr(0, slash);
+            auto c = create(*s, prefix, ZOO_PERSISTENT);
+            if (!await(w, {c.get()}, until, false)) fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer creating `{}`", where(s.get()), prefix));
+            if (c->rc == ZNOAUTH)
+                fail(DLOCK_CONFIG, fmt::format("{}: permission denied creating the base path `{}`: the ACL of its parent does not let "
+                                               "this client create nodes; check `user`/`password` or choose another `base_path`",
+                                               where(s.get()), prefix));
+            if (c->rc != ZOK && c->rc != ZNODEEXISTS)
+                fail(c->rc == ZNONODE ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+                     fmt::format("{}: cannot create the base path `{}`: {}", where(s.get()), prefix, zerror(c->rc)));
+            if (slash == std::string::npos) break;
+        }
+    }
+    auto acl = get_acl(*s, base);
+    if (!await(w, {acl.get()}, until, false)) fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer reading the ACL of `{}`", where(s.get()), base));
+    if (acl->rc != ZOK) fail(DLOCK_UNAVAILABLE, fmt::format("{}: cannot read the ACL of `{}`: {}", where(s.get()), base, zerror(acl->rc)));
+
+    const std::string own_user = config_.user;
+    int granted = 0;
+    bool undecidable = false, same_user_other_password = false;
+    std::vector<std::string> shown;
+    for (const auto& entry : acl->names) {  // "scheme:id perms"
+        const size_t space = entry.rfind(' ');
+        const std::string who = entry.substr(0, space);
+        const int perms = std::atoi(entry.c_str() + space + 1);
+        const size_t colon = who.find(':');
+        const std::string scheme = who.substr(0, colon), id = who.substr(colon + 1);
+        if (scheme == "world" && id == "anyone") {
+            granted |= perms;
+        } else if (scheme == "digest") {
+            const std::string user = id.substr(0, id.find(':'));
+            if (!acl_identity_.empty() && id == acl_identity_) granted |= perms;
+            else if (!own_user.empty() && user == own_user) same_user_other_password = true;
+            shown.push_back(fmt::format("digest:{} ({})", user, perms_text(perms)));
+            continue;
+        } else {
+            undecidable = true;
+        }
+        shown.push_back(fmt::format("{} ({})", who, perms_text(perms)));
+    }
+    if (undecidable || (granted & ZOO_PERM_CREATE)) return;
+    std::string acl_text;
+    for (const auto& e : shown) acl_text += (acl_text.empty() ? "" : ", ") + e;
+    if (same_user_other_password)
+        fail(DLOCK_CONFIG, fmt::format("{}: authentication failed for the base path `{}`: its nodes belong to user `{}` with another "
+                                       "password (ACL: {}); check `password`",
+                                       where(s.get()), base, own_user, acl_text));
+    fail(DLOCK_CONFIG, fmt::format("{}: this client ({}) may not create lock nodes under `{}` (ACL: {}); set `user`/`password` "
+                                   "to an identity the ACL grants, or choose another `base_path`",
+                                   where(s.get()), own_user.empty() ? "unauthenticated" : "digest user `" + own_user + "`", base,
+                                   acl_text));
+}
+
+bool dlock_backend::alive(const session& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return current_.get() == &s && s.state != ZOO_EXPIRED_SESSION_STATE && s.state != ZOO_AUTH_FAILED_STATE;
+}
+
+std::shared_ptr<session> dlock_backend::session_of(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!current_ || current_->generation != generation || current_->state == ZOO_EXPIRED_SESSION_STATE ||
+        current_->state == ZOO_AUTH_FAILED_STATE)
+        return nullptr;
+    return current_;
+}
+
+std::shared_ptr<session> dlock_backend::connected_session(waiter& w, int64_t until_ns, bool interruptible) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool connected = wait_until(lock, w, until_ns, interruptible, [&] {
+        return auth_failed_ || (current_ && current_->state == ZOO_CONNECTED_STATE);
+    });
+    if (auth_failed_)
+        fail(DLOCK_CONFIG, fmt::format("zookeeper {}: the server refused this client's authentication; check `user`/`password`",
+                                       config_.connect_string()));
+    if (!connected) {
+        const bool expired = current_ && current_->state == ZOO_EXPIRED_SESSION_STATE;
+        fail(DLOCK_UNAVAILABLE, fmt::format("zookeeper {}: not connected ({}); the client keeps reconnecting — check that a "
+                                            "majority of the ensemble is up and reachable",
+                                            config_.connect_string(), expired ? "the session expired; a new one is being opened"
+                                                                              : "no server answers"));
+    }
+    return current_;
+}
+
+// ---- requests ---------------------------------------------------------------------------------------
+
+call_ptr dlock_backend::create(session& s, const std::string& path, int mode) {
+    const ACL_vector* a = acl();
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) {
+        return zoo_acreate2(zh, path.c_str(), "", 0, a, mode, on_string_stat, data);
+    });
+}
+
+call_ptr dlock_backend::children(session& s, const std::string& path) {
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, data); });
+}
+
+call_ptr dlock_backend::remove(session& s, const std::string& path) {
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_adelete(zh, path.c_str(), -1, on_void, data); });
+}
+
+int dlock_backend::remove_now(session& s, const std::string& path) {
+    const int64_t sent = now_ns();
+    const int rc = zoo_delete(s.handle(), path.c_str(), -1);
+    if (answered_by_server(rc)) s.confirm(sent);
+    return rc;
+}
+
+call_ptr dlock_backend::exists(session& s, const std::string& path) {
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aexists(zh, path.c_str(), 0, on_stat, data); });
+}
+
+call_ptr dlock_backend::get_and_watch(session& s, const std::string& path) {
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) {
+        return zoo_awget(zh, path.c_str(), on_watcher, &s, on_data, data);
+    });
+}
+
+call_ptr dlock_backend::get_acl(session& s, const std::string& path) {
+    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aget_acl(zh, path.c_str(), on_acl, data); });
+}
+
+void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
+    c->rc = rc;
+    if (answered_by_server(rc) && via) via->confirm(c->sent_ns);
+    std::lock_guard<std::mutex> lock(mutex);
+    c->done = true;
+    if (c->notify) c->notify->cv.notify_one();
+}
+
+// ---- waits ----------------------------------------------------------------------------------------
+
+template <typename Pred>
+bool dlock_backend::wait_until(std::unique_lock<std::mutex>& lock, waiter& w, int64_t until_ns, bool interruptible, Pred done) {
+    for (;;) {
+        if (done()) return true;
+        if (interruptible && interrupted.load()) fail(DLOCK_CANCELLED, "zookeeper: the client is closing");
+        if (stopping_) return false;
+        if (now_ns() >= until_ns) return false;
+        if (until_ns == forever_ns) w.cv.wait(lock);
+        else w.cv.wait_until(lock, to_time_point(until_ns));
+    }
+}
+
+bool dlock_backend::await(waiter& w, std::initializer_list<call*> calls, int64_t until_ns, bool interruptible) {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (call* c : calls) c->notify = &w;
+    struct clear_notify {
+        std::initializer_list<call*> calls;
+        ~clear_notify() {
+            for (call* c : calls) c->notify = nullptr;
+        }
+    } clear{calls};
+    return wait_until(lock, w, until_ns, interruptible, [&] {
+        return std::all_of(calls.begin(), calls.end(), [](const call* c) { return c->done; });
+    });
+}
+
+void dlock_backend::watch(waiter& w, const session& s, const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex);
+    w.watched_session = &s;
+    w.watched_path = path;
+    w.watch_fired = false;
+    w.watch_event = 0;
+}
+
+int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns) {
+    std::unique_lock<std::mutex> lock(mutex);
+    wait_until(lock, w, until_ns, true, [&] {
+        return w.watch_fired || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE || s.state == ZOO_AUTH_FAILED_STATE;
+    });
+    return w.watch_fired ? w.watch_event : 0;
+}
+
+void dlock_backend::unwatch(waiter& w) {
+    std::lock_guard<std::mutex> lock(mutex);
+    w.watched_session = nullptr;
+    w.watched_path.clear();
+    w.watch_fired = false;
+    w.watch_event = 0;
+}
+
+void dlock_backend::interrupt() {
+    interrupted = true;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (waiter* w : waiters_) w->cv.notify_one();
+}
+
+void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, const char* path) {
+    if (type == ZOO_SESSION_EVENT) {
+        if (state == ZOO_CONNECTED_STATE) {
+            // Read back what the server granted: it clamps the asked timeout to [2, 20] x tickTime.
+            // (`zh`, not s.handle(): the first event may come before zookeeper_init2 returned.)
+            s.timeout_ms_ = zoo_recv_timeout(zh);
+            if (const clientid_t* id = zoo_client_id(zh)) s.id_ = id->client_id;
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        // Watchers of nodes hear session events too; only a change matters.
+        if (s.state == state) return;
+        s.state = state;
+        if (state == ZOO_CONNECTED_STATE) s.ever_connected = true;
+        if (state == ZOO_AUTH_FAILED_STATE) auth_failed_ = true;
+        ++events_;
+        for (waiter* w : waiters_) w->cv.notify_one();
+        return;
+    }
+    if (!path) return;
+    // A node event (deleted, changed, or the server stopped watching): wake whoever waits on it.
+    std::lock_guard<std::mutex> lock(mutex);
+    for (waiter* w : waiters_) {
+        if (w->watched_session == &s && w->watched_path == path) {
+            w->watch_fired = true;
+            w->watch_event = type;
+            w->cv.notify_one();
+        }
+    }
+}
+
+void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid) {
+    std::lock_guard<std::mutex> lock(mutex);
+    orphans_.push_back({generation, std::move(lock_path), std::move(node_path), std::move(guid)});
+    ++events_;
+    for (waiter* w : waiters_) w->cv.notify_one();
+}
+
+// ---- holds -------------------------------------------------------------------------------------------
+
+void dlock_backend::register_hold(dlock_hold* h) {
+    {
+        std::lock_guard<std::mutex> lock(holds_mutex);
+        holds_.insert(h);
+    }
+    // The monitor must keep this hold's valid_until moving; wake it unless its heartbeat timer runs.
+    std::lock_guard<std::mutex> lock(mutex);
+    kick_monitor_locked();
+}
+
+void dlock_backend::waiting(int delta) {
+    std::lock_guard<std::mutex> lock(mutex);
+    waiting_acquires_ = size_t(int64_t(waiting_acquires_) + delta);
+    if (delta > 0) kick_monitor_locked();
+}
+
+void dlock_backend::kick_monitor_locked() {
+    if (!monitor_timer_armed_ && monitor_waiter_) {
+        ++events_;
+        monitor_waiter_->cv.notify_one();
+    }
+}
+
+void dlock_backend::forget_hold(dlock_hold* h) {
+    std::lock_guard<std::mutex> lock(holds_mutex);
+    holds_.erase(h);
+}
+
+size_t dlock_backend::holds_of(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(holds_mutex);
+    return size_t(std::count_if(holds_.begin(), holds_.end(), [&](const dlock_hold* h) { return h->generation == generation; }));
+}
+
+void dlock_backend::report(uint64_t generation, int state, int64_t valid_until_ns) {
+    if (!host_.hold_state_changed) return;
+    std::lock_guard<std::mutex> lock(holds_mutex);
+    for (dlock_hold* h : holds_)
+        if (h->generation == generation) host_.hold_state_changed(host_.context, h->host_lease, state, valid_until_ns);
+}
+
+// ---- the monitor ------------------------------------------------------------------------------------
+
+bool dlock_backend::probe(waiter& w, const std::shared_ptr<session>& s) {
+    auto c = exists(*s, "/");
+    const int64_t bound = now_ns() + s->timeout_ms() * ns_per_ms;
+    return await(w, {c.get()}, bound, false) && answered_by_server(c->rc);
+}
+
+void dlock_backend::tend_orphans(waiter& w, const std::shared_ptr<session>& s) {
+    std::vector<orphan> todo;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        // Nodes of an ended session vanished with it.
+        orphans_.erase(std::remove_if(orphans_.begin(), orphans_.end(), [&](const orphan& o) { return o.generation != s->generation; }),
+                       orphans_.end());
+        todo.swap(orphans_);
+    }
+    std::vector<orphan> keep;
+    for (auto& o : todo) {
+        const int64_t bound = now_ns() + s->timeout_ms() * ns_per_ms;
+        std::vector<std::string> targets;
+        if (!o.node_path.empty()) {
+            targets.push_back(o.node_path);
+        } else {
+            auto list = children(*s, o.lock_path);
+            if (!await(w, {list.get()}, bound, false) || outcome_unknown(list->rc)) { keep.push_back(o); continue; }
+            for (const auto& entry : queue_of(list->names))
+                if (entry.guid == o.guid) targets.push_back(join_path(o.lock_path, entry.node));
+        }
+        bool settled = true;
+        for (const auto& path : targets) {
+            auto del = remove(*s, path);
+            if (!await(w, {del.get()}, bound, false) || outcome_unknown(del->rc)) settled = false;
+            else if (del->rc == ZOK) log(0, fmt::format("{}: deleted `{}` left by an acquire that failed", where(s.get()), path));
+        }
+        if (!settled) {
+            o.node_path = targets.size() == 1 ? targets.front() : o.node_path;
+            keep.push_back(o);
+        }
+    }
+    if (!keep.empty()) {
+        std::lock_guard<std::mutex> lock(mutex);
+        orphans_.insert(orphans_.end(), keep.begin(), keep.end());
+    }
+}
+
+void dlock_backend::monitor_loop() {
+    waiter w;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        waiters_.insert(&w);
+        monitor_waiter_ = &w;
+    }
+    uint64_t seen_generation = 0;
+    bool suspect = false;          // holds of the current session were reported SUSPECT
+    int64_t reported_contact = 0;  // the confirmed send time behind the last valid_until reported
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping_) {
+        const uint64_t seen_events = events_;
+        std::shared_ptr<session> s = current_;
+        const int state = s ? s->state : ZOO_NOTCONNECTED_STATE;
+        const bool ever_connected = s && s->ever_connected;
+        const bool lost_reported = s && s->lost_reported;
+        const bool has_orphans = !orphans_.empty();
+        const bool acquires_wait = waiting_acquires_ > 0;
+        lock.unlock();
+
+        int64_t next_ns = forever_ns;
+        if (s && s->generation != seen_generation) {
+            seen_generation = s->generation;
+            suspect = false;
+            reported_contact = 0;
+        }
+        if (s && (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)) {
+            if (!lost_reported) {
+                const size_t n = holds_of(s->generation);
+                report(s->generation, DLOCK_LEASE_LOST, 0);
+                lock.lock();
+                s->lost_reported = true;
+                lock.unlock();
+                log(2, fmt::format("{}: session 0x{:x} {}; {} held lock(s) LOST", where(s.get()), s->id(),
+                                   state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication", n));
+            }
+            if (state == ZOO_EXPIRED_SESSION_STATE) {
+                // Later acquires need a session: open a new one (its connection is made in the background).
+                std::shared_ptr<session> fresh;
+                try {
+                    fresh = open_session();
+                } catch (const failure& f) {
+                    log(3, f.message);
+                }
+                if (fresh) {
+                    lock.lock();
+                    if (current_ == s) current_ = fresh;
+                    lock.unlock();
+                    fresh.reset();
+                    s.reset();  // closes the expired handle, outside the mutex
+                    lock.lock();
+                    continue;
+                }
+                next_ns = now_ns() + 1'000 * ns_per_ms;  // try again in a second
+            }
+        } else if (s && state == ZOO_CONNECTED_STATE) {
+            const size_t held = holds_of(s->generation);
+            const bool busy = held > 0 || acquires_wait;
+            if (suspect || (busy && now_ns() - s->confirmed_send_ns() >= s->timeout_ms() * ns_per_ms / 4)) {
+                // Reconnected, or idle for a quarter of the session timeout: the heartbeat.
+                if (probe(w, s) && suspect) {
+                    suspect = false;
+                    log(1, fmt::format("{}: reconnected; session 0x{:x} kept, held locks HELD again", where(s.get()), s->id()));
+                }
+            }
+            if (!suspect && held > 0 && s->confirmed_send_ns() != reported_contact) {
+                reported_contact = s->confirmed_send_ns();
+                report(s->generation, DLOCK_LEASE_HELD, s->valid_until_ns());
+            }
+            if (has_orphans) tend_orphans(w, s);
+            if (busy)
+                next_ns = std::max(s->confirmed_send_ns() + s->timeout_ms() * ns_per_ms / 4, now_ns() + s->timeout_ms() * ns_per_ms / 20);
+        } else if (s && ever_connected && !suspect) {
+            // Disconnected: the holds may still be ours until the session's bound. Report the latest
+            // bound first (the host keeps valid_until from HELD reports), then SUSPECT.
+            suspect = true;
+            const size_t held = holds_of(s->generation);
+            if (held > 0) {
+                report(s->generation, DLOCK_LEASE_HELD, s->valid_until_ns());
+                report(s->generation, DLOCK_LEASE_SUSPECT, s->valid_until_ns());
+            }
+            log(held > 0 ? 2 : 1, fmt::format("{}: disconnected from session 0x{:x}; {} held lock(s) SUSPECT, LOST in {} ms unless the session "
+                               "is regained",
+                               where(s.get()), s->id(), held, std::max<int64_t>(0, (s->valid_until_ns() - now_ns()) / ns_per_ms)));
+        }
+        s.reset();
+        lock.lock();
+        monitor_timer_armed_ = next_ns != forever_ns;
+        wait_until(lock, w, next_ns, false, [&] { return stopping_ || events_ != seen_events; });
+        monitor_timer_armed_ = false;
+    }
+    waiters_.erase(&w);
+    monitor_waiter_ = nullptr;
+}

@@ -1,0 +1,305 @@
+// zookeeper_backend.hpp — the inside of the `zookeeper` plugin: settings, the session (one
+// libzookeeper-mt handle), asynchronous requests and the waits on them, the session monitor, and the
+// name mapping. The C entry points and the lock recipe are in zookeeper_plugin.cpp and lock.cpp.
+//
+// Threads and locks:
+//   - libzookeeper-mt runs two threads per handle: I/O, and completions (every completion and
+//     watcher below runs on the latter and must not block or call zookeeper_close).
+//   - dlock_backend::mutex guards the current session, session states, the waiters, the completion
+//     flags of requests and the orphan list. No ZooKeeper API is called while it is held.
+//   - dlock_backend::holds_mutex guards the hold registry and is held while the monitor reports hold
+//     states to the host; release and renew never take it (plugin.h forbids reporting under a lock
+//     those entries take); hold_destroy takes it, so no report follows hold_destroy's return.
+//   - A session is shared (std::shared_ptr) by the backend and the calls in flight on it; its
+//     destructor closes the handle, and is never run with `mutex` held.
+#pragma once
+
+#include <dlock/plugin.h>
+
+#ifndef THREADED
+#define THREADED  // libzookeeper_mt: declares the synchronous calls too
+#endif
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace dlock::zk {
+
+constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+constexpr int64_t ns_per_ms = 1'000'000;
+
+// Thrown inside the plugin; turned into a dlock_status and message at each C entry point.
+struct failure {
+    int status;  // dlock_status
+    std::string message;
+};
+[[noreturn]] void fail(int status, std::string message);
+
+int64_t now_ns();  // CLOCK_MONOTONIC
+
+// ---- names (names.cpp) ------------------------------------------------------------------------
+
+// Maps a lock name (1..1024 bytes, validated by the host) to one ZooKeeper path element. Bytes
+// [A-Za-z0-9_~-] and `.` (not first) are kept, every other byte becomes %XX, and the one name that
+// would still be reserved, `zookeeper`, becomes `%7Aookeeper`. The mapping is a function whose
+// result can be decoded back (a literal `%` is always escaped), so distinct names never share a node.
+std::string escape_name(std::string_view name);
+
+// Why `path` is not a valid absolute ZooKeeper path ("" when it is): it must start with `/`, have no
+// empty, `.` or `..` element, no trailing `/` (except the root) and no control character.
+std::string path_problem(const std::string& path);
+
+// "parent/child" without doubling the `/` of the root.
+std::string join_path(const std::string& parent, const std::string& child);
+
+// One entry of a lock's queue: a child named "_c_<guid>-lock-<sequence>" (the same shape Curator
+// uses; the guid is the acquisition's owner token).
+struct queue_entry {
+    std::string node;  // the child's name
+    std::string guid;
+    int64_t sequence = 0;
+};
+std::string queue_node_prefix(const std::string& guid);  // "_c_<guid>-lock-"
+std::optional<queue_entry> parse_queue_node(const std::string& node);
+// The queue in sequence order; children of other shapes are ignored.
+std::vector<queue_entry> queue_of(const std::vector<std::string>& children);
+
+// ---- digest identities (digest.cpp) -----------------------------------------------------------
+
+// The id ZooKeeper's `digest` scheme gives a client that authenticated as user:password —
+// "user:" + base64(SHA-1("user:password")) — as stored in ACLs.
+std::string digest_identity(const std::string& user, const std::string& password);
+
+// ---- settings -----------------------------------------------------------------------------------
+
+struct settings {
+    std::string hosts;      // "host:port,host:port"
+    std::string chroot;     // "" or "/path"
+    std::string base_path = "/dlock";
+    int64_t session_timeout_ms = 10'000;  // asked for; the server clamps it
+    int64_t connect_timeout_ms = 5'000;
+    std::string user, password;           // digest authentication when user is set
+    std::string connect_string() const { return hosts + chroot; }
+};
+
+// ---- sessions, requests, waits -------------------------------------------------------------
+
+class session;
+
+// A thread blocked inside the backend (an acquire, a release, the monitor). Lives on that thread's
+// stack while registered in dlock_backend::waiters; every field is guarded by dlock_backend::mutex.
+struct waiter {
+    std::condition_variable cv;
+    const session* watched_session = nullptr;  // the predecessor watch it waits for, if any
+    std::string watched_path;
+    bool watch_fired = false;
+    int watch_event = 0;  // ZOO_DELETED_EVENT, ZOO_CHANGED_EVENT, ... once fired
+};
+
+// One asynchronous ZooKeeper request. Shared by the issuing thread and the completion (which may
+// run after the issuer stopped waiting). Results are written before `done` is set under the
+// backend's mutex.
+struct call {
+    int64_t sent_ns = 0;
+    int rc = ZSYSTEMERROR;
+    std::string text;                 // create: the created path
+    Stat stat{};                      // create2, exists, get: the node's stat
+    std::vector<std::string> names;   // get_children: the children; get_acl: "scheme:id perms"
+    // guarded by dlock_backend::mutex
+    bool done = false;
+    waiter* notify = nullptr;
+};
+using call_ptr = std::shared_ptr<call>;
+
+// What a request's result code means for its outcome.
+bool answered_by_server(int rc);  // the server processed (or refused) it: a confirmed contact
+bool outcome_unknown(int rc);     // connection lost or timed out: it may or may not have happened
+bool session_gone(int rc);        // the session expired, was closed, or failed authentication
+
+}  // namespace dlock::zk
+
+// A hold: one node of ours that was lowest in its lock's queue.
+struct dlock_hold {
+    std::string name;        // the lock's name, for messages
+    std::string node_path;   // full path of our queue node (relative to the chroot)
+    uint64_t generation = 0; // the session it lives in
+    uint64_t fence = 0;      // its czxid
+    void* host_lease = nullptr;
+    bool settled = false;    // deleted by a confirmed release, or known gone
+};
+
+struct dlock_backend {
+    explicit dlock_backend(dlock::zk::settings s, const dlock_plugin_host* h);
+    ~dlock_backend();  // stops the monitor and closes the session (its nodes vanish with it)
+    dlock_backend(const dlock_backend&) = delete;
+    dlock_backend& operator=(const dlock_backend&) = delete;
+
+    // Opens the first session and waits until it is connected; checks the chroot, creates the base
+    // path, checks its ACL; starts the monitor. Throws failure.
+    void start();
+
+    // The current session once it is connected, waiting until `until_ns`. Throws CANCELLED when
+    // `interruptible` and the client closes, UNAVAILABLE when not connected in time, CONFIG when
+    // authentication failed for good.
+    std::shared_ptr<dlock::zk::session> connected_session(dlock::zk::waiter& w, int64_t until_ns, bool interruptible);
+    // The session of `generation` while it is alive (not expired); null once it ended.
+    std::shared_ptr<dlock::zk::session> session_of(uint64_t generation);
+    bool alive(const dlock::zk::session& s);
+
+    // Requests (asynchronous; a call whose API call failed at once is returned done).
+    dlock::zk::call_ptr create(dlock::zk::session& s, const std::string& path, int mode);
+    dlock::zk::call_ptr children(dlock::zk::session& s, const std::string& path);
+    dlock::zk::call_ptr remove(dlock::zk::session& s, const std::string& path);
+    // A delete through the client's synchronous call: its reply reaches the calling thread straight
+    // from the I/O thread, one thread hop fewer than an asynchronous completion (release's hot
+    // path). Not interruptible: bounded by the client library, which fails requests within 2/3 of
+    // the session timeout when the connection is lost. Returns the result code.
+    int remove_now(dlock::zk::session& s, const std::string& path);
+    dlock::zk::call_ptr exists(dlock::zk::session& s, const std::string& path);
+    // Reads a node and leaves a watch on it (not on a missing node: get, unlike exists, leaves
+    // none), which wakes the waiter that registered `path` with watch().
+    dlock::zk::call_ptr get_and_watch(dlock::zk::session& s, const std::string& path);
+    dlock::zk::call_ptr get_acl(dlock::zk::session& s, const std::string& path);
+
+    // Waits until every call completed: true, or false when `until_ns` passed first. Throws
+    // CANCELLED when `interruptible` and the client closes.
+    bool await(dlock::zk::waiter& w, std::initializer_list<dlock::zk::call*> calls, int64_t until_ns, bool interruptible);
+    // The predecessor wait: register before the watch is set, then wait_watch until it fires (returns
+    // the event type), the session ends or `until_ns` passes (returns 0). Throws CANCELLED on interrupt.
+    void watch(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& path);
+    int wait_watch(dlock::zk::waiter& w, const dlock::zk::session& s, int64_t until_ns);
+    void unwatch(dlock::zk::waiter& w);
+
+    // A node of ours that an acquire or a hold could not delete (connection lost): the monitor
+    // deletes it once the session is connected again, or forgets it when the session ended. With an
+    // empty `node_path`, the acquire does not know whether its create happened: the monitor looks
+    // for children of `lock_path` carrying `guid`.
+    void add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid);
+
+    void register_hold(dlock_hold* h);
+    void forget_hold(dlock_hold* h);
+    // An acquire starts or stops waiting for its predecessor (the monitor keeps the session's
+    // confirmed contact fresh meanwhile, as for holds).
+    void waiting(int delta);
+
+    // Registers a waiting thread, so that interrupt() and session events reach it.
+    void enlist(dlock::zk::waiter& w);
+    void dismiss(dlock::zk::waiter& w);
+
+    void interrupt();
+    void log(int level, const std::string& message) const;
+    // "zookeeper <server>" naming the server the session talks to (or the connect string).
+    std::string where(const dlock::zk::session* s) const;
+    const dlock::zk::settings& config() const { return config_; }
+    const ACL_vector* acl() { return acl_.count ? &acl_ : &ZOO_OPEN_ACL_UNSAFE; }
+    std::atomic<bool> interrupted{false};
+
+    // Called by libzookeeper's completion thread.
+    void on_event(dlock::zk::session& s, zhandle_t* zh, int type, int state, const char* path);
+    void finish(const dlock::zk::call_ptr& c, dlock::zk::session* via, int rc);
+
+private:
+    friend class dlock::zk::session;
+    struct orphan {
+        uint64_t generation;
+        std::string lock_path, node_path, guid;
+    };
+    template <typename Pred>
+    bool wait_until(std::unique_lock<std::mutex>& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done);
+    std::shared_ptr<dlock::zk::session> open_session();
+    void check_base_path(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
+    void monitor_loop();
+    void tend_orphans(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
+    bool probe(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
+    size_t holds_of(uint64_t generation);
+    void report(uint64_t generation, int state, int64_t valid_until_ns);
+    void kick_monitor_locked();
+
+    dlock::zk::settings config_;
+    dlock_plugin_host host_{};
+    // The digest ACL (ALL for our identity, READ for anyone) when authenticating.
+    std::string acl_identity_;
+    ::ACL acl_entries_[2]{};
+    ACL_vector acl_{0, nullptr};
+
+    mutable std::mutex mutex;
+    std::shared_ptr<dlock::zk::session> current_;
+    uint64_t last_generation_ = 0;
+    std::set<dlock::zk::waiter*> waiters_;
+    uint64_t events_ = 0;      // bumped on each session event, new orphan and first hold (wakes the monitor)
+    dlock::zk::waiter* monitor_waiter_ = nullptr;
+    bool monitor_timer_armed_ = false;  // the monitor will wake by itself for the heartbeat
+    size_t waiting_acquires_ = 0;
+    bool auth_failed_ = false;
+    bool stopping_ = false;
+    std::vector<orphan> orphans_;
+    std::thread monitor_;
+
+    std::mutex holds_mutex;
+    std::set<dlock_hold*> holds_;
+};
+
+namespace dlock::zk {
+
+// A waiter registered with its backend for the scope of one entry call.
+struct scoped_waiter : waiter {
+    explicit scoped_waiter(dlock_backend& b) : backend(b) { backend.enlist(*this); }
+    ~scoped_waiter() { backend.dismiss(*this); }
+    scoped_waiter(const scoped_waiter&) = delete;
+    scoped_waiter& operator=(const scoped_waiter&) = delete;
+    dlock_backend& backend;
+};
+
+// One ZooKeeper session: a libzookeeper-mt handle and what dlock knows about it.
+class session {
+public:
+    session(dlock_backend& owner, uint64_t generation);
+    ~session();  // zookeeper_close: the server ends the session and deletes its ephemeral nodes
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+    // zookeeper_init2 (returns at once; the connection is made in the background) and digest auth.
+    void open();
+
+    zhandle_t* handle() const { return zh_; }
+    dlock_backend& owner() const { return owner_; }
+    const uint64_t generation;
+
+    // The negotiated session timeout (the asked one until connected).
+    int64_t timeout_ms() const { return timeout_ms_.load(); }
+    // Records that a request sent at `sent_ns` was answered by the server.
+    void confirm(int64_t sent_ns);
+    int64_t confirmed_send_ns() const { return confirmed_send_ns_.load(); }
+    // The client's own bound on the session: the server cannot have expired it before the send time
+    // of the last answered request + the session timeout (it renews a session on every packet it
+    // receives); less a drift allowance of timeout/100 + 2 ms for the server's clock rate.
+    int64_t valid_until_ns() const;
+    int64_t id() const { return id_.load(); }
+
+    // guarded by owner's mutex
+    int state = ZOO_NOTCONNECTED_STATE;
+    bool ever_connected = false;
+    bool lost_reported = false;
+
+private:
+    friend struct ::dlock_backend;
+    dlock_backend& owner_;
+    zhandle_t* zh_ = nullptr;
+    std::atomic<int64_t> timeout_ms_;
+    std::atomic<int64_t> confirmed_send_ns_{0};
+    std::atomic<int64_t> id_{0};
+};
+
+}  // namespace dlock::zk

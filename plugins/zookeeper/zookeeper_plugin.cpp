@@ -1,0 +1,569 @@
+// The `zookeeper` backend: ZooKeeper's fair lock recipe over libzookeeper-mt.
+//
+// A lock is a container node <base_path>/<escaped name>. An acquirer creates an
+// EPHEMERAL_SEQUENTIAL child "_c_<guid>-lock-<sequence>" (guid = the acquisition's owner token) and,
+// pipelined behind it, lists the children: the server runs one session's requests in order, so the
+// listing includes the new node and the pair costs one round trip. The lowest sequence holds; any
+// other waits for a watch on its predecessor only (a release wakes one waiter, never the herd) and
+// lists again when it fires (the predecessor may have been a waiter that gave up) — unless the
+// predecessor was the head of the queue (see acquisition::wait_for). Release deletes our node.
+// Minimum per uncontended acquire+release: 3 requests in 2 round trips. Waiters are served in queue
+// order whatever `fair` says: FIFO is the only order this recipe has.
+//
+// Connection loss during a create leaves its outcome unknown: the acquirer lists the children and
+// finds its node by guid before creating another, so a create that happened unseen never becomes a
+// ghost ahead of its own second node (which would wait for it forever). Any failed, timed-out or
+// cancelled acquire deletes what it created; what it cannot delete right away (connection down) is
+// handed to the session monitor, which deletes it after reconnecting.
+//
+// Fencing token: the holder node's czxid — the zxid of the transaction that created it, strictly
+// increasing across the ensemble; the next holder's node was created after ours, so its czxid is
+// higher. Locks are bound to the session (the keeper has nothing to renew; the lease's ttl is the
+// negotiated session timeout); the session monitor (backend.cpp) reports SUSPECT while disconnected
+// and LOST at the session's own bound or expiry.
+#include "zookeeper_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <memory>
+
+using namespace dlock::zk;
+
+namespace {
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+// The exception firewall of every entry point.
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "zookeeper backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("zookeeper backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    } catch (...) {
+        copy_message(error, "zookeeper backend: unexpected exception");
+        return DLOCK_INTERNAL;
+    }
+}
+
+const dlock_option_desc zookeeper_options[] = {
+    {"connect", DLOCK_OPTION_STRING, 0, DLOCK_DSN_HOSTS, "127.0.0.1:2181",
+     "The ensemble, `host:port,host:port`, optionally followed by a chroot (`/app`). One session is opened per client."},
+    {"chroot", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, nullptr,
+     "A chroot (`/app`) for every path, instead of one in `connect`; it must exist."},
+    {"base_path", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "/dlock", "The node under which lock nodes are created (created on demand)."},
+    {"session_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "10s",
+     "Session timeout asked for; the server clamps it to [2, 20] x tickTime. It is every lease's ttl: a dead holder's "
+     "locks are freed this long after its last heartbeat."},
+    {"connect_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s",
+     "How long opening a client waits for a session, and how long a try-once acquire waits out a reconnection."},
+    {"user", DLOCK_OPTION_STRING, 0, DLOCK_DSN_USER, nullptr,
+     "Digest authentication user; when set, nodes dlock creates are writable by this identity only (others may read)."},
+    {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Digest authentication password."},
+};
+
+const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
+    for (size_t i = 0; i < n; ++i)
+        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
+    return nullptr;
+}
+
+// Splits "h:p,h:p/chroot" and checks each host:port, so a typo is a config error naming it.
+void parse_connect(const std::string& connect, settings& cfg) {
+    const size_t slash = connect.find('/');
+    cfg.hosts = connect.substr(0, slash);
+    if (slash != std::string::npos) cfg.chroot = connect.substr(slash);
+    if (cfg.hosts.empty()) fail(DLOCK_CONFIG, fmt::format("zookeeper: `connect` `{}` names no server (expected host:port,host:port)", connect));
+    size_t start = 0;
+    for (;;) {
+        const size_t comma = cfg.hosts.find(',', start);
+        const std::string server = cfg.hosts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const size_t colon = server.rfind(':');
+        const std::string host = colon == std::string::npos ? "" : server.substr(0, colon);
+        const std::string port = colon == std::string::npos ? "" : server.substr(colon + 1);
+        char* end = nullptr;
+        const long p = port.empty() ? 0 : std::strtol(port.c_str(), &end, 10);
+        if (host.empty() || port.empty() || *end || p < 1 || p > 65535)
+            fail(DLOCK_CONFIG, fmt::format("zookeeper: `connect` `{}`: `{}` is not host:port", connect, server));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+}
+
+settings parse_settings(const dlock_option_value* values, size_t count) {
+    settings cfg;
+    const auto* connect = find(values, count, "connect");
+    parse_connect(connect && connect->string_value ? connect->string_value : "127.0.0.1:2181", cfg);
+    if (const auto* v = find(values, count, "chroot"); v && v->string_value && *v->string_value && std::strcmp(v->string_value, "/")) {
+        if (!cfg.chroot.empty())
+            fail(DLOCK_CONFIG, fmt::format("zookeeper: the chroot is given twice, `{}` in `connect` and `{}` in `chroot`; keep one",
+                                           cfg.chroot, v->string_value));
+        cfg.chroot = v->string_value;
+    }
+    if (cfg.chroot == "/") cfg.chroot.clear();
+    if (!cfg.chroot.empty())
+        if (const std::string why = path_problem(cfg.chroot); !why.empty())
+            fail(DLOCK_CONFIG, fmt::format("zookeeper: the chroot `{}` is not a valid path: {}", cfg.chroot, why));
+    if (const auto* v = find(values, count, "base_path")) cfg.base_path = v->string_value ? v->string_value : "";
+    if (const std::string why = path_problem(cfg.base_path); !why.empty())
+        fail(DLOCK_CONFIG, fmt::format("zookeeper: `base_path` `{}` is not a valid path: {}", cfg.base_path, why));
+    if (const auto* v = find(values, count, "session_timeout")) cfg.session_timeout_ms = v->int_value;
+    if (const auto* v = find(values, count, "connect_timeout")) cfg.connect_timeout_ms = v->int_value;
+    if (cfg.session_timeout_ms < 1 || cfg.session_timeout_ms > INT_MAX)
+        fail(DLOCK_CONFIG, fmt::format("zookeeper: `session_timeout` {} ms is outside 1 ms .. {} ms", cfg.session_timeout_ms, INT_MAX));
+    if (cfg.connect_timeout_ms < 1) fail(DLOCK_CONFIG, "zookeeper: `connect_timeout` must be at least 1ms");
+    if (const auto* v = find(values, count, "user"); v && v->string_value) cfg.user = v->string_value;
+    if (const auto* v = find(values, count, "password"); v && v->string_value) cfg.password = v->string_value;
+    if (cfg.user.empty() && !cfg.password.empty()) fail(DLOCK_CONFIG, "zookeeper: `password` is set without `user` (digest authentication needs both)");
+    if (cfg.user.find(':') != std::string::npos) fail(DLOCK_CONFIG, "zookeeper: `user` must not contain `:` (the digest scheme separates user and password with it)");
+    return cfg;
+}
+
+int zk_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+              dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto b = std::make_unique<dlock_backend>(parse_settings(values, count), host);
+        b->start();
+        *out = b.release();
+        return DLOCK_OK;
+    });
+}
+
+void zk_destroy(dlock_backend* b) {
+    try {
+        delete b;
+    } catch (...) {
+    }
+}
+
+uint64_t zk_capabilities(dlock_backend*) {
+    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_QUORUM;
+}
+
+void zk_interrupt(dlock_backend* b) {
+    try {
+        b->interrupt();
+    } catch (...) {
+    }
+}
+
+// ---- acquire: the recipe -------------------------------------------------------------------------
+
+class acquisition {
+public:
+    acquisition(dlock_backend& b, const dlock_acquire_request& req)
+        : b_(b), req_(req), w_(b), lock_path_(join_path(b.config().base_path, escape_name(req.name))), guid_(req.owner) {}
+
+    int run(dlock_hold** out_hold, dlock_grant* grant);
+
+private:
+    bool enqueue(std::vector<queue_entry>& queue);
+    bool find_by_guid(std::vector<queue_entry>& queue);
+    bool list(std::vector<queue_entry>& queue);
+    void ensure_lock_node();
+    bool wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head);
+    int grant_hold(dlock_hold** out_hold, dlock_grant* grant);
+    void give_back() noexcept;
+    bool retryable(int rc, const char* doing, const std::string& path);
+    std::string own_path() const { return join_path(lock_path_, own_); }
+    // How long to wait for one reply. One normally comes within a round trip, and the client library
+    // fails requests within 2/3 of the session timeout when the connection is lost. A wait overshoots
+    // the acquire's limit by at most a tenth of the session timeout; a request still unanswered then
+    // is left to give_back (a create: found by guid and deleted by the monitor).
+    int64_t request_bound() const {
+        const int64_t now = now_ns(), timeout = s_->timeout_ms() * ns_per_ms;
+        return std::min(now + 2 * timeout, std::max(limit_, now + timeout / 10));
+    }
+
+    dlock_backend& b_;
+    const dlock_acquire_request& req_;
+    scoped_waiter w_;
+    const std::string lock_path_, guid_;
+    std::shared_ptr<session> s_;
+    std::string own_;              // our queue node's name, once known
+    uint64_t fence_ = 0;           // its czxid
+    bool maybe_created_ = false;   // a create of ours may have happened without our seeing the reply
+    int64_t limit_ = forever_ns;   // when waiting for a connection or a reply stops
+    std::string holder_;           // guid at the head of the queue when last listed
+};
+
+int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
+    const int64_t deadline = req_.deadline_ns;
+    // A try-once acquire waits out a reconnection for up to connect_timeout, so that a brief
+    // failover does not turn "try" into an error; any other acquire is bounded by its deadline.
+    limit_ = deadline == 0 ? now_ns() + b_.config().connect_timeout_ms * ns_per_ms : deadline;
+    int setbacks = 0;
+    try {
+        for (int round = 0;; ++round) {
+            if (round > 0 && deadline != 0 && now_ns() >= deadline) {
+                give_back();
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` not acquired within the wait on {}{}", req_.name, b_.where(s_.get()),
+                                                holder_.empty() ? std::string() : " (held by " + holder_ + ")"));
+            }
+            std::shared_ptr<session> s = b_.connected_session(w_, limit_, true);
+            if (s != s_) {
+                // A new session: nodes of the previous one vanished with it.
+                own_.clear();
+                maybe_created_ = false;
+                s_ = std::move(s);
+            }
+            std::vector<queue_entry> queue;
+            const bool listed = own_.empty() ? enqueue(queue) : list(queue);
+            if (!listed) {
+                if (++setbacks > 100)
+                    fail(DLOCK_BACKEND, fmt::format("{}: acquiring `{}` made no progress after {} attempts", b_.where(s_.get()), req_.name, setbacks));
+                if (deadline == 0 && now_ns() >= limit_)
+                    fail(DLOCK_UNAVAILABLE, fmt::format("{}: the connection failed while trying `{}` and was not regained within "
+                                                        "connect_timeout ({} ms)",
+                                                        b_.where(s_.get()), req_.name, b_.config().connect_timeout_ms));
+                continue;
+            }
+            const auto mine = std::find_if(queue.begin(), queue.end(), [&](const queue_entry& e) { return e.node == own_; });
+            if (mine == queue.end()) {  // deleted under us (by an administrator?): queue again
+                own_.clear();
+                if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: our queue node under `{}` keeps vanishing", b_.where(s_.get()), lock_path_));
+                continue;
+            }
+            if (mine == queue.begin()) return grant_hold(out_hold, grant);
+            holder_ = queue.front().guid;
+            if (deadline == 0) {
+                const size_t others = size_t(mine - queue.begin()) - 1;
+                give_back();
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (holder {}; {} other waiter(s) ahead)", req_.name,
+                                                b_.where(s_.get()), holder_, others));
+            }
+            if (wait_for(*(mine - 1), deadline, mine - 1 == queue.begin())) return grant_hold(out_hold, grant);
+        }
+    } catch (const failure&) {
+        give_back();
+        throw;
+    }
+}
+
+int acquisition::grant_hold(dlock_hold** out_hold, dlock_grant* grant) {
+    auto h = std::make_unique<dlock_hold>();
+    h->name = req_.name;
+    h->node_path = own_path();
+    h->generation = s_->generation;
+    h->fence = fence_;
+    h->host_lease = req_.host_lease;
+    grant->fencing_token = fence_;
+    grant->valid_until_ns = s_->valid_until_ns();
+    grant->ttl_ms = s_->timeout_ms();
+    b_.register_hold(h.get());
+    *out_hold = h.release();
+    own_.clear();
+    return DLOCK_OK;
+}
+
+bool acquisition::enqueue(std::vector<queue_entry>& queue) {
+    if (maybe_created_) {
+        if (!find_by_guid(queue)) return false;
+        if (!own_.empty()) return true;
+    }
+    maybe_created_ = true;  // from here until the reply tells
+    auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_)), ZOO_EPHEMERAL_SEQUENTIAL);
+    // Pipelined behind the create: one session's requests run in order, so it lists our node too.
+    auto listed = b_.children(*s_, lock_path_);
+    if (!b_.await(w_, {created.get(), listed.get()}, request_bound(), true)) return false;
+    if (created->rc == ZOK) {
+        maybe_created_ = false;
+        const size_t slash = created->text.rfind('/');
+        own_ = created->text.substr(slash + 1);
+        fence_ = uint64_t(created->stat.czxid);
+        if (listed->rc == ZOK) {
+            queue = queue_of(listed->names);
+            return true;
+        }
+        return list(queue);
+    }
+    if (!outcome_unknown(created->rc)) maybe_created_ = false;
+    if (created->rc == ZNONODE) {
+        ensure_lock_node();
+        return false;
+    }
+    return retryable(created->rc, "creating a queue node under", lock_path_);
+}
+
+// After a create whose reply was lost: our node, if the create happened, carries our guid.
+bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
+    auto listed = b_.children(*s_, lock_path_);
+    if (!b_.await(w_, {listed.get()}, request_bound(), true)) return false;
+    if (listed->rc == ZNONODE) {  // no lock node, so no node of ours
+        maybe_created_ = false;
+        return true;
+    }
+    if (listed->rc != ZOK) return retryable(listed->rc, "listing", lock_path_);
+    maybe_created_ = false;
+    queue = queue_of(listed->names);
+    const auto found = std::find_if(queue.begin(), queue.end(), [&](const queue_entry& e) { return e.guid == guid_; });
+    if (found == queue.end()) return true;  // the create never happened
+    own_ = found->node;
+    auto stat = b_.exists(*s_, own_path());
+    if (!b_.await(w_, {stat.get()}, request_bound(), true) || stat->rc != ZOK) {
+        maybe_created_ = true;  // look again next round
+        own_.clear();
+        return false;
+    }
+    fence_ = uint64_t(stat->stat.czxid);
+    b_.log(1, fmt::format("{}: found our queue node `{}` again after a lost reply", b_.where(s_.get()), own_path()));
+    return true;
+}
+
+bool acquisition::list(std::vector<queue_entry>& queue) {
+    auto listed = b_.children(*s_, lock_path_);
+    if (!b_.await(w_, {listed.get()}, request_bound(), true)) return false;
+    if (listed->rc == ZOK) {
+        queue = queue_of(listed->names);
+        return true;
+    }
+    if (listed->rc == ZNONODE) {  // no lock node: our node is gone too
+        queue.clear();
+        return true;
+    }
+    return retryable(listed->rc, "listing", lock_path_);
+}
+
+// Creates the lock's container node, and the base path above it if someone deleted that.
+void acquisition::ensure_lock_node() {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        auto made = b_.create(*s_, lock_path_, ZOO_CONTAINER);
+        if (!b_.await(w_, {made.get()}, request_bound(), true)) return;
+        if (made->rc == ZOK || made->rc == ZNODEEXISTS) return;
+        if (made->rc != ZNONODE) {
+            retryable(made->rc, "creating the lock node", lock_path_);
+            return;
+        }
+        const std::string& base = b_.config().base_path;
+        for (size_t slash = base.find('/', 1);; slash = base.find('/', slash + 1)) {
+            const std::string prefix = base.substr(0, slash);
+            auto step = b_.create(*s_, prefix, ZOO_PERSISTENT);
+            if (!b_.await(w_, {step.get()}, request_bound(), true)) return;
+            if (step->rc != ZOK && step->rc != ZNODEEXISTS && !retryable(step->rc, "creating the base path", prefix)) return;
+            if (slash == std::string::npos) break;
+        }
+    }
+}
+
+// Waits until the predecessor's node is deleted (or changes, or the session ends, or the deadline).
+// Returns true when that made our node the head of the queue without listing again: the predecessor
+// was the head when we listed, and no node can take a place before ours later (sequence numbers only
+// grow, and the lock node cannot be deleted and recreated while it holds ours), so its deletion
+// leaves ours first — one round trip less per handoff. Listing is still done when the session's last
+// confirmed contact is older than a quarter of the session timeout (the listing's reply gives the
+// lease its validity) and after any other wake-up. (Like every holder, this trusts that nobody but
+// dlock deletes dlock's queue nodes.)
+bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head) {
+    const std::string path = join_path(lock_path_, predecessor.node);
+    b_.watch(w_, *s_, path);  // before the request: its event may arrive right after the reply
+    struct unwatch_on_exit {
+        dlock_backend& b;
+        waiter& w;
+        ~unwatch_on_exit() { b.unwatch(w); }
+    } unwatch{b_, w_};
+    auto got = b_.get_and_watch(*s_, path);
+    if (!b_.await(w_, {got.get()}, request_bound(), true)) return false;
+    if (got->rc != ZOK) {
+        if (got->rc != ZNONODE) retryable(got->rc, "watching", path);
+        return false;  // gone already: list again
+    }
+    b_.waiting(+1);
+    struct waiting_on_exit {
+        dlock_backend& b;
+        ~waiting_on_exit() { b.waiting(-1); }
+    } waiting{b_};
+    const int event = b_.wait_watch(w_, *s_, deadline_ns);
+    return predecessor_is_head && event == ZOO_DELETED_EVENT &&
+           now_ns() - s_->confirmed_send_ns() < s_->timeout_ms() * ns_per_ms / 4;
+}
+
+// Deletes what this acquisition created; what cannot be deleted now goes to the monitor.
+void acquisition::give_back() noexcept {
+    try {
+        if (!s_ || !b_.alive(*s_)) return;  // an ended session took its nodes with it
+        if (!own_.empty()) {
+            // Confirmed within a third of the session timeout, or left to the monitor (a second
+            // delete of a deleted node is harmless).
+            auto removed = b_.remove(*s_, own_path());
+            const bool done = b_.await(w_, {removed.get()}, now_ns() + s_->timeout_ms() * ns_per_ms / 3, false);
+            if (!done || outcome_unknown(removed->rc)) b_.add_orphan(s_->generation, lock_path_, own_path(), guid_);
+            own_.clear();
+        } else if (maybe_created_) {
+            b_.add_orphan(s_->generation, lock_path_, "", guid_);
+        }
+        maybe_created_ = false;
+    } catch (...) {
+        // Best effort: the node dies with the session at the latest.
+    }
+}
+
+// For a result that is not success: true when the round may be retried (connection or session
+// trouble: the next round waits for a connected session), else throws a precise error.
+bool acquisition::retryable(int rc, const char* doing, const std::string& path) {
+    if (outcome_unknown(rc) || session_gone(rc) || rc == ZTHROTTLEDOP) return false;
+    if (rc == ZNOAUTH)
+        fail(DLOCK_BACKEND, fmt::format("{}: permission denied {} `{}`: its ACL does not grant this client ({}); check `user`/"
+                                        "`password`, or the nodes were created by another identity",
+                                        b_.where(s_.get()), doing, path,
+                                        b_.config().user.empty() ? "unauthenticated" : "digest user `" + b_.config().user + "`"));
+    fail(DLOCK_BACKEND, fmt::format("{}: {} `{}` failed: {}", b_.where(s_.get()), doing, path, zerror(rc)));
+}
+
+int zk_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
+               dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "zookeeper: the client is closing");
+        acquisition a(*b, *req);
+        return a.run(out_hold, grant);
+    });
+}
+
+// ---- release, renew, inspect ------------------------------------------------------------------------
+
+int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto s = b->session_of(h->generation);
+        if (!s) {  // the session that held it ended, and its node with it
+            h->settled = true;
+            return DLOCK_LOST;
+        }
+        // Past the session's bound the lease is lost by the client's own rule (the host has marked
+        // it so), whatever the delete says; the node is still deleted in case the session lives.
+        const bool past_bound = now_ns() >= s->valid_until_ns();
+        const int rc = b->remove_now(*s, h->node_path);
+        if (rc == ZOK) {
+            h->settled = true;
+            return past_bound ? DLOCK_LOST : DLOCK_OK;
+        }
+        if (rc == ZNONODE || session_gone(rc)) {  // expired, or deleted by someone else
+            h->settled = true;
+            return DLOCK_LOST;
+        }
+        if (past_bound) {  // most likely expired; if not, the monitor deletes the node after reconnecting
+            b->add_orphan(h->generation, "", h->node_path, "");
+            h->settled = true;
+            return DLOCK_LOST;
+        }
+        fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` failed: {}; retry the release", b->where(s.get()), h->node_path, zerror(rc)));
+    });
+}
+
+void zk_hold_destroy(dlock_backend* b, dlock_hold* h) {
+    try {
+        b->forget_hold(h);  // no state report for it after this
+        if (!h->settled) b->add_orphan(h->generation, "", h->node_path, "");
+    } catch (...) {
+    }
+    delete h;
+}
+
+// Without a ttl there is nothing to extend: renewal confirms that each node still exists (one
+// pipelined `exists` per hold, one round trip for the batch).
+int zk_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        scoped_waiter w(*b);
+        std::vector<std::shared_ptr<session>> sessions(count);
+        std::vector<call_ptr> checks(count);
+        for (size_t i = 0; i < count; ++i) {
+            renewals[i].status = DLOCK_LOST;
+            sessions[i] = b->session_of(renewals[i].hold->generation);
+            if (sessions[i]) checks[i] = b->exists(*sessions[i], renewals[i].hold->node_path);
+        }
+        for (size_t i = 0; i < count; ++i) {
+            if (!checks[i]) continue;
+            const bool done = b->await(w, {checks[i].get()}, now_ns() + sessions[i]->timeout_ms() * ns_per_ms, false);
+            const int rc = done ? checks[i]->rc : ZOPERATIONTIMEOUT;
+            if (rc == ZOK) {
+                renewals[i].status = DLOCK_OK;
+                renewals[i].valid_until_ns = sessions[i]->valid_until_ns();
+            } else if (rc == ZNONODE || session_gone(rc)) {
+                renewals[i].status = DLOCK_LOST;
+            } else {
+                renewals[i].status = DLOCK_UNAVAILABLE;
+            }
+        }
+        return DLOCK_OK;
+    });
+}
+
+int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        scoped_waiter w(*b);
+        auto s = b->connected_session(w, now_ns() + b->config().connect_timeout_ms * ns_per_ms, false);
+        const std::string lock_path = join_path(b->config().base_path, escape_name(name));
+        auto request_failed = [&](int rc, const std::string& doing) -> void {
+            fail(rc == ZNOAUTH ? DLOCK_BACKEND : DLOCK_UNAVAILABLE, fmt::format("{}: {} failed: {}", b->where(s.get()), doing, zerror(rc)));
+        };
+        info->held = 0;
+        for (int attempt = 0; attempt < 5; ++attempt) {
+            auto listed = b->children(*s, lock_path);
+            if (!b->await(w, {listed.get()}, now_ns() + s->timeout_ms() * ns_per_ms, false)) request_failed(ZOPERATIONTIMEOUT, "listing " + lock_path);
+            if (listed->rc == ZNONODE) return DLOCK_OK;
+            if (listed->rc != ZOK) request_failed(listed->rc, "listing " + lock_path);
+            const auto queue = queue_of(listed->names);
+            if (queue.empty()) return DLOCK_OK;
+            const queue_entry& head = queue.front();
+            auto stat = b->exists(*s, join_path(lock_path, head.node));
+            if (!b->await(w, {stat.get()}, now_ns() + s->timeout_ms() * ns_per_ms, false)) request_failed(ZOPERATIONTIMEOUT, "reading the holder's node");
+            info->held = 1;
+            const size_t n = std::min(head.guid.size(), sizeof info->holder - 1);
+            std::memcpy(info->holder, head.guid.data(), n);
+            info->holder[n] = '\0';
+            info->ttl_left_ms = -1;
+            if (stat->rc == ZOK) {
+                info->fencing_token = uint64_t(stat->stat.czxid);
+                return DLOCK_OK;
+            }
+            if (stat->rc != ZNONODE) request_failed(stat->rc, "reading the holder's node");
+            // Released between the two reads: look again.
+        }
+        info->fencing_token = 0;  // changing hands too fast to read a token
+        return DLOCK_OK;
+    });
+}
+
+const dlock_plugin zookeeper_plugin = {
+    sizeof(dlock_plugin),
+    1,
+    "zookeeper",
+    "ZooKeeper ensemble: the fair lock recipe (ephemeral sequential nodes, watch on the predecessor); czxid fencing; "
+    "locks bound to the session.",
+    zookeeper_options,
+    sizeof zookeeper_options / sizeof zookeeper_options[0],
+    zk_create,
+    zk_destroy,
+    zk_capabilities,
+    zk_interrupt,
+    zk_acquire,
+    zk_release,
+    zk_hold_destroy,
+    zk_renew,
+    zk_inspect,
+};
+
+}  // namespace
+
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = &zookeeper_plugin;
+    return DLOCK_OK;
+}
