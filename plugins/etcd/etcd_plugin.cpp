@@ -1,0 +1,1010 @@
+// The `etcd` backend: etcd v3 over gRPC, with the algorithm of etcd's own concurrency mutex.
+//
+// Keys. A lock name is escaped (`%`, `/` and control bytes become %XX) so it holds no `/`, and its
+// queue is the directory `<key_prefix><escaped name>/`: a name's directory never covers another
+// name's keys (`a/` vs `a%2Fb/`). Each acquisition puts its own key
+// `<dir><session lease hex>-<attempt hex>`, attached to the client's session lease, with the owner
+// token as value. etcd's mutex uses `<dir><lease hex>`; the attempt suffix makes two acquisitions
+// of one name in one client (two threads, or a non-reentrant second acquire) contend like two
+// processes instead of sharing one key.
+//
+// Acquire. One Txn: if the key's create_revision is 0, put it and read the two newest keys of the
+// directory by create_revision (ours and the one just before it); else read it (only a retried
+// request finds it existing, and so learns its revision). The key with the lowest create_revision in
+// the directory holds the lock: with no key before ours, we hold it. Otherwise we watch the key just
+// before ours for its deletion, from the revision at which we saw it (so the event cannot be
+// missed), and when it goes, one read-only Txn checks that our key still exists and finds the next
+// key before ours, if any. Each waiter watches one other key: a release wakes one waiter.
+// Try-lock, timeouts, cancellation and errors delete our key.
+//
+// Fencing token: our key's create_revision (revisions only grow, and holders follow create order).
+// Release: a Txn deleting our key only if its create_revision is still ours, so a retried release
+// never deletes a later holder's key.
+//
+// Lease state: the session lease is kept alive on one keepalive stream (session.hpp). Keepalive
+// failing → SUSPECT; the deadline passing, or the server saying the lease is gone → LOST; the
+// holder watches its own key and reports LOST when it disappears (lease revoked, key deleted by an
+// operator). A waiter watches its own key from the start (its wait ends with an error if the key
+// goes); a holder that never waited gets that watch from the janitor thread after min(TTL/10,
+// 100 ms), from its key's creation revision, so a short critical section costs no watch and a
+// deletion in between is still reported. `renew` makes no RPC of its own: it reports the lease's deadline, confirmed by a fresh
+// keepalive on the stream when the last one is older than a quarter of the TTL. A hold the keeper
+// does not renew (renew: false) has its key deleted by the janitor thread when its validity ends,
+// since the session lease outlives it.
+//
+// Every request is idempotent (unique keys, revision-guarded deletes), so a request that got no
+// answer is repeated on the next member.
+#include "connection.hpp"
+#include "session.hpp"
+#include "watcher.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+using namespace dlock::etcd;
+
+namespace {
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+// The exception firewall of every entry: nothing crosses the C ABI.
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) noexcept {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "etcd backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("etcd backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    } catch (...) {
+        copy_message(error, "etcd backend: unknown exception");
+        return DLOCK_INTERNAL;
+    }
+}
+
+// `%`, `/` and control bytes become %XX; every other byte stays (UTF-8 stays readable in etcdctl).
+// Injective, and the result holds no `/`.
+std::string escape_name(const char* name) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char* p = reinterpret_cast<const unsigned char*>(name); *p; ++p) {
+        if (*p == '%' || *p == '/' || *p < 0x20 || *p == 0x7f) {
+            out += '%';
+            out += hex[*p >> 4];
+            out += hex[*p & 15];
+        } else {
+            out += char(*p);
+        }
+    }
+    return out;
+}
+
+std::chrono::steady_clock::time_point steady_at(int64_t ns) {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+// The directory's keys created before `revision` (all of them with 0), newest first, keys only.
+void fill_queue_range(pb::RangeRequest& range, const std::string& dir, int64_t before_revision, int64_t limit) {
+    range.set_key(dir);
+    range.set_range_end(prefix_end(dir));
+    range.set_sort_target(pb::RangeRequest::CREATE);
+    range.set_sort_order(pb::RangeRequest::DESCEND);
+    range.set_limit(limit);
+    range.set_keys_only(true);
+    if (before_revision > 0) range.set_max_create_revision(before_revision - 1);
+}
+
+void compare_create_revision(pb::TxnRequest& txn, const std::string& key, int64_t revision) {
+    pb::Compare* c = txn.add_compare();
+    c->set_result(pb::Compare::EQUAL);
+    c->set_target(pb::Compare::CREATE);
+    c->set_key(key);
+    c->set_create_revision(revision);
+}
+
+}  // namespace
+
+namespace dlock::etcd {
+
+// One acquisition of a lock: queued under the name's directory, then held.
+struct acquisition {
+    std::shared_ptr<session> s;
+    std::string name, dir, key, owner;
+    void* host_lease = nullptr;
+    int64_t revision = 0;  // our key's create_revision: the fencing token
+
+    // Signals to the waiting thread (guarded by m).
+    std::mutex m;
+    std::condition_variable cv;
+    bool predecessor_gone = false;
+    bool predecessor_reset = false;
+    bool own_gone = false;
+    bool own_reset = false;
+    bool session_ended = false;
+    int session_status = DLOCK_OK;
+    std::string session_reason;
+    bool cancelled = false;
+
+    // Hold phase (guarded by the backend's state_mutex).
+    int64_t own_watch = 0;    // watch on our own key; 0: none
+    int64_t own_watch_due_ns = 0;  // when the janitor gives a holder its own-key watch; 0: not needed
+    bool held = false;
+    bool registered = false;  // the host may be told about it (until hold_destroy)
+    bool releasing = false;   // our release is deleting the key: its deletion is no loss
+    bool gone = false;        // the key is gone or no longer ours: LOST
+    int64_t valid_until_ns = 0;  // what the host was last told (grant or renew)
+
+    bool signalled() const {
+        return predecessor_gone || predecessor_reset || own_gone || own_reset || session_ended || cancelled;
+    }
+};
+
+}  // namespace dlock::etcd
+
+struct dlock_hold {
+    std::shared_ptr<acquisition> a;
+};
+
+struct dlock_backend final : session_listener {
+    settings config;
+    dlock_plugin_host host{};
+    std::unique_ptr<connection> conn;
+    std::unique_ptr<watcher> watches;
+    std::unique_ptr<session_keeper> sessions;
+    std::atomic<uint64_t> attempts{0};
+    std::atomic<bool> interrupted{false};
+
+    // Guards the hold-phase fields of acquisitions and the sets below. Never held while calling the host.
+    std::mutex state_mutex;
+    std::condition_variable janitor_wake;
+    std::set<std::shared_ptr<acquisition>> holds;   // registered holds
+    std::set<std::shared_ptr<acquisition>> queued;  // acquisitions waiting in a queue
+    struct orphan {
+        std::string key;
+        int64_t revision;  // delete only if still this revision; 0: the key is ours alone, delete it
+    };
+    std::vector<orphan> orphans;                     // keys to delete that a failed call left behind
+    std::vector<std::shared_ptr<acquisition>> rechecks;  // holds whose own-key watch was reset
+    bool janitor_started = false;
+    bool janitor_stop = false;
+    int64_t janitor_wakes_at = INT64_MIN;  // INT64_MIN: awake, will rescan
+    uint64_t holds_made = 0;               // bumped by every new hold: keeps the janitor ticking while locks come and go
+    std::thread janitor;
+
+    // The longest a holder that never waited goes without its own-key watch (LOST detection is
+    // delayed by at most this, well within the contract's ttl/3).
+    static constexpr int64_t max_own_watch_delay_ns = 100 * ns_per_ms;
+
+    // Held while telling the host about a hold, and by hold_destroy: after hold_destroy returns, no
+    // call about that hold is in progress or will start. release and renew never take it.
+    std::mutex notify_mutex;
+
+    // The host prefixes log lines with the backend's name; messages that name it already lose it here.
+    void log(int level, const std::string& message) {
+        if (!host.log) return;
+        const bool prefixed = message.rfind("etcd: ", 0) == 0;
+        host.log(host.context, level, message.c_str() + (prefixed ? 6 : 0));
+    }
+
+    std::string dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
+
+    // Tells the host that a hold changed state, unless it is being destroyed.
+    void push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
+        std::lock_guard<std::mutex> notifying(notify_mutex);
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            if (!a->registered) return;
+            if (state != DLOCK_LEASE_LOST && a->gone) return;
+        }
+        if (host.hold_state_changed) host.hold_state_changed(host.context, a->host_lease, state, valid_until_ns);
+    }
+
+    void start_janitor() {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        if (janitor_started) return;
+        janitor_started = true;
+        janitor = std::thread([this] { janitor_loop(); });
+    }
+
+    void add_orphan(std::string key, int64_t revision) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        orphans.push_back({std::move(key), revision});
+        janitor_wake.notify_all();
+    }
+
+    // Deletes `key`, only if its create_revision is `revision` when that is > 0. Returns whether it
+    // deleted it. Throws failure.
+    bool delete_key(const std::string& key, int64_t revision, const char* what) {
+        pb::TxnRequest txn;
+        if (revision > 0) compare_create_revision(txn, key, revision);
+        txn.add_success()->mutable_request_delete_range()->set_key(key);
+        pb::TxnResponse response;
+        conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); });
+        return response.succeeded() && response.responses_size() == 1 &&
+               response.responses(0).response_delete_range().deleted() == 1;
+    }
+
+    // Takes an acquisition out of the queue and deletes its key (a failed delete is left to the
+    // janitor): nothing is left behind.
+    void abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch) {
+        int64_t own = 0;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            queued.erase(a);
+            own = a->own_watch;
+            a->own_watch = 0;
+            a->gone = true;
+        }
+        if (own) watches->cancel(own);
+        if (predecessor_watch) watches->cancel(predecessor_watch);
+        try {
+            delete_key(a->key, 0, "delete an abandoned queue key");
+        } catch (const failure& f) {
+            log(2, fmt::format("etcd: could not delete queue key `{}` ({}); retrying in the background", a->key, f.message));
+            add_orphan(a->key, 0);
+        }
+    }
+
+    // Own-key watch: a deletion we did not make is a loss for a holder, and the end of a waiter.
+    void own_key_event(const std::weak_ptr<acquisition>& weak, watch_event event) {
+        const std::shared_ptr<acquisition> a = weak.lock();
+        if (!a) return;
+        bool lost = false;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            a->own_watch = 0;  // fired: nothing to cancel
+            if (a->held) {
+                if (a->releasing || a->gone) return;
+                if (event == watch_event::deleted) {
+                    a->gone = true;
+                    lost = true;
+                } else {
+                    rechecks.push_back(a);
+                    janitor_wake.notify_all();
+                }
+            } else {
+                std::lock_guard<std::mutex> signal(a->m);
+                (event == watch_event::deleted ? a->own_gone : a->own_reset) = true;
+                a->cv.notify_all();
+            }
+        }
+        if (lost) {
+            log(2, fmt::format("etcd: lock `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
+                               "the server, or deleted by someone else)", a->name, a->key));
+            push(a, DLOCK_LEASE_LOST, 0);
+        }
+    }
+
+    int64_t watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision) {
+        std::weak_ptr<acquisition> weak = a;
+        const int64_t id = watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); });
+        std::lock_guard<std::mutex> lock(state_mutex);
+        a->own_watch = id;
+        return id;
+    }
+
+    // ---- session events ----------------------------------------------------------------------
+
+    // The live holds of session `s`, each with the validity the host was last told.
+    std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> holds_of(const std::shared_ptr<session>& s) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> out;
+        for (const auto& a : holds)
+            if (a->s == s && !a->gone) out.emplace_back(a, a->valid_until_ns);
+        return out;
+    }
+
+    void session_suspect(const std::shared_ptr<session>& s, const std::string& why) override {
+        log(2, fmt::format("etcd: session lease {} unconfirmed: {}", lease_hex(s->id), why));
+        for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_SUSPECT, valid_until);
+    }
+
+    // HELD again with the validity the host already has: it moves forward with the next renewal.
+    void session_healthy(const std::shared_ptr<session>& s) override {
+        log(1, fmt::format("etcd: session lease {} confirmed again", lease_hex(s->id)));
+        for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_HELD, valid_until);
+    }
+
+    void session_dead(const std::shared_ptr<session>& s, int status, const std::string& why) override {
+        std::vector<std::shared_ptr<acquisition>> lost;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            for (const auto& a : holds)
+                if (a->s == s && !a->gone) {
+                    a->gone = true;
+                    lost.push_back(a);
+                }
+            for (const auto& a : queued)
+                if (a->s == s) {
+                    std::lock_guard<std::mutex> signal(a->m);
+                    a->session_ended = true;
+                    a->session_status = status;
+                    a->session_reason = why;
+                    a->cv.notify_all();
+                }
+        }
+        log(lost.empty() ? 1 : 2, fmt::format("etcd: session lease {} ended: {}; {} held lock(s) lost", lease_hex(s->id),
+                                              why, lost.size()));
+        for (const auto& a : lost) push(a, DLOCK_LEASE_LOST, 0);
+    }
+
+    void member_failed(size_t index) override { watches->member_failed(index); }
+
+    // ---- janitor -----------------------------------------------------------------------------
+
+    // Deletes the keys of holds whose validity ended without a renewal (renew: false: the session
+    // lease outlives them), keys a failed call left behind, and re-checks holds whose own-key watch
+    // was reset. Never blocks the keepalive threads: it has its own.
+    void janitor_loop() {
+        std::unique_lock<std::mutex> lock(state_mutex);
+        int64_t orphan_retry_at = 0;
+        uint64_t holds_seen = 0;
+        while (!janitor_stop) {
+            const int64_t now = now_ns();
+            int64_t next = forever_ns;
+            std::vector<std::shared_ptr<acquisition>> expired, to_watch;
+            for (const auto& a : holds) {
+                if (a->gone || a->releasing) continue;
+                if (a->valid_until_ns <= now) {
+                    a->gone = true;
+                    expired.push_back(a);
+                    continue;
+                }
+                next = std::min(next, a->valid_until_ns);
+                if (a->own_watch_due_ns != 0) {
+                    if (a->own_watch_due_ns <= now) {
+                        a->own_watch_due_ns = 0;
+                        to_watch.push_back(a);
+                    } else {
+                        next = std::min(next, a->own_watch_due_ns);
+                    }
+                }
+            }
+            // While holds keep coming, wake once per own-key-watch delay rather than once per hold.
+            if (holds_made != holds_seen) {
+                holds_seen = holds_made;
+                next = std::min(next, now + max_own_watch_delay_ns);
+            }
+            std::vector<orphan> to_delete;
+            if (!orphans.empty()) {
+                if (now >= orphan_retry_at) to_delete.swap(orphans);
+                else next = std::min(next, orphan_retry_at);
+            }
+            std::vector<std::shared_ptr<acquisition>> to_check;
+            to_check.swap(rechecks);
+            if (expired.empty() && to_delete.empty() && to_check.empty() && to_watch.empty()) {
+                janitor_wakes_at = next;
+                if (next == forever_ns) janitor_wake.wait(lock);
+                else janitor_wake.wait_until(lock, steady_at(next));
+                janitor_wakes_at = INT64_MIN;
+                continue;
+            }
+            lock.unlock();
+            for (const auto& a : expired) {
+                int64_t own = 0;
+                {
+                    std::lock_guard<std::mutex> guard(state_mutex);
+                    own = a->own_watch;
+                    a->own_watch = 0;
+                }
+                if (own) watches->cancel(own);
+                push(a, DLOCK_LEASE_LOST, 0);
+                try {
+                    delete_key(a->key, a->revision, "delete the key of an expired hold");
+                } catch (const failure& f) {
+                    log(2, f.message);
+                    add_orphan(a->key, a->revision);
+                }
+            }
+            std::vector<orphan> failed;
+            for (auto& o : to_delete) {
+                try {
+                    delete_key(o.key, o.revision, "delete a key left behind");
+                } catch (const failure&) {
+                    failed.push_back(std::move(o));
+                }
+            }
+            for (const auto& a : to_check) recheck_own_key(a);
+            // From the revision after our key's creation: a deletion since then is delivered at once.
+            for (const auto& a : to_watch) watch_own_key(a, a->revision + 1);
+            lock.lock();
+            if (!failed.empty()) {
+                orphans.insert(orphans.end(), failed.begin(), failed.end());
+                orphan_retry_at = now_ns() + 1000 * ns_per_ms;
+            }
+        }
+    }
+
+    // A holder's own-key watch ended without telling: read the key; LOST if it is gone, else watch again.
+    void recheck_own_key(const std::shared_ptr<acquisition>& a) {
+        pb::RangeRequest range;
+        range.set_key(a->key);
+        pb::RangeResponse response;
+        try {
+            conn->call("check a held key", [&](member& m, grpc::ClientContext& context) { return m.kv->Range(&context, range, &response); });
+        } catch (const failure&) {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            rechecks.push_back(a);  // try again with the next wake-up
+            return;
+        }
+        const bool ours = response.kvs_size() == 1 && response.kvs(0).create_revision() == a->revision;
+        bool lost = false;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->gone || a->releasing || !a->registered) return;
+            if (!ours) {
+                a->gone = true;
+                lost = true;
+            }
+        }
+        if (lost) {
+            log(2, fmt::format("etcd: lock `{}` lost: its key `{}` is gone", a->name, a->key));
+            push(a, DLOCK_LEASE_LOST, 0);
+        } else {
+            watch_own_key(a, response.header().revision() + 1);
+        }
+    }
+
+    // ---- acquire -----------------------------------------------------------------------------
+
+    int acquire(const dlock_acquire_request& request, dlock_hold** out_hold, dlock_grant* grant) {
+        if (interrupted) fail(DLOCK_CANCELLED, "etcd: the client is closing");
+        start_janitor();
+        for (int attempt = 0;; ++attempt) {
+            auto a = std::make_shared<acquisition>();
+            a->s = sessions->obtain(request.ttl_ms);
+            a->name = request.name;
+            a->dir = dir_of(request.name);
+            a->key = fmt::format("{}{}-{:x}", a->dir, lease_hex(a->s->id), ++attempts);
+            a->owner = request.owner;
+            a->host_lease = request.host_lease;
+            try {
+                return acquire_with(a, request, out_hold, grant);
+            } catch (const failure& f) {
+                // The session's lease vanished on the server before the keepalive told us: once more
+                // with a new session.
+                if (attempt == 0 && f.message.find("requested lease not found") != std::string::npos) {
+                    sessions->forget(a->s, DLOCK_BACKEND, "the server no longer has it (expired or revoked)");
+                    continue;
+                }
+                throw;
+            }
+        }
+    }
+
+    int acquire_with(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, dlock_hold** out_hold,
+                     dlock_grant* grant) {
+        pb::TxnRequest enqueue;
+        compare_create_revision(enqueue, a->key, 0);
+        pb::PutRequest* put = enqueue.add_success()->mutable_request_put();
+        put->set_key(a->key);
+        put->set_value(a->owner);
+        put->set_lease(a->s->id);
+        fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, 0, 2);
+        enqueue.add_failure()->mutable_request_range()->set_key(a->key);
+        pb::TxnResponse response;
+        try {
+            conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
+                       call_options{true, 0});
+        } catch (const failure& f) {
+            // Without an answer the put may have happened: delete the key (it is ours alone).
+            if (f.status == DLOCK_UNAVAILABLE || f.status == DLOCK_CANCELLED || f.status == DLOCK_UNKNOWN) abandon(a, 0);
+            throw;
+        }
+        std::string predecessor;
+        int64_t seen_at = response.header().revision();
+        if (response.succeeded()) {
+            a->revision = response.header().revision();
+            const auto& queue = response.responses(1).response_range().kvs();
+            if (queue.size() >= 2 && queue[0].create_revision() == a->revision) predecessor = queue[1].key();
+        } else {
+            // A repeated request: the key exists; learn its revision, then what is before it.
+            const auto& mine = response.responses(0).response_range().kvs();
+            if (mine.empty()) fail(DLOCK_BACKEND, fmt::format("etcd: key `{}` neither created nor found", a->key));
+            a->revision = mine[0].create_revision();
+            if (!next_in_queue(a, predecessor, seen_at)) {
+                abandon(a, 0);
+                fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while acquiring", a->key, a->name));
+            }
+        }
+        if (predecessor.empty()) return become_holder(a, out_hold, grant);
+        if (request.deadline_ns == 0) {
+            abandon(a, 0);
+            fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` is taken (queue `{}`)", a->name, a->dir));
+        }
+        watch_own_key(a, a->revision + 1);
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            queued.insert(a);
+        }
+        if (!sessions->alive(*a->s)) {
+            std::lock_guard<std::mutex> signal(a->m);
+            a->session_ended = true;
+            a->session_status = DLOCK_UNAVAILABLE;
+            a->session_reason = "it ended before the wait began";
+        }
+        return wait_in_queue(a, request, predecessor, seen_at, out_hold, grant);
+    }
+
+    // Reads whether our key still exists and which key is just before it. Returns false when our
+    // key is gone; `predecessor` is empty when we are first.
+    bool next_in_queue(const std::shared_ptr<acquisition>& a, std::string& predecessor, int64_t& seen_at) {
+        pb::TxnRequest check;
+        compare_create_revision(check, a->key, a->revision);
+        fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->revision, 1);
+        pb::TxnResponse response;
+        conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
+                   call_options{true, 0});
+        if (!response.succeeded()) return false;
+        const auto& before = response.responses(0).response_range().kvs();
+        predecessor = before.empty() ? std::string() : before[0].key();
+        seen_at = response.header().revision();
+        return true;
+    }
+
+    int wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
+                      int64_t seen_at, dlock_hold** out_hold, dlock_grant* grant) {
+        int64_t predecessor_watch = 0;
+        try {
+            for (;;) {
+                {
+                    std::weak_ptr<acquisition> weak = a;
+                    predecessor_watch = watches->watch_deletion(predecessor, seen_at + 1, [weak](watch_event e) {
+                        if (auto locked = weak.lock()) {
+                            std::lock_guard<std::mutex> signal(locked->m);
+                            (e == watch_event::deleted ? locked->predecessor_gone : locked->predecessor_reset) = true;
+                            locked->cv.notify_all();
+                        }
+                    });
+                }
+                bool rewatch_own = false;
+                {
+                    std::unique_lock<std::mutex> lock(a->m);
+                    if (request.deadline_ns == forever_ns) a->cv.wait(lock, [&] { return a->signalled(); });
+                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), [&] { return a->signalled(); });
+                    if (a->cancelled) {
+                        lock.unlock();
+                        abandon(a, predecessor_watch);
+                        fail(DLOCK_CANCELLED, "etcd: the client is closing");
+                    }
+                    if (a->session_ended) {
+                        const int status = a->session_status == DLOCK_BACKEND ? DLOCK_BACKEND : DLOCK_UNAVAILABLE;
+                        const std::string why = a->session_reason;
+                        lock.unlock();
+                        abandon(a, predecessor_watch);
+                        fail(status, fmt::format("etcd: session lease {} ended while waiting for lock `{}` ({}); not acquired",
+                                                 lease_hex(a->s->id), a->name, why));
+                    }
+                    if (a->own_gone) {
+                        lock.unlock();
+                        abandon(a, predecessor_watch);
+                        fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` was deleted while waiting (its "
+                                                        "session lease was revoked, or someone deleted it); not acquired",
+                                                        a->key, a->name));
+                    }
+                    if (!a->signalled()) {  // the deadline passed
+                        lock.unlock();
+                        abandon(a, predecessor_watch);
+                        fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline", a->name));
+                    }
+                    rewatch_own = a->own_reset;
+                    a->predecessor_gone = a->predecessor_reset = a->own_reset = false;
+                }
+                watches->cancel(predecessor_watch);
+                predecessor_watch = 0;
+                if (!next_in_queue(a, predecessor, seen_at)) {
+                    abandon(a, 0);
+                    fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while waiting (its session "
+                                                    "lease expired or was revoked, or someone deleted it); not acquired",
+                                                    a->key, a->name));
+                }
+                if (rewatch_own) watch_own_key(a, seen_at + 1);
+                if (predecessor.empty()) return become_holder(a, out_hold, grant);
+            }
+        } catch (const failure& f) {
+            if (predecessor_watch) watches->cancel(predecessor_watch);
+            bool abandoned;
+            {
+                std::lock_guard<std::mutex> lock(state_mutex);
+                abandoned = a->gone;
+            }
+            if (!abandoned) abandon(a, 0);  // a call failed (or was cancelled) mid-wait
+            throw;
+        }
+    }
+
+    int become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant) {
+        const int64_t valid_until = sessions->deadline(*a->s);
+        const bool alive = sessions->alive(*a->s) && valid_until > now_ns();
+        bool key_gone = false;
+        if (alive) {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            {
+                std::lock_guard<std::mutex> signal(a->m);
+                key_gone = a->own_gone;
+            }
+            if (!key_gone) {
+                queued.erase(a);
+                a->held = true;
+                a->registered = true;
+                a->valid_until_ns = valid_until;
+                ++holds_made;
+                int64_t due = valid_until;
+                if (a->own_watch == 0) {
+                    // A holder that never waited gets its own-key watch from the janitor a little
+                    // later: a short critical section then costs no watch at all, and the watch,
+                    // starting at our key's creation, still reports a deletion made in between.
+                    const int64_t delay = std::clamp<int64_t>(a->s->ttl_s * 1'000'000'000 / 10, 10 * ns_per_ms, max_own_watch_delay_ns);
+                    a->own_watch_due_ns = now_ns() + delay;
+                    due = std::min(due, a->own_watch_due_ns + delay);
+                }
+                holds.insert(a);
+                if (due < janitor_wakes_at) janitor_wake.notify_all();
+            }
+        }
+        if (!alive || key_gone) {
+            abandon(a, 0);
+            fail(alive ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+                 fmt::format("etcd: lock `{}` reached the head of its queue, but {}; not acquired", a->name,
+                             alive ? "its key was deleted meanwhile" : "its session lease ended meanwhile"));
+        }
+        grant->fencing_token = uint64_t(a->revision);
+        grant->valid_until_ns = valid_until;
+        grant->ttl_ms = a->s->ttl_s * 1000;
+        *out_hold = new dlock_hold{a};
+        return DLOCK_OK;
+    }
+
+    // ---- release, renew, inspect -------------------------------------------------------------
+
+    int release(dlock_hold* h, dlock_plugin_error* error) {
+        const std::shared_ptr<acquisition>& a = h->a;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->gone) {
+                copy_message(error, fmt::format("etcd: lock `{}` had been lost (its key `{}` expired or was deleted)", a->name, a->key));
+                return DLOCK_LOST;
+            }
+            a->releasing = true;
+        }
+        bool deleted = false;
+        try {
+            deleted = delete_key(a->key, a->revision, "release");
+        } catch (const failure& f) {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            a->releasing = false;
+            copy_message(error, fmt::format("{}; the outcome is unknown: the release is safe to retry", f.message));
+            return DLOCK_UNKNOWN;
+        }
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            a->gone = true;
+            // No cancel request: the deletion's event reaches the own-key watch, if there is one, and
+            // the watcher ends it on the server then (one message either way, off the release path).
+            a->own_watch = 0;
+        }
+        if (deleted) return DLOCK_OK;
+        copy_message(error, fmt::format("etcd: lock `{}` had been lost: key `{}` with create_revision {} no longer exists",
+                                        a->name, a->key, a->revision));
+        return DLOCK_LOST;
+    }
+
+    void hold_destroy(dlock_hold* h) {
+        const std::shared_ptr<acquisition> a = std::move(h->a);
+        delete h;
+        int64_t own = 0;
+        {
+            std::lock_guard<std::mutex> notifying(notify_mutex);
+            std::lock_guard<std::mutex> lock(state_mutex);
+            a->registered = false;
+            holds.erase(a);
+            own = a->own_watch;
+            a->own_watch = 0;
+            if (!a->gone) {
+                // The host gave up on a release it could not confirm: the key would otherwise live as
+                // long as the session lease. Deleted in the background, only if still ours.
+                a->gone = true;
+                orphans.push_back({a->key, a->revision});
+                janitor_wake.notify_all();
+            }
+        }
+        if (own) watches->cancel(own);
+    }
+
+    int renew(dlock_renewal* renewals, size_t count) {
+        struct confirmed {
+            std::shared_ptr<session> s;
+            int status;
+            int64_t deadline;
+        };
+        std::vector<confirmed> done;  // one confirmation per session in the batch
+        for (size_t i = 0; i < count; ++i) {
+            const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
+            {
+                std::lock_guard<std::mutex> lock(state_mutex);
+                if (a->gone) {
+                    renewals[i].status = DLOCK_LOST;
+                    continue;
+                }
+            }
+            auto it = std::find_if(done.begin(), done.end(), [&](const confirmed& c) { return c.s == a->s; });
+            if (it == done.end()) {
+                int64_t deadline = 0;
+                std::string why;
+                const int status = sessions->confirm(a->s, deadline, why);
+                if (status != DLOCK_OK) log(2, why);
+                done.push_back({a->s, status, deadline});
+                it = done.end() - 1;
+            }
+            if (it->status != DLOCK_OK) {
+                renewals[i].status = it->status;
+                continue;
+            }
+            std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->gone) {
+                renewals[i].status = DLOCK_LOST;
+                continue;
+            }
+            a->valid_until_ns = std::max(a->valid_until_ns, it->deadline);
+            renewals[i].status = DLOCK_OK;
+            renewals[i].valid_until_ns = a->valid_until_ns;
+        }
+        return DLOCK_OK;
+    }
+
+    int inspect(const char* name, dlock_lock_info* info) {
+        const std::string dir = dir_of(name);
+        pb::RangeRequest range;
+        range.set_key(dir);
+        range.set_range_end(prefix_end(dir));
+        range.set_sort_target(pb::RangeRequest::CREATE);
+        range.set_sort_order(pb::RangeRequest::ASCEND);
+        range.set_limit(1);
+        pb::RangeResponse response;
+        conn->call("inspect", [&](member& m, grpc::ClientContext& context) { return m.kv->Range(&context, range, &response); });
+        info->held = response.kvs_size() > 0 ? 1 : 0;
+        if (!info->held) return DLOCK_OK;
+        const mvccpb::KeyValue& holder = response.kvs(0);
+        const size_t n = std::min(holder.value().size(), sizeof info->holder - 1);
+        std::memcpy(info->holder, holder.value().data(), n);
+        info->holder[n] = '\0';
+        info->fencing_token = uint64_t(holder.create_revision());
+        info->ttl_left_ms = -1;
+        if (holder.lease() != 0) {
+            pb::LeaseTimeToLiveRequest ttl;
+            ttl.set_id(holder.lease());
+            pb::LeaseTimeToLiveResponse left;
+            conn->call("inspect the holder's lease",
+                       [&](member& m, grpc::ClientContext& context) { return m.lease->LeaseTimeToLive(&context, ttl, &left); });
+            if (left.ttl() >= 0) info->ttl_left_ms = left.ttl() * 1000;  // etcd answers in whole seconds
+        }
+        return DLOCK_OK;
+    }
+
+    void interrupt() {
+        interrupted = true;
+        conn->interrupt();
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (const auto& a : queued) {
+            std::lock_guard<std::mutex> signal(a->m);
+            a->cancelled = true;
+            a->cv.notify_all();
+        }
+    }
+
+    // Revokes the session lease (every key of this client goes at once) and joins every thread.
+    void shut_down() {
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            janitor_stop = true;
+            janitor_wake.notify_all();
+        }
+        if (janitor.joinable()) janitor.join();
+        sessions->stop();
+        watches->stop();
+    }
+};
+
+namespace {
+
+const dlock_option_desc etcd_options[] = {
+    {"endpoints", DLOCK_OPTION_STRING_LIST, 0, DLOCK_DSN_HOSTS, "127.0.0.1:2379",
+     "etcd members, host:port (or http://host:port, https://host:port); calls fail over to the next when one is unreachable."},
+    {"username", DLOCK_OPTION_STRING, 0, DLOCK_DSN_USER, nullptr, "User for etcd authentication; empty: none."},
+    {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Password of `username`."},
+    {"tls", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false", "Use TLS (implied by https:// endpoints and by `ca_file`)."},
+    {"ca_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM file of the CA that signed the members' certificates; empty: the system's roots."},
+    {"cert_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM client certificate (with `key_file`) for client-certificate authentication."},
+    {"key_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM private key of `cert_file`."},
+    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, "dlock/", "Prefix of every key dlock writes (a `/` is appended when missing)."},
+    {"session_ttl", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, nullptr,
+     "TTL of the client's session lease (whole seconds, raised to the server's minimum); unset: the ttl of the acquire that grants it."},
+    {"dial_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "2s", "Bound on connecting to one member (and on the check at open)."},
+    {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next."},
+};
+
+const dlock_option_value* find(const dlock_option_value* values, size_t count, const char* name) {
+    for (size_t i = 0; i < count; ++i)
+        if (!std::strcmp(values[i].name, name) && values[i].is_set) return &values[i];
+    return nullptr;
+}
+
+std::string read_pem(const char* option, const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(DLOCK_CONFIG, fmt::format("etcd: option `{}`: cannot read `{}`", option, path));
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+settings parse_settings(const dlock_option_value* values, size_t count) {
+    settings s;
+    bool https = false, http = false;
+    if (const auto* v = find(values, count, "endpoints")) {
+        for (size_t i = 0; i < v->list_count; ++i) {
+            std::string e = v->list_values[i];
+            if (e.rfind("https://", 0) == 0) {
+                https = true;
+                e = e.substr(8);
+            } else if (e.rfind("http://", 0) == 0) {
+                http = true;
+                e = e.substr(7);
+            }
+            while (!e.empty() && e.back() == '/') e.pop_back();
+            const size_t colon = e.rfind(':');
+            if (e.empty() || colon == std::string::npos || colon == 0 || colon + 1 == e.size() ||
+                e.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+                fail(DLOCK_CONFIG, fmt::format("etcd: endpoint `{}` is not host:port", v->list_values[i]));
+            if (std::find(s.endpoints.begin(), s.endpoints.end(), e) != s.endpoints.end())
+                fail(DLOCK_CONFIG, fmt::format("etcd: endpoint `{}` is listed twice", e));
+            s.endpoints.push_back(e);
+        }
+    }
+    if (s.endpoints.empty()) fail(DLOCK_CONFIG, "etcd: option `endpoints` lists no member");
+    if (https && http) fail(DLOCK_CONFIG, "etcd: `endpoints` mix http:// and https://; use one scheme");
+    if (const auto* v = find(values, count, "username")) s.username = v->string_value;
+    if (const auto* v = find(values, count, "password")) s.password = v->string_value;
+    if (!s.password.empty() && s.username.empty()) fail(DLOCK_CONFIG, "etcd: `password` is set without `username`");
+    s.tls = https;
+    if (const auto* v = find(values, count, "tls")) s.tls = s.tls || v->int_value != 0;
+    if (const auto* v = find(values, count, "ca_file"); v && *v->string_value) {
+        s.ca_pem = read_pem("ca_file", v->string_value);
+        s.tls = true;
+    }
+    const auto* cert = find(values, count, "cert_file");
+    const auto* key = find(values, count, "key_file");
+    const bool has_cert = cert && *cert->string_value, has_key = key && *key->string_value;
+    if (has_cert != has_key) fail(DLOCK_CONFIG, "etcd: `cert_file` and `key_file` go together");
+    if (has_cert) {
+        s.cert_pem = read_pem("cert_file", cert->string_value);
+        s.key_pem = read_pem("key_file", key->string_value);
+        s.tls = true;
+    }
+    if (http && s.tls) fail(DLOCK_CONFIG, "etcd: TLS options are set but `endpoints` use http://");
+    if (const auto* v = find(values, count, "key_prefix")) s.key_prefix = v->string_value;
+    if (!s.key_prefix.empty() && s.key_prefix.back() != '/') s.key_prefix += '/';
+    if (const auto* v = find(values, count, "session_ttl")) {
+        if (v->int_value < 1) fail(DLOCK_CONFIG, "etcd: `session_ttl` must be at least 1s");
+        s.session_ttl_ms = v->int_value;
+    }
+    if (const auto* v = find(values, count, "dial_timeout")) s.dial_timeout_ms = v->int_value;
+    if (const auto* v = find(values, count, "request_timeout")) s.request_timeout_ms = v->int_value;
+    if (s.dial_timeout_ms < 1 || s.request_timeout_ms < 1)
+        fail(DLOCK_CONFIG, "etcd: `dial_timeout` and `request_timeout` must be at least 1ms");
+    return s;
+}
+
+int etcd_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+                dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto b = std::make_unique<dlock_backend>();
+        if (host) b->host = *host;
+        b->config = parse_settings(values, count);
+        b->conn = std::make_unique<connection>(b->config);
+        b->watches = std::make_unique<watcher>(*b->conn);
+        b->sessions = std::make_unique<session_keeper>(*b->conn, *b);
+        // Connect at open: a wrong endpoint, password or permission is an error here, not at the first acquire.
+        b->conn->check_reachable();
+        *out = b.release();
+        return DLOCK_OK;
+    });
+}
+
+void etcd_destroy(dlock_backend* b) {
+    if (!b) return;
+    guarded(nullptr, [&] {
+        b->shut_down();
+        return DLOCK_OK;
+    });
+    delete b;
+}
+
+uint64_t etcd_capabilities(dlock_backend* b) {
+    uint64_t caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL;
+    if (b && b->config.endpoints.size() > 1) caps |= DLOCK_CAP_QUORUM;
+    return caps;
+}
+
+void etcd_interrupt(dlock_backend* b) {
+    guarded(nullptr, [&] {
+        b->interrupt();
+        return DLOCK_OK;
+    });
+}
+
+int etcd_acquire(dlock_backend* b, const dlock_acquire_request* request, dlock_hold** out_hold, dlock_grant* grant,
+                 dlock_plugin_error* error) {
+    return guarded(error, [&] { return b->acquire(*request, out_hold, grant); });
+}
+
+int etcd_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+    return guarded(error, [&] { return b->release(h, error); });
+}
+
+void etcd_hold_destroy(dlock_backend* b, dlock_hold* h) {
+    guarded(nullptr, [&] {
+        b->hold_destroy(h);
+        return DLOCK_OK;
+    });
+}
+
+int etcd_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
+    return guarded(error, [&] { return b->renew(renewals, count); });
+}
+
+int etcd_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] { return b->inspect(name, info); });
+}
+
+const dlock_plugin etcd_plugin = {
+    sizeof(dlock_plugin),
+    1,
+    "etcd",
+    "etcd v3 over gRPC: one session lease per client on one keepalive stream; the etcd mutex algorithm (lowest "
+    "create_revision holds, each waiter watches its predecessor); fencing token = the key's create_revision.",
+    etcd_options,
+    sizeof etcd_options / sizeof etcd_options[0],
+    etcd_create,
+    etcd_destroy,
+    etcd_capabilities,
+    etcd_interrupt,
+    etcd_acquire,
+    etcd_release,
+    etcd_hold_destroy,
+    etcd_renew,
+    etcd_inspect,
+};
+
+}  // namespace
+
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = &etcd_plugin;
+    return DLOCK_OK;
+}

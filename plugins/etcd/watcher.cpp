@@ -1,0 +1,157 @@
+// Implements the watch stream (watcher.hpp).
+#include "watcher.hpp"
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+namespace dlock::etcd {
+
+namespace {
+
+// Pause between two attempts to open the stream.
+constexpr auto reconnect_pause = std::chrono::milliseconds(50);
+
+bool contains(const std::string& text, const char* fragment) { return text.find(fragment) != std::string::npos; }
+
+}  // namespace
+
+watcher::watcher(connection& conn) : conn_(conn) {}
+
+watcher::~watcher() { stop(); }
+
+void watcher::send_create_locked(int64_t id, const watch& w) {
+    pb::WatchRequest request;
+    pb::WatchCreateRequest* create = request.mutable_create_request();
+    create->set_key(w.key);
+    create->set_start_revision(w.start_revision);
+    create->add_filters(pb::WatchCreateRequest::NOPUT);  // deletions only
+    create->set_watch_id(id);
+    // A failed write means the stream broke: the reader reopens it and creates every live watch again.
+    stream_->Write(request);
+}
+
+int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t id = next_id_++;
+    const watch& w = watches_.emplace(id, watch{key, start_revision, std::move(on_event)}).first->second;
+    if (!started_) {
+        started_ = true;
+        reader_ = std::thread([this] { reader_loop(); });
+    }
+    if (stream_) send_create_locked(id, w);
+    else changed_.notify_all();
+    return id;
+}
+
+void watcher::cancel(int64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (watches_.erase(id) == 0) return;
+    if (stream_) {
+        pb::WatchRequest request;
+        request.mutable_cancel_request()->set_watch_id(id);
+        stream_->Write(request);
+    }
+}
+
+void watcher::member_failed(size_t failed) {
+    // Not under mutex_: a writer blocked on a silent member holds it, and this cancel unblocks it.
+    std::lock_guard<std::mutex> lock(context_mutex_);
+    if (stream_context_ && stream_member_ == failed) stream_context_->TryCancel();
+}
+
+void watcher::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+        changed_.notify_all();
+    }
+    {
+        std::lock_guard<std::mutex> lock(context_mutex_);
+        if (stream_context_) stream_context_->TryCancel();
+    }
+    if (reader_.joinable()) reader_.join();
+}
+
+void watcher::reader_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        changed_.wait(lock, [&] { return stopping_ || !watches_.empty(); });
+        if (stopping_) return;
+        const size_t index = conn_.current();
+        member& m = conn_.at(index);
+        lock.unlock();
+        if (!conn_.wait_connected(index)) {
+            conn_.fail_over(index);
+            lock.lock();
+            changed_.wait_for(lock, reconnect_pause, [&] { return stopping_; });
+            continue;
+        }
+        grpc::ClientContext context;
+        conn_.prepare(context, 0);
+        std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream = m.watch->Watch(&context);
+        lock.lock();
+        {
+            std::lock_guard<std::mutex> guard(context_mutex_);
+            stream_context_ = &context;
+            stream_member_ = index;
+            if (stopping_) context.TryCancel();
+        }
+        stream_ = stream.get();
+        for (const auto& [id, w] : watches_) send_create_locked(id, w);
+        lock.unlock();
+
+        pb::WatchResponse response;
+        std::vector<std::pair<callback, watch_event>> due;
+        while (stream->Read(&response)) {
+            lock.lock();
+            if (response.canceled()) {
+                // The server ended the watch: history compacted, or the create was refused. Our own
+                // cancel requests erased theirs already.
+                auto it = watches_.find(response.watch_id());
+                if (it != watches_.end()) {
+                    due.emplace_back(std::move(it->second.on_event), watch_event::reset);
+                    watches_.erase(it);
+                }
+                // A refusal for the stream's credentials (an expired token): reopen with the current one.
+                if (contains(response.cancel_reason(), "permission denied") || contains(response.cancel_reason(), "auth"))
+                    context.TryCancel();
+            } else {
+                for (const auto& event : response.events()) {
+                    if (event.type() != mvccpb::Event::DELETE) continue;
+                    auto it = watches_.find(response.watch_id());
+                    if (it != watches_.end()) {
+                        due.emplace_back(std::move(it->second.on_event), watch_event::deleted);
+                        watches_.erase(it);
+                        // One event is all we wait for: end the watch on the server too, or it would
+                        // stay there until the stream closes.
+                        pb::WatchRequest cancel;
+                        cancel.mutable_cancel_request()->set_watch_id(response.watch_id());
+                        stream->Write(cancel);
+                    }
+                    break;
+                }
+            }
+            lock.unlock();
+            for (auto& [on_event, what] : due) on_event(what);
+            due.clear();
+        }
+
+        lock.lock();
+        stream_ = nullptr;
+        {
+            std::lock_guard<std::mutex> guard(context_mutex_);
+            stream_context_ = nullptr;
+        }
+        const bool stopping = stopping_;
+        lock.unlock();
+        const grpc::Status status = stream->Finish();
+        if (stopping) return;
+        // CANCELLED: we moved on ourselves (member_failed, or a token to renew).
+        if (status.error_code() != grpc::StatusCode::CANCELLED) conn_.fail_over(index);
+        lock.lock();
+        changed_.wait_for(lock, reconnect_pause, [&] { return stopping_; });
+    }
+}
+
+}  // namespace dlock::etcd

@@ -1,0 +1,78 @@
+// watcher.hpp — the etcd plugin's watches: every watch of a client on ONE Watch stream, each
+// waiting for the deletion of one key from a given revision on.
+//
+// No event is missed: a watch starts at a revision at which the key was seen to exist (inclusive),
+// so its deletion, whenever it happens, is at or after that revision and is delivered. When the
+// stream breaks, every watch that has not fired is created again on the new stream from the same
+// revision. When the server cannot serve that history any more (compacted) or cancels the watch,
+// the owner is told `reset` and must read the key to learn the truth.
+//
+// Thread: one reader, started by the first watch and joined by stop(). Callbacks run on it, with no
+// lock of the watcher held, at most once per watch.
+#pragma once
+
+#include "connection.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dlock::etcd {
+
+enum class watch_event {
+    deleted,  // a DELETE event for the key
+    reset,    // the watch ended without telling: re-read the key
+};
+
+class watcher {
+public:
+    using callback = std::function<void(watch_event)>;
+
+    explicit watcher(connection& conn);
+    ~watcher();
+    watcher(const watcher&) = delete;
+    watcher& operator=(const watcher&) = delete;
+
+    // Watches `key` for its deletion at or after `start_revision`. Returns the watch's id. The
+    // create request is sent without waiting for the server's answer: the start revision, not the
+    // time of creation, decides which events are delivered.
+    int64_t watch_deletion(const std::string& key, int64_t start_revision, callback on_event);
+    // Stops a watch (no effect for an unknown id, e.g. one that fired: the reader ended that one on
+    // the server already). Its callback is not called after this returns, unless it is running on
+    // the reader thread right now.
+    void cancel(int64_t id);
+    // Moves the stream off member `failed` (the session saw it fail or stall).
+    void member_failed(size_t failed);
+    // Stops the stream and joins the reader. Idempotent.
+    void stop();
+
+private:
+    struct watch {
+        std::string key;
+        int64_t start_revision;
+        callback on_event;
+    };
+    void reader_loop();
+    void send_create_locked(int64_t id, const watch& w);
+
+    connection& conn_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::map<int64_t, watch> watches_;  // (mutex_) live, not yet fired
+    int64_t next_id_ = 1;               // (mutex_)
+    bool stopping_ = false;             // (mutex_)
+    bool started_ = false;              // (mutex_)
+    grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* stream_ = nullptr;  // (mutex_) writes under mutex_
+    // The stream's context, for cancelling it without mutex_ (which a blocked writer may hold).
+    std::mutex context_mutex_;
+    grpc::ClientContext* stream_context_ = nullptr;  // (context_mutex_)
+    size_t stream_member_ = 0;                       // (context_mutex_)
+    std::thread reader_;
+};
+
+}  // namespace dlock::etcd
