@@ -11,7 +11,7 @@ packages=(
   libboost-dev libboost-filesystem-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   # backend client libraries
-  libhiredis-dev libzookeeper-mt-dev libpqxx-dev libgrpc++-dev protobuf-compiler-grpc
+  libhiredis-dev libzookeeper-mt-dev libssl-dev libpqxx-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler
   # servers the lab starts, and their command-line clients
   redis-server redis-tools etcd-server etcd-client zookeeper default-jre-headless postgresql
