@@ -7,6 +7,7 @@
 //   14 permission denied, bad credentials, auth required: clear errors; an expired token is renewed;
 // and the backend's own claims: one keepalive stream per client, the granted TTL read back, SUSPECT
 // while keepalives fail, escaped names, and O(1) server operations per handoff with 100 waiters.
+#include "backend_test.hpp"
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
@@ -34,26 +35,13 @@
 using namespace std::chrono_literals;
 using dlock::lab::backend;
 using dlock::test::child_process;
+using dlock::test::expect_line;
+using dlock::test::fenced_resource;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// FAULTS.md's fenced resource, reduced to its rule: a write is accepted only with a token >= the
-// highest seen.
-struct fenced_resource {
-    uint64_t highest = 0;
-    bool write(uint64_t token) {
-        if (token < highest) return false;
-        highest = token;
-        return true;
-    }
-};
 
-std::string expect_line(child_process& p, int timeout_ms = 10000) {
-    std::string line;
-    EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
-    return line;
-}
 
 // Runs etcdctl (v3 API) against `endpoint` and returns its stdout lines; fails the test on a
 // non-zero exit.

@@ -2,6 +2,7 @@
 // servers from the lab. (Holder killed — scenario 2 — is in the conformance suite for every backend.)
 // Where a backend breaks safety by design, the test demonstrates the violation (EV) and asserts
 // that it happened, so the docs' guarantees table stays true.
+#include "backend_test.hpp"
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
@@ -20,19 +21,11 @@
 using namespace std::chrono_literals;
 using dlock::lab::backend;
 using dlock::test::child_process;
+using dlock::test::expect_line;
+using dlock::test::fenced_resource;
 
 namespace {
 
-// FAULTS.md's fenced resource, reduced to its rule: a write is accepted only with a token >= the
-// highest seen.
-struct fenced_resource {
-    uint64_t highest = 0;
-    bool write(uint64_t token) {
-        if (token < highest) return false;
-        highest = token;
-        return true;
-    }
-};
 
 class RedisFaults : public ::testing::Test {
 protected:
@@ -51,11 +44,6 @@ protected:
     dlock::lab::lab* lab_ = nullptr;
 };
 
-std::string expect_line(child_process& p, int timeout_ms = 10000) {
-    std::string line;
-    EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
-    return line;
-}
 
 // FAULTS.md 3 and 4 with fencing: holder A is paused past its ttl right after checking its lease;
 // B acquires; A resumes. A's fenced write is refused, A learns it lost the lease, and A's stale

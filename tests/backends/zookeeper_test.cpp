@@ -8,6 +8,7 @@
 //   14 missing chroot, wrong credentials — clear errors; ACLs keep other identities out;
 //   and the herd detector: with 100 waiters, each handoff costs O(1) server operations.
 // Client-side faults (partitions, lost replies) go through the lab's TCP proxy.
+#include "backend_test.hpp"
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
@@ -36,26 +37,13 @@
 using namespace std::chrono_literals;
 using dlock::lab::backend;
 using dlock::test::child_process;
+using dlock::test::expect_line;
+using dlock::test::fenced_resource;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// FAULTS.md's fenced resource, reduced to its rule: a write is accepted only with a token >= the
-// highest seen.
-struct fenced_resource {
-    uint64_t highest = 0;
-    bool write(uint64_t token) {
-        if (token < highest) return false;
-        highest = token;
-        return true;
-    }
-};
 
-std::string expect_line(child_process& p, int timeout_ms = 15000) {
-    std::string line;
-    EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
-    return line;
-}
 
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds within, std::chrono::milliseconds step = 10ms) {
