@@ -1,6 +1,7 @@
 // lab_proxy — the fault proxy against an in-process echo server: bytes pass unchanged in both
 // directions with EOF and resets propagated, delay is added per direction and preserves order,
 // a blackhole holds traffic (and new upstream connections) until heal, refuse and cut_all reset.
+#include <algorithm>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -191,17 +192,24 @@ TEST(TcpProxy, AddsDelayPerDirection) {
   echo_server server;
   lab::tcp_proxy proxy(server.where());
   client_socket client(proxy.listen_endpoint());
-  auto baseline = round_trip(client, "ping");
+  // Each figure is the fastest of three round trips: an added delay applies to every one of them,
+  // a scheduling hiccup on a loaded (or sanitized) run to only some.
+  auto fastest_round_trip = [&] {
+    auto best = round_trip(client, "ping");
+    for (int i = 0; i < 2; ++i) best = std::min(best, round_trip(client, "ping"));
+    return best;
+  };
+  auto baseline = fastest_round_trip();
   EXPECT_LT(baseline, 50ms);
 
   proxy.set_delay(30ms, 0ms);
-  auto upstream_only = round_trip(client, "ping");
+  auto upstream_only = fastest_round_trip();
   proxy.set_delay(0ms, 40ms);
-  auto downstream_only = round_trip(client, "ping");
+  auto downstream_only = fastest_round_trip();
   proxy.set_delay(25ms);
-  auto both = round_trip(client, "ping");
+  auto both = fastest_round_trip();
   proxy.set_delay(0ms);
-  auto restored = round_trip(client, "ping");
+  auto restored = fastest_round_trip();
 
   std::cout << "round trips: baseline " << baseline.count() << " us, +30 ms up " << upstream_only.count()
             << " us, +40 ms down " << downstream_only.count() << " us, +25 ms each way " << both.count()
