@@ -14,7 +14,7 @@ packages=(
   libhiredis-dev libzookeeper-mt-dev libssl-dev libpqxx-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler
   # servers the lab starts, and their command-line clients
-  redis-server redis-tools etcd-server etcd-client zookeeper default-jre-headless postgresql
+  redis-server redis-tools etcd-server etcd-client zookeeper default-jre-headless postgresql pgbouncer
   # fault tools
   iproute2 iptables procps
   # peers measured side by side in the benchmarks

@@ -1,0 +1,662 @@
+// Settings, connection strings, errors, sessions, the pool, the LISTEN connection and the monitor.
+#include "sql_common.hpp"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace dlock::sql {
+
+void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+namespace {
+
+// One line of a libpq/libpqxx message: tabs and newlines folded, trailing blanks dropped.
+std::string one_line(std::string text) {
+    for (char& c : text)
+        if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+    std::string out;
+    for (char c : text)
+        if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+}
+
+std::string conninfo_quote(const std::string& value) {
+    std::string out = "'";
+    for (char c : value) {
+        if (c == '\\' || c == '\'') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+bool contains(const std::string& text, const char* fragment) { return text.find(fragment) != std::string::npos; }
+
+// eventfd used to wake a thread blocked in poll().
+int make_wake_fd() {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) fail(DLOCK_INTERNAL, fmt::format("sql backend: eventfd failed: {}", std::strerror(errno)));
+    return fd;
+}
+
+void signal_fd(int fd) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+void drain_fd(int fd) {
+    uint64_t value;
+    [[maybe_unused]] ssize_t n = ::read(fd, &value, sizeof value);
+}
+
+std::unique_ptr<pqxx::connection> connect_raw(const settings& s) {
+    auto c = std::make_unique<pqxx::connection>(s.conninfo);
+    // A broken connection must stay broken: libpqxx would otherwise reconnect on next use, and a
+    // new session does not hold the old one's advisory locks nor its LISTENs.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    c->inhibit_reactivation(true);
+#pragma GCC diagnostic pop
+    return c;
+}
+
+failure classify_connect_error(const settings& s, const std::exception& e) {
+    const std::string why = one_line(e.what());
+    if (contains(why, "authentication failed") || contains(why, "password") || contains(why, "no pg_hba.conf entry") ||
+        (contains(why, "does not exist") && (contains(why, "role") || contains(why, "database"))))
+        return {DLOCK_CONFIG, fmt::format("sql backend: postgres {} refused the connection: {}; check the user, password and "
+                                          "database in `dsn`", s.server, why)};
+    return {DLOCK_UNAVAILABLE, fmt::format("sql backend: cannot connect to postgres {}: {}; check that the server runs and "
+                                           "`dsn` names it", s.server, why)};
+}
+
+}  // namespace
+
+std::string strip_query_keys(const std::string& dsn, const std::vector<std::string>& drop) {
+    const size_t q = dsn.find('?');
+    if (q == std::string::npos || dsn.find("://") == std::string::npos) return dsn;
+    std::string kept;
+    size_t start = q + 1;
+    while (start <= dsn.size()) {
+        size_t amp = dsn.find('&', start);
+        if (amp == std::string::npos) amp = dsn.size();
+        const std::string item = dsn.substr(start, amp - start);
+        const std::string key = item.substr(0, item.find('='));
+        if (!item.empty() && std::find(drop.begin(), drop.end(), key) == drop.end()) kept += (kept.empty() ? "" : "&") + item;
+        start = amp + 1;
+    }
+    return dsn.substr(0, q) + (kept.empty() ? "" : "?" + kept);
+}
+
+std::string quote_identifier(const std::string& identifier) {
+    std::string out = "\"";
+    for (char c : identifier) {
+        if (c == '"') out += '"';
+        out += c;
+    }
+    return out + "\"";
+}
+
+uint64_t hash64(const std::string& bytes) {
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
+    for (unsigned char c : bytes) {
+        h ^= c;
+        h *= 0x100000001b3ULL;
+    }
+    h ^= h >> 33;  // MurmurHash3 fmix64
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+void resolve(settings& s) {
+    std::vector<std::pair<std::string, std::string>> params;
+    auto set = [&](const std::string& key, const std::string& value) {
+        for (auto& p : params)
+            if (p.first == key) { p.second = value; return; }
+        params.emplace_back(key, value);
+    };
+    auto get = [&](const std::string& key) -> std::string {
+        for (auto& p : params)
+            if (p.first == key) return p.second;
+        return "";
+    };
+    // Client-side detection of a dead peer within peer_timeout: idle + count * interval < timeout.
+    const int64_t peer_s = std::max<int64_t>(s.peer_timeout_ms / 1000, 3);
+    set("application_name", "dlock");
+    set("connect_timeout", "5");
+    set("keepalives", "1");
+    set("keepalives_idle", std::to_string(std::max<int64_t>(peer_s / 3, 1)));
+    set("keepalives_interval", std::to_string(std::max<int64_t>(peer_s / 6, 1)));
+    set("keepalives_count", "2");
+    set("tcp_user_timeout", std::to_string(s.peer_timeout_ms));
+
+    std::string user_options;
+    if (!s.dsn.empty()) {
+        char* error = nullptr;
+        PQconninfoOption* parsed = PQconninfoParse(s.dsn.c_str(), &error);
+        if (!parsed) {
+            const std::string why = error ? one_line(error) : "out of memory";
+            if (error) PQfreemem(error);
+            fail(DLOCK_CONFIG, fmt::format("sql backend: option `dsn` is not a libpq connection string ({}); use "
+                                           "postgresql://user@host:port/database or `host=… port=… dbname=…`", why));
+        }
+        for (PQconninfoOption* o = parsed; o->keyword; ++o) {
+            if (!o->val) continue;
+            if (std::strcmp(o->keyword, "options") == 0) user_options = o->val;
+            else set(o->keyword, o->val);
+        }
+        PQconninfoFree(parsed);
+    }
+    set("client_encoding", "UTF8");  // names are UTF-8 bytes; any other client encoding would convert them
+    if (!s.password.empty()) set("password", s.password);
+    if (!s.sslmode.empty()) set("sslmode", s.sslmode);
+    if (!s.sslrootcert.empty()) set("sslrootcert", s.sslrootcert);
+    if (!s.sslcert.empty()) set("sslcert", s.sslcert);
+    if (!s.sslkey.empty()) set("sslkey", s.sslkey);
+
+    // Server-side settings of every session. The server's own dead-peer detection is twice as slow
+    // as the client's, so a client always gives up a session (reports LOST) before the server ends
+    // it and frees its advisory locks.
+    const int64_t server_peer_s = 2 * peer_s;
+    std::string options = fmt::format("-c statement_timeout={} -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} "
+                                      "-c tcp_keepalives_count=2 -c tcp_user_timeout={}",
+                                      s.mode == lock_mode::lease ? s.statement_timeout_ms : 0, server_peer_s / 2,
+                                      std::max<int64_t>(server_peer_s / 4, 1), server_peer_s * 1000);
+    if (!user_options.empty()) options += " " + user_options;
+    set("options", options);
+
+    std::string conninfo;
+    for (const auto& [key, value] : params) conninfo += (conninfo.empty() ? "" : " ") + key + "=" + conninfo_quote(value);
+    s.conninfo = conninfo;
+
+    std::string host = get("host");
+    if (host.empty()) host = get("hostaddr");
+    if (host.empty()) host = "(libpq default host)";
+    const std::string port = get("port").empty() ? "5432" : get("port");
+    const std::string db = get("dbname").empty() ? "(default database)" : get("dbname");
+    s.server = fmt::format("{}:{}/{}", host, port, db);
+}
+
+std::string sqlstate_of(const std::exception& e) {
+    if (const auto* q = dynamic_cast<const pqxx::sql_error*>(&e); q && !q->sqlstate().empty()) return q->sqlstate();
+    // libpqxx 6.4 builds some of its sql_error subclasses without the SQLSTATE: recover it from the type.
+    if (dynamic_cast<const pqxx::insufficient_privilege*>(&e)) return "42501";
+    if (dynamic_cast<const pqxx::too_many_connections*>(&e)) return "53300";
+    if (dynamic_cast<const pqxx::deadlock_detected*>(&e)) return "40P01";
+    if (dynamic_cast<const pqxx::serialization_failure*>(&e)) return "40001";
+    return "";
+}
+
+failure classify(const settings& s, const std::exception& e, const std::string& what, bool maybe_executed) {
+    const std::string why = one_line(e.what());
+    const std::string at = fmt::format("sql backend: postgres {}", s.server);
+    if (dynamic_cast<const pqxx::broken_connection*>(&e) || dynamic_cast<const pqxx::in_doubt_error*>(&e)) {
+        if (maybe_executed)
+            return {DLOCK_UNKNOWN, fmt::format("{}: the connection was lost during {} ({}); its outcome is unknown", at, what, why)};
+        return {DLOCK_UNAVAILABLE, fmt::format("{}: the connection was lost before {} ({}); retry", at, what, why)};
+    }
+    const std::string state = sqlstate_of(e);
+    auto cls = [&](const char* prefix) { return state.rfind(prefix, 0) == 0; };
+    if (state == "25006")
+        return {DLOCK_BACKEND, fmt::format("{} is read-only during {} ({}): a hot standby, or default_transaction_read_only "
+                                           "is on; point `dsn` at the primary (e.g. target_session_attrs=read-write)", at, what, why)};
+    if (state == "42501")
+        return {DLOCK_BACKEND, fmt::format("{}: permission denied during {} ({}); grant dlock's user CREATE on the schema, or "
+                                           "create the tables yourself (docs/backends/sql.md has the DDL), and SELECT, "
+                                           "INSERT, UPDATE on them", at, what, why)};
+    if (state == "42P01" || state == "3F000")
+        return {DLOCK_BACKEND, fmt::format("{}: dlock's table is missing during {} ({}); it was dropped after the client "
+                                           "started: reopen the client to recreate it", at, what, why)};
+    if (state == "57014")
+        return {maybe_executed ? DLOCK_UNKNOWN : DLOCK_UNAVAILABLE,
+                fmt::format("{}: {} was cancelled by statement_timeout ({} ms) ({}); the server is slow or a row lock is held "
+                            "by a long transaction", at, what, s.statement_timeout_ms, why)};
+    if (cls("57P") || state == "53300" || cls("08"))
+        return {DLOCK_UNAVAILABLE, fmt::format("{} is not serving during {} ({}); retry", at, what, why)};
+    if (cls("53"))
+        return {DLOCK_BACKEND, fmt::format("{} is out of resources during {} ({}); free disk or memory on the server", at, what, why)};
+    if (state == "22P05" || state == "22021")
+        return {DLOCK_INVALID_ARGUMENT, fmt::format("{}: the lock name cannot be stored in the database's encoding during {} "
+                                                    "({}); use a UTF8 database", at, what, why)};
+    if (cls("28") || state == "3D000")
+        return {DLOCK_CONFIG, fmt::format("{} refused dlock during {} ({}); check `dsn`", at, what, why)};
+    if (!state.empty())
+        return {DLOCK_BACKEND, fmt::format("{}: error during {} (SQLSTATE {}: {})", at, what, state, why)};
+    if (dynamic_cast<const std::bad_alloc*>(&e)) return {DLOCK_INTERNAL, "sql backend: out of memory"};
+    return {DLOCK_BACKEND, fmt::format("{}: error during {} ({})", at, what, why)};
+}
+
+// ---- session ------------------------------------------------------------------------------------
+
+session::session(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements) {
+    connection_ = connect_raw(s);
+    backend_pid_ = connection_->backendpid();
+    for (const auto& [name, text] : statements) connection_->prepare(name, text);
+}
+
+bool session::alive() {
+    if (broken_ || !connection_->is_open()) return false;
+    // A terminated session sends its FATAL message, then EOF: look up to three times.
+    for (int round = 0; round < 3; ++round) {
+        pollfd p{connection_->sock(), POLLIN | POLLRDHUP, 0};
+        if (p.fd < 0) return !(broken_ = true);
+        const int ready = ::poll(&p, 1, 0);
+        if (ready == 0) return true;
+        if (ready < 0) return errno == EINTR;
+        if (p.revents & (POLLERR | POLLNVAL)) return !(broken_ = true);
+        try {
+            connection_->get_notifs();
+        } catch (const std::exception&) {
+            return !(broken_ = true);
+        }
+        if (!connection_->is_open()) return !(broken_ = true);
+    }
+    return true;
+}
+
+// ---- pool ---------------------------------------------------------------------------------------
+
+pool::pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements)
+    : settings_(s), statements_(std::move(statements)) {}
+
+pool::lease& pool::lease::operator=(lease&& other) {
+    if (this != &other) {
+        if (pool_ && session_) pool_->give_back(std::move(session_));
+        pool_ = other.pool_;
+        session_ = std::move(other.session_);
+    }
+    return *this;
+}
+
+pool::lease::~lease() {
+    if (pool_ && session_) pool_->give_back(std::move(session_));
+}
+
+pool::lease pool::borrow(int64_t deadline_ns, bool cancellable) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        while (!idle_.empty()) {
+            std::unique_ptr<session> s = std::move(idle_.back());
+            idle_.pop_back();
+            lock.unlock();
+            if (s->alive()) return lease(this, std::move(s));
+            s.reset();  // ended by the server while idle (restart, terminate): replace it
+            lock.lock();
+            --open_;
+        }
+        if (open_ < settings_.pool_size) {
+            const int64_t now = now_ns();
+            if (now < retry_after_ns_)
+                fail(last_connect_status_, fmt::format("{} (next attempt in {} ms)", last_connect_error_,
+                                                       (retry_after_ns_ - now) / 1'000'000 + 1));
+            ++open_;
+            lock.unlock();
+            try {
+                auto s = std::make_unique<session>(settings_, statements_);
+                lock.lock();
+                backoff_ms_ = 0;
+                retry_after_ns_ = 0;
+                lock.unlock();
+                return lease(this, std::move(s));
+            } catch (const std::exception& e) {
+                const failure f = classify_connect_error(settings_, e);
+                lock.lock();
+                --open_;
+                backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
+                retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
+                last_connect_error_ = f.message;
+                last_connect_status_ = f.status;
+                available_.notify_one();
+                throw f;
+            }
+        }
+        const auto full = [&] {
+            return fmt::format("sql backend: all {} connections to postgres {} are in use (each held advisory lease keeps "
+                               "one, each wait uses one); raise `pool_size`", settings_.pool_size, settings_.server);
+        };
+        if (deadline_ns == 0 || now_ns() >= deadline_ns) fail(DLOCK_UNAVAILABLE, full());
+        if (deadline_ns == INT64_MAX) {
+            available_.wait(lock);
+        } else {
+            available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+        }
+    }
+}
+
+void pool::give_back(std::unique_ptr<session> s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (s->broken() || !s->connection().is_open()) {
+        s.reset();
+        --open_;
+    } else {
+        idle_.push_back(std::move(s));
+    }
+    available_.notify_one();
+}
+
+void pool::interrupt() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    interrupted_ = true;
+    available_.notify_all();
+}
+
+// ---- listener -----------------------------------------------------------------------------------
+
+class listener::receiver : public pqxx::notification_receiver {
+public:
+    receiver(pqxx::connection& c, const std::string& channel, listener* owner)
+        : pqxx::notification_receiver(c, channel), owner_(owner) {}
+    void operator()(const std::string&, int) override { owner_->notified(channel()); }
+
+private:
+    listener* owner_;
+};
+
+listener::listener(const settings& s) : settings_(s) {
+    wake_fd_ = make_wake_fd();
+    thread_ = std::thread([this] { run(); });
+}
+
+listener::~listener() {
+    stopping_ = true;
+    wake();
+    if (thread_.joinable()) thread_.join();
+    ::close(wake_fd_);
+}
+
+void listener::wake() { signal_fd(wake_fd_); }
+
+void listener::watch(const std::string& channel) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (channels_[channel].watchers++ > 0) return;
+    }
+    wake();
+}
+
+void listener::unwatch(const std::string& channel) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = channels_.find(channel);
+        if (it == channels_.end() || --it->second.watchers > 0) return;
+        channels_.erase(it);
+    }
+    wake();
+}
+
+bool listener::wait_listening(const std::string& channel, int64_t deadline_ns) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns));
+    return changed_.wait_until(lock, until, [&] {
+        auto it = channels_.find(channel);
+        return interrupted_ || (it != channels_.end() && it->second.listening);
+    }) && !interrupted_;
+}
+
+uint64_t listener::generation(const std::string& channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = channels_.find(channel);
+    return it == channels_.end() ? 0 : it->second.generation;
+}
+
+void listener::wait_change(const std::string& channel, uint64_t seen, int64_t until_ns) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto changed = [&] {
+        auto it = channels_.find(channel);
+        return interrupted_ || it == channels_.end() || it->second.generation != seen;
+    };
+    if (until_ns == INT64_MAX) changed_.wait(lock, changed);
+    else changed_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)), changed);
+}
+
+void listener::interrupt() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    interrupted_ = true;
+    changed_.notify_all();
+}
+
+void listener::notified(const std::string& channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = channels_.find(channel);
+    if (it != channels_.end()) ++it->second.generation;
+    changed_.notify_all();
+}
+
+void listener::run() {
+    std::unique_ptr<pqxx::connection> conn;
+    std::map<std::string, std::unique_ptr<receiver>> receivers;
+    int64_t retry_at_ns = 0, backoff_ms = 0;
+    bool fresh = false;
+    auto drop_connection = [&] {
+        receivers.clear();  // their UNLISTEN fails quietly on a broken connection
+        conn.reset();
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& [name, state] : channels_) {
+            state.listening = false;
+            ++state.generation;  // waiters re-check now, then fall back to the holder's expiry
+        }
+        changed_.notify_all();
+    };
+    while (!stopping_) {
+        if (!conn && now_ns() >= retry_at_ns) {
+            try {
+                conn = connect_raw(settings_);
+                backoff_ms = 0;
+                fresh = true;
+            } catch (const std::exception&) {
+                backoff_ms = backoff_ms ? std::min<int64_t>(backoff_ms * 2, 1000) : 10;
+                retry_at_ns = now_ns() + backoff_ms * 1'000'000;
+            }
+        }
+        if (conn) {
+            try {
+                // Reconcile the LISTENs with the channels that have watchers.
+                std::vector<std::string> wanted;
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    for (const auto& [name, state] : channels_) wanted.push_back(name);
+                }
+                for (auto it = receivers.begin(); it != receivers.end();) {
+                    if (std::find(wanted.begin(), wanted.end(), it->first) == wanted.end()) it = receivers.erase(it);
+                    else ++it;
+                }
+                for (const auto& name : wanted) {
+                    if (receivers.count(name)) continue;
+                    {
+                        libpqxx_call_scope scope;
+                        receivers[name] = std::make_unique<receiver>(*conn, name, this);  // runs LISTEN
+                    }
+                    if (!conn->is_open()) throw pqxx::broken_connection("LISTEN failed");
+                }
+                // Every wanted channel now has a confirmed LISTEN — including one unwatched and
+                // watched again before we got here, whose LISTEN never stopped.
+                std::lock_guard<std::mutex> lock(mutex_);
+                for (const auto& name : wanted) {
+                    auto it = channels_.find(name);
+                    if (it != channels_.end() && receivers.count(name)) it->second.listening = true;
+                }
+                if (fresh) {
+                    // Notifications sent while we were not listening are lost: everyone re-checks.
+                    for (auto& [name, state] : channels_) ++state.generation;
+                    fresh = false;
+                }
+                changed_.notify_all();
+            } catch (const std::exception&) {
+                drop_connection();
+                continue;
+            }
+        }
+        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->sock() : -1, POLLIN | POLLRDHUP, 0}};
+        const int timeout_ms = conn ? -1 : int(std::max<int64_t>((retry_at_ns - now_ns()) / 1'000'000 + 1, 1));
+        if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR) break;
+        if (fds[0].revents) drain_fd(wake_fd_);
+        if (conn && fds[1].revents) {
+            try {
+                conn->get_notifs();  // calls the receivers
+                if (!conn->is_open()) throw pqxx::broken_connection("closed");
+            } catch (const std::exception&) {
+                drop_connection();
+                retry_at_ns = 0;
+            }
+        }
+    }
+    receivers.clear();
+}
+
+// ---- monitor ------------------------------------------------------------------------------------
+
+monitor::monitor(std::function<void(void*)> on_dead) : on_dead_(std::move(on_dead)) {
+    wake_fd_ = make_wake_fd();
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("sql backend: epoll_create1 failed: {}", std::strerror(errno)));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = 0;  // id 0: the wake fd
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    thread_ = std::thread([this] { run(); });
+}
+
+monitor::~monitor() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    signal_fd(wake_fd_);
+    if (thread_.joinable()) thread_.join();
+    ::close(epoll_fd_);
+    ::close(wake_fd_);
+}
+
+void monitor::watch(entry& e, bool on) {
+    if (on) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP;
+        for (const auto& [id, other] : entries_)
+            if (&other == &e) ev.data.u64 = id;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+    } else {
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+    }
+}
+
+std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {
+    auto id = ids_.find(cookie);
+    return id == ids_.end() ? entries_.end() : entries_.find(id->second);
+}
+
+void monitor::wait_settled(std::unique_lock<std::mutex>& lock, void* cookie) {
+    settled_.wait(lock, [&] {
+        auto it = find(cookie);
+        return it == entries_.end() || it->second.state == phase::idle || it->second.state == phase::in_use;
+    });
+}
+
+void monitor::add(void* cookie, session* s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t id = next_id_++;
+    ids_[cookie] = id;
+    entry& e = entries_[id];
+    e = entry{cookie, s, s->socket(), phase::idle, false};
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = id;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+}
+
+bool monitor::take(void* cookie) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wait_settled(lock, cookie);
+    auto it = find(cookie);
+    if (it == entries_.end()) return false;
+    const bool dead = it->second.dead;
+    if (it->second.state == phase::idle && !dead) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    entries_.erase(it);
+    ids_.erase(cookie);
+    return dead;
+}
+
+bool monitor::begin_use(void* cookie) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wait_settled(lock, cookie);
+    auto it = find(cookie);
+    if (it == entries_.end() || it->second.dead) return false;
+    it->second.state = phase::in_use;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);  // its reply must not look like a death
+    return true;
+}
+
+void monitor::end_use(void* cookie, bool still_alive) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = find(cookie);
+    if (it == entries_.end()) return;
+    it->second.state = phase::idle;
+    if (!still_alive) it->second.dead = true;
+    else watch(it->second, true);
+    settled_.notify_all();
+}
+
+void monitor::run() {
+    epoll_event events[64];
+    for (;;) {
+        const int ready = epoll_wait(epoll_fd_, events, 64, -1);
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (stopping_) return;
+        if (ready <= 0) continue;
+        std::vector<std::pair<uint64_t, session*>> to_check;
+        for (int i = 0; i < ready; ++i) {
+            if (events[i].data.u64 == 0) {
+                drain_fd(wake_fd_);
+                continue;
+            }
+            auto it = entries_.find(events[i].data.u64);
+            if (it == entries_.end() || it->second.state != phase::idle || it->second.dead) continue;
+            it->second.state = phase::checking;
+            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+            to_check.emplace_back(it->first, it->second.s);
+        }
+        if (to_check.empty()) continue;
+        lock.unlock();
+        std::vector<uint64_t> dead;
+        for (auto& [id, s] : to_check)
+            if (!s->alive()) dead.push_back(id);  // a notice is read and the session kept
+        lock.lock();
+        std::vector<void*> report;
+        for (auto& [id, s] : to_check) {
+            auto it = entries_.find(id);
+            const bool is_dead = std::find(dead.begin(), dead.end(), id) != dead.end();
+            it->second.dead = is_dead;
+            it->second.state = is_dead ? phase::reporting : phase::idle;
+            if (is_dead) report.push_back(it->second.cookie);
+            else watch(it->second, true);
+        }
+        lock.unlock();
+        for (void* cookie : report) on_dead_(cookie);  // no monitor lock held: the host may block
+        lock.lock();
+        for (uint64_t id : dead) {
+            auto it = entries_.find(id);
+            if (it != entries_.end()) it->second.state = phase::idle;
+        }
+        settled_.notify_all();
+    }
+}
+
+}  // namespace dlock::sql

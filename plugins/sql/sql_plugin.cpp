@@ -1,0 +1,806 @@
+// The `sql` backend: PostgreSQL through libpqxx, in one of two modes.
+//
+// mode: lease (default) — a lock table, time kept by the server's clock only.
+//   Acquire is one prepared statement: INSERT the name's row, or take over the row when it is free
+//   or its expiry (clock_timestamp() + ttl, set by the server) has passed, bumping its fence; it
+//   returns the fence, or, when the lock is held, the holder's remaining time. Rows are never
+//   deleted (the fence must stay monotonic): release clears owner and expiry where the owner token
+//   matches and NOTIFYs the name's channel in the same statement. Renewal extends every lease of a
+//   batch in one UPDATE … FROM unnest(…). A connection lost while an acquire may have committed is
+//   resolved by reading the row back by owner token: only a row carrying our token proves we hold it.
+//   Waiting: the client's one LISTEN connection watches the name's channel before the retry; the
+//   waiter retries on a notification, or at the holder's expiry (a dead holder never notifies).
+//   Anti-barging: a waiter registers in the row; for handoff_grace after a release only registered
+//   waiters may take the row, and woken waiters that compete retry after a short random delay that
+//   shrinks the longer they have waited, so the order NOTIFY reaches them in does not pick the winner.
+//
+// mode: advisory — PostgreSQL's own lock manager.
+//   A session-level pg_advisory_lock on a 64-bit hash of the name, taken on a pooled connection that
+//   then stays with the lease until release: the lock lives as long as that session. The same
+//   statement bumps the name's fence counter row. Waiting is the server's lock queue
+//   (pg_advisory_lock with lock_timeout set to the time left, in the same statement); closing the
+//   client shuts the waiting sockets down, which ends those sessions and anything they were granted.
+//   A monitor thread waits on the held sessions' sockets (epoll, no query) and reports LOST as soon
+//   as the server ends one (pg_terminate_backend, restart, keepalive/tcp_user_timeout expiry).
+//
+// Every statement is prepared and parameterized: lock names are only ever parameters. Only the
+// configured schema and table names (quoted identifiers) and dlock's own channel names (hex) are in
+// SQL text.
+#include "sql_common.hpp"
+#include "sql_statements.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sys/socket.h>
+#include <unistd.h>
+
+using namespace dlock::sql;
+
+namespace {
+
+constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+constexpr int schema_version = 1;
+// Upper bound of the random delay a woken lease-mode waiter takes before retrying when other waiters
+// compete (halved for every round it has lost): about the spread of NOTIFY delivery to 8 clients.
+constexpr int64_t contention_spread_ns = 400'000;
+
+int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }  // ttl/100 + 2 ms
+
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+// Exception firewall of every C entry point.
+template <typename F>
+int guarded(dlock_plugin_error* error, F&& body) {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, "sql backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string("sql backend: ") + e.what());
+        return DLOCK_INTERNAL;
+    } catch (...) {
+        copy_message(error, "sql backend: unexpected exception");
+        return DLOCK_INTERNAL;
+    }
+}
+
+// A PostgreSQL array literal of text values, passed as one parameter ("{\"a\",\"b\"}"): every
+// element double-quoted with `"` and `\` escaped, so any name is one element.
+std::string text_array(const std::vector<std::string>& values) {
+    std::string out = "{";
+    for (size_t i = 0; i < values.size(); ++i) {
+        if (i) out += ',';
+        out += '"';
+        for (char c : values[i]) {
+            if (c == '"' || c == '\\') out += '\\';
+            out += c;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+std::string holder_description() {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+    return fmt::format("{} pid {}", host, getpid());
+}
+
+const dlock_option_desc sql_options[] = {
+    {"dsn", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_URL, "",
+     "libpq connection string: a URL (postgresql://user@host:5432/db?sslmode=verify-full) or keywords "
+     "(host=… port=… dbname=…); empty: libpq's defaults and PG* environment variables."},
+    {"mode", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "lease",
+     "`lease`: a lock table with server-side expiry (TTL, fencing, LISTEN/NOTIFY waits); `advisory`: session-level "
+     "pg_advisory_lock on a connection held for the lease (released when the holder's session ends)."},
+    {"schema", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "public", "Schema of dlock's tables (created if missing)."},
+    {"table", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "dlock_locks",
+     "The lease table; advisory fences go to <table>_advisory, schema versions to <table>_schema."},
+    {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_NONE, nullptr,
+     "Password, overriding the DSN's (e.g. `${PGPASSWORD}`); never printed."},
+    {"sslmode", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr,
+     "libpq sslmode (disable, prefer, require, verify-ca, verify-full), overriding the DSN's."},
+    {"sslrootcert", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "CA certificate file for verify-ca/verify-full."},
+    {"sslcert", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "Client certificate file."},
+    {"sslkey", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "Client key file."},
+    {"statement_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s",
+     "Server-side limit of each lease-mode statement (advisory waits are bounded by lock_timeout instead)."},
+    {"handoff_grace", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "50ms",
+     "Lease mode: for this long after a release, a lock with registered waiters goes to one of them, not to a "
+     "newcomer or to the releaser coming straight back (0 disables this anti-barging)."},
+    {"peer_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "10s",
+     "A silent network failure is noticed by the client within this time (TCP keepalives, tcp_user_timeout); the "
+     "server is told to wait twice as long before it ends the session. At least 3s."},
+    {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "32",
+     "Most connections a client opens; in advisory mode each held lease and each wait keeps one."},
+    {"allow_session_pooler", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false",
+     "Advisory mode only: accept a pooling proxy in SESSION mode (a transaction-mode pooler breaks session locks)."},
+};
+
+const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
+                                                   "pool_size", "allow_session_pooler"};
+
+const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
+    for (size_t i = 0; i < n; ++i)
+        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
+    return nullptr;
+}
+
+}  // namespace
+
+struct dlock_hold {
+    std::string name;
+    std::string owner;
+    std::string channel;  // lease mode
+    int64_t key = 0;      // advisory mode
+    void* host_lease = nullptr;
+    std::unique_ptr<session> held;  // advisory mode: the session whose lock this is
+};
+
+struct dlock_backend {
+    settings config;
+    statements sql;
+    dlock_plugin_host host{};
+    std::string holder;
+    std::unique_ptr<pool> sessions;
+    std::atomic<bool> interrupted{false};
+
+    // Lease mode: the LISTEN connection, started by the first wait.
+    std::mutex listener_mutex;
+    std::unique_ptr<listener> waker;
+    listener& listener_for_waits() {
+        std::lock_guard<std::mutex> lock(listener_mutex);
+        if (!waker) waker = std::make_unique<listener>(config);
+        if (interrupted) waker->interrupt();
+        return *waker;
+    }
+
+    // Advisory mode: sessions blocked in the server's lock queue (closing the client shuts their
+    // sockets down), and the monitor of held sessions, started by the first hold.
+    std::mutex waiting_mutex;
+    std::vector<session*> waiting;
+    std::mutex monitor_mutex;
+    std::unique_ptr<monitor> watcher;
+    monitor& monitor_for_holds() {
+        std::lock_guard<std::mutex> lock(monitor_mutex);
+        if (!watcher)
+            watcher = std::make_unique<monitor>([this](void* cookie) {
+                auto* h = static_cast<dlock_hold*>(cookie);
+                if (host.hold_state_changed) host.hold_state_changed(host.context, h->host_lease, DLOCK_LEASE_LOST, 0);
+            });
+        return *watcher;
+    }
+
+    std::string where() const { return "postgres " + config.server; }
+    std::string channel_for(const std::string& name) const {
+        return fmt::format("dlock_{:016x}", hash64(sql.lease_table + '\0' + name));
+    }
+    int64_t key_for(const std::string& name) const { return int64_t(hash64(sql.advisory_table + '\0' + name)); }
+
+    ~dlock_backend() {
+        {
+            std::lock_guard<std::mutex> lock(listener_mutex);
+            waker.reset();
+        }
+        std::lock_guard<std::mutex> lock(monitor_mutex);
+        watcher.reset();
+    }
+};
+
+namespace {
+
+// ---- setup --------------------------------------------------------------------------------------
+
+// Refuses servers dlock cannot lock on: a hot standby or a read-only default (no writes), and in
+// advisory mode a pooling proxy between us and the server (the backend pid announced at connect
+// differs from the server's own pg_backend_pid(): a transaction-mode pooler would run our lock and
+// unlock on different sessions and leave locks on sessions other clients then use).
+void check_server(dlock_backend& b, session& s) {
+    libpqxx_call_scope scope;
+    pqxx::nontransaction tx(s.connection());
+    const pqxx::result r = tx.exec(
+        "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), pg_backend_pid(), "
+        "current_setting('server_version_num')::int, current_setting('server_encoding')");
+    if (r[0][0].as<bool>())
+        fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} is a hot standby (in recovery, read-only): dlock must "
+                                        "write its lock rows; point `dsn` at the primary (target_session_attrs=read-write)",
+                                        b.config.server));
+    if (r[0][1].as<std::string>() == "on")
+        fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} makes transactions read-only "
+                                        "(default_transaction_read_only = on): dlock must write its lock rows; turn it off "
+                                        "for dlock's user or database, or point `dsn` at a writable primary",
+                                        b.config.server));
+    const int server_pid = r[0][2].as<int>();
+    if (b.config.mode == lock_mode::advisory && server_pid != s.backend_pid() && !b.config.allow_session_pooler)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: advisory mode needs a direct session, but a pooling proxy sits between "
+                                       "dlock and postgres {} (the connection announced backend pid {}, the server runs it "
+                                       "as pid {}); with transaction pooling, session advisory locks would outlive or "
+                                       "change hands with our transactions. Connect directly, use `mode: lease`, or — "
+                                       "only for a pooler in session mode — set `allow_session_pooler: true`",
+                                       b.config.server, s.backend_pid(), server_pid));
+    if (b.config.mode == lock_mode::lease && server_pid != s.backend_pid() && b.host.log)
+        b.host.log(b.host.context, 2,
+                   fmt::format("a pooling proxy sits between dlock and postgres {}: lease mode works through one in "
+                               "session mode; in transaction mode its prepared statements fail",
+                               b.config.server)
+                       .c_str());
+    if (r[0][3].as<int>() < 110000)
+        fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} is version {}; dlock needs PostgreSQL 11 or newer",
+                                        b.config.server, r[0][3].as<int>()));
+    if (r[0][4].as<std::string>() != "UTF8" && b.host.log)
+        b.host.log(b.host.context, 2,
+                   fmt::format("postgres {} stores text as {}: names that encoding cannot represent are refused",
+                               b.config.server, r[0][4].as<std::string>())
+                       .c_str());
+}
+
+// Creates schema and tables when missing (serialized among concurrent clients by a transaction
+// advisory lock) and checks the schema version row, so a later dlock can migrate.
+void ensure_schema(dlock_backend& b, session& s) {
+    libpqxx_call_scope scope;
+    const settings& c = b.config;
+    const std::string schema_q = quote_identifier(c.schema);
+    {
+        pqxx::nontransaction tx(s.connection());
+        const pqxx::result r = tx.exec_params("SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND "
+                                              "to_regclass($3) IS NOT NULL",
+                                              b.sql.lease_table, b.sql.advisory_table, b.sql.version_table);
+        if (!r[0][0].as<bool>()) {
+            tx.commit();
+            pqxx::work ddl(s.connection());
+            ddl.exec("SELECT pg_advisory_xact_lock(7428178217163315313)");  // "dlock DDL", any constant
+            const pqxx::result ns = ddl.exec_params("SELECT to_regnamespace($1) IS NOT NULL", schema_q);
+            if (!ns[0][0].as<bool>()) ddl.exec("CREATE SCHEMA IF NOT EXISTS " + schema_q);
+            for (const std::string& create : b.sql.tables()) ddl.exec(create);
+            ddl.commit();
+        }
+    }
+    pqxx::nontransaction tx(s.connection());
+    const pqxx::result v = tx.exec_params(
+        fmt::format("WITH ins AS (INSERT INTO {0} (component, version) VALUES ('dlock', $1) ON CONFLICT (component) "
+                    "DO NOTHING RETURNING version) SELECT version FROM ins UNION ALL SELECT version FROM {0} "
+                    "WHERE component = 'dlock'", b.sql.version_table),
+        schema_version);
+    const int found = v.empty() ? schema_version : v[0][0].as<int>();
+    if (found > schema_version)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: the tables at {} on postgres {} use dlock schema version {}, newer "
+                                       "than this dlock understands ({}); upgrade dlock or use another `table`",
+                                       b.sql.lease_table, c.server, found, schema_version));
+}
+
+int sql_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
+               dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto b = std::make_unique<dlock_backend>();
+        if (host) b->host = *host;
+        settings& c = b->config;
+        auto text = [&](const char* name, std::string& into) {
+            if (const auto* v = find(values, count, name)) into = v->string_value ? v->string_value : "";
+        };
+        text("dsn", c.dsn);
+        c.dsn = strip_query_keys(c.dsn, dlock_query_keys);
+        std::string mode = "lease";
+        text("mode", mode);
+        if (mode == "lease") c.mode = lock_mode::lease;
+        else if (mode == "advisory") c.mode = lock_mode::advisory;
+        else fail(DLOCK_CONFIG, fmt::format("sql backend: option `mode` is `{}`; use `lease` or `advisory`", mode));
+        text("schema", c.schema);
+        text("table", c.table);
+        text("password", c.password);
+        text("sslmode", c.sslmode);
+        text("sslrootcert", c.sslrootcert);
+        text("sslcert", c.sslcert);
+        text("sslkey", c.sslkey);
+        if (const auto* v = find(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
+        if (const auto* v = find(values, count, "handoff_grace")) c.handoff_grace_ms = v->int_value;
+        if (c.handoff_grace_ms < 0 || c.handoff_grace_ms > 60'000)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `handoff_grace` is {} ms; use 0..60s", c.handoff_grace_ms));
+        if (const auto* v = find(values, count, "pool_size")) {
+            if (v->int_value < 1 || v->int_value > 10000)
+                fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
+            c.pool_size = size_t(v->int_value);
+        }
+        if (const auto* v = find(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
+        if (c.schema.empty() || c.schema.size() > 63)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` must be 1..63 bytes (it is {})", c.schema.size()));
+        if (c.table.empty() || c.table.size() > 54)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..54 bytes, so that `<table>_advisory` fits "
+                                           "PostgreSQL's 63 (it is {})", c.table.size()));
+        if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
+            fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
+        if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
+        resolve(c);
+        const std::string schema_q = quote_identifier(c.schema);
+        b->sql.lease_table = schema_q + "." + quote_identifier(c.table);
+        b->sql.advisory_table = schema_q + "." + quote_identifier(c.table + "_advisory");
+        b->sql.version_table = schema_q + "." + quote_identifier(c.table + "_schema");
+        b->holder = holder_description();
+        b->sessions = std::make_unique<pool>(c, c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory());
+        {
+            // Connect eagerly: a wrong address, password or server is an error at open, not at first use.
+            auto s = b->sessions->borrow(now_ns() + 5'000'000'000);
+            try {
+                check_server(*b, *s);
+                ensure_schema(*b, *s);
+            } catch (const failure&) {
+                throw;
+            } catch (const std::exception& e) {
+                s->mark_broken();
+                throw classify(c, e, "setup (checking the server and dlock's tables)", false);
+            }
+        }
+        *out = b.release();
+        return DLOCK_OK;
+    });
+}
+
+void sql_destroy(dlock_backend* b) { delete b; }
+
+uint64_t sql_capabilities(dlock_backend* b) {
+    if (b && b->config.mode == lock_mode::advisory)
+        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
+    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT;
+}
+
+void sql_interrupt(dlock_backend* b) {
+    b->interrupted = true;
+    b->sessions->interrupt();
+    {
+        std::lock_guard<std::mutex> lock(b->listener_mutex);
+        if (b->waker) b->waker->interrupt();
+    }
+    // Advisory waits block inside the server. A cancel request could arrive before the statement
+    // does and be lost; shutting the socket down cannot: the statement fails at once, the server
+    // ends the session, and a lock granted in the same instant goes with it.
+    std::lock_guard<std::mutex> lock(b->waiting_mutex);
+    for (session* s : b->waiting) ::shutdown(s->socket(), SHUT_RDWR);
+}
+
+// ---- lease mode ---------------------------------------------------------------------------------
+
+struct attempt {
+    bool acquired = false;
+    uint64_t fence = 0;
+    int64_t holder_left_ms = -1;  // -1: unknown (retry at once)
+    int64_t sent_ns = 0;
+    bool outcome_was_unknown = false;  // the connection dropped; the row read back was not ours
+    bool registered = false;           // this attempt registered us as a waiter...
+    int64_t registered_at_us = 0;      // ...at this server time
+    int64_t waiters = 0;               // waiters registered in the row (as our snapshot saw it)
+};
+
+// Roles of an acquire attempt (statement `acquire`, $5).
+enum attempt_role { try_only = 0, first_of_a_wait = 1, waiter_retry = 2 };
+
+// Reads our row back after a connection loss left an acquire's outcome unknown: a row with our
+// owner token and a future expiry is the only proof that we hold the lock.
+bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
+    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    try {
+        const pqxx::result r = s->run("read_back", h.name, h.owner);
+        if (r.empty()) return false;
+        a.acquired = true;
+        a.fence = r[0][0].as<uint64_t>();
+        return true;
+    } catch (const std::exception& e) {
+        s->mark_broken();
+        throw classify(b->config, e, fmt::format("reading back the acquire of `{}`", h.name), true);
+    }
+}
+
+attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us) {
+    attempt a;
+    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000, true);
+    a.sent_ns = now_ns();
+    try {
+        const pqxx::result r = s->run("acquire", h.name, h.owner, ttl_ms, b->holder, int(role), b->config.handoff_grace_ms,
+                                      registered_at_us);
+        if (!r.empty() && !r[0][0].is_null()) {
+            a.acquired = true;
+            a.fence = r[0][0].as<uint64_t>();
+        } else if (!r.empty()) {
+            if (!r[0][1].is_null()) a.holder_left_ms = r[0][1].as<int64_t>();
+            a.registered = !r[0][2].is_null();
+            if (a.registered) a.registered_at_us = r[0][2].as<int64_t>();
+            if (!r[0][3].is_null()) a.waiters = r[0][3].as<int64_t>();
+        }
+        return a;
+    } catch (const pqxx::broken_connection& e) {
+        s->mark_broken();
+        // UNKNOWN: the statement may have committed. Only our row proves it did.
+        try {
+            if (read_back(b, h, a)) return a;
+        } catch (const failure& f) {
+            fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
+                                            "reading the row back failed too ({}); its outcome is unknown and it is not "
+                                            "reported held; if it committed, the row expires after its ttl",
+                                            b->where(), h.name, e.what(), f.message));
+        }
+        // Not taken, as far as the server knows now. If the lost statement still commits later, the
+        // row carries our owner token: our retry takes it over (owner = ours), or it expires.
+        a.outcome_was_unknown = true;
+        return a;
+    } catch (const std::exception& e) {
+        throw classify(b->config, e, fmt::format("the acquire of `{}`", h.name), false);
+    }
+}
+
+int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
+    h->channel = b->channel_for(h->name);
+    auto finish = [&](const attempt& a) {
+        grant->fencing_token = a.fence;
+        grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+        grant->ttl_ms = req->ttl_ms;
+        return DLOCK_OK;
+    };
+    auto held_message = [&](const attempt& a) {
+        return a.holder_left_ms >= 0
+                   ? fmt::format("lock `{}` is held on {} (expires in {} ms unless renewed)", req->name, b->where(), a.holder_left_ms)
+                   : fmt::format("lock `{}` is held on {}", req->name, b->where());
+    };
+    // A waiter registered in the row (anti-barging) that leaves without the lock unregisters,
+    // best effort: a count left behind by a crash only delays newcomers by handoff_grace.
+    struct registration {
+        dlock_backend* b;
+        const std::string& name;
+        bool active = false;
+        int64_t at_us = 0;
+        ~registration() {
+            if (!active) return;
+            try {
+                auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+                try {
+                    s->run("unwait", name);
+                } catch (const std::exception&) {
+                    s->mark_broken();
+                }
+            } catch (...) {
+            }
+        }
+    } waiting{b, h->name};
+    auto next_try = [&](attempt_role role) {
+        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0);
+        if (a.registered) {
+            waiting.active = true;
+            waiting.at_us = a.registered_at_us;
+        }
+        if (a.acquired && role == waiter_retry) waiting.active = false;  // the statement unregistered us
+        return a;
+    };
+
+    const attempt_role first = req->deadline_ns == 0 ? try_only : first_of_a_wait;
+    attempt a = next_try(first);
+    // A connection the server ended while it sat idle in the pool looks like one lost mid-statement;
+    // the read-back said "not taken", so one immediate retry on a fresh connection is safe.
+    if (!a.acquired && a.outcome_was_unknown) a = next_try(first);
+    if (a.acquired) return finish(a);
+    if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) {
+        if (a.outcome_was_unknown)
+            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}`; the "
+                                                "row read back shows it was not taken; retry", b->where(), req->name));
+        fail(DLOCK_TIMEOUT, held_message(a));
+    }
+
+    listener& waker = b->listener_for_waits();
+    struct unwatch_guard {
+        listener& l;
+        const std::string& channel;
+        ~unwatch_guard() { l.unwatch(channel); }
+    } guard{waker, h->channel};
+    waker.watch(h->channel);
+    // LISTEN before the retry, so a release between retry and wait is seen. If the LISTEN
+    // connection is down we still retry at the holder's expiry.
+    waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
+    std::minstd_rand jitter(std::random_device{}());
+    for (int lost_rounds = 0;; ++lost_rounds) {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        const uint64_t seen = waker.generation(h->channel);
+        a = next_try(waiting.active ? waiter_retry : first_of_a_wait);
+        if (a.acquired) return finish(a);
+        const int64_t now = now_ns();
+        if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+        if (a.holder_left_ms < 0) continue;  // the holder's row was not visible yet: look again
+        const int64_t expiry_ns = now + (a.holder_left_ms + 1) * 1'000'000;
+        waker.wait_change(h->channel, seen, std::min(req->deadline_ns, expiry_ns));
+        // Woken with other waiters registered: every one of them was notified at once, in an order
+        // the server fixes (its list of listening backends), so the first to retry would win every
+        // time. A short random delay, shorter the longer this waiter has waited, spreads the wins
+        // (and favours old waiters). Not a poll: one delay per notification, only under contention.
+        if (a.waiters - (waiting.active ? 1 : 0) > 0 && waker.generation(h->channel) != seen) {
+            const int64_t spread_ns = contention_spread_ns >> std::min(lost_rounds, 8);
+            const int64_t delay_ns = spread_ns > 0 ? int64_t(jitter() % uint64_t(spread_ns)) : 0;
+            const uint64_t now_seen = waker.generation(h->channel);
+            waker.wait_change(h->channel, now_seen, std::min(req->deadline_ns, now_ns() + delay_ns));
+        }
+    }
+}
+
+int release_lease(dlock_backend* b, dlock_hold* h) {
+    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    try {
+        const pqxx::result r = s->run("release", h->name, h->owner, h->channel);
+        return r.empty() ? DLOCK_LOST : DLOCK_OK;
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
+        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+    }
+}
+
+int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
+    std::vector<std::string> names, owners, ttls;
+    for (size_t i = 0; i < count; ++i) {
+        names.push_back(renewals[i].hold->name);
+        owners.push_back(renewals[i].hold->owner);
+        ttls.push_back(std::to_string(renewals[i].ttl_ms));
+    }
+    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    const int64_t sent = now_ns();
+    pqxx::result r;
+    try {
+        r = s->run("renew", text_array(names), text_array(owners), "{" + fmt::format("{}", fmt::join(ttls, ",")) + "}");
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        const failure f = classify(b->config, e, fmt::format("renewing {} leases", count), true);
+        fail(f.status == DLOCK_BACKEND ? DLOCK_BACKEND : DLOCK_UNKNOWN, f.message);
+    }
+    std::set<std::string> extended;
+    for (const auto& row : r) extended.insert(row[0].as<std::string>());
+    for (size_t i = 0; i < count; ++i) {
+        const bool ours = extended.count(renewals[i].hold->owner) > 0;
+        renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
+        renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
+    }
+    return DLOCK_OK;
+}
+
+// ---- advisory mode ------------------------------------------------------------------------------
+
+std::string lock_timeout_for(int64_t deadline_ns) {
+    if (deadline_ns == forever_ns) return "0";  // no limit
+    const int64_t left_ms = (deadline_ns - now_ns() + 999'999) / 1'000'000;
+    if (left_ms > INT_MAX) return "0";
+    return std::to_string(std::max<int64_t>(left_ms, 1));
+}
+
+// After a failed statement that may have been granted the lock before failing (the fence bump
+// failed, a cancel arrived late), the session gives every advisory lock back; if it cannot, it is
+// closed, which does the same on the server.
+void scrub(session& s) {
+    try {
+        s.run("unlock_all");
+    } catch (const std::exception&) {
+        s.mark_broken();
+    }
+}
+
+int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h,
+                          dlock_grant* grant) {
+    const bool wait = req->deadline_ns != 0;
+    auto s = b->sessions->borrow(req->deadline_ns, true);
+    {
+        std::lock_guard<std::mutex> lock(b->waiting_mutex);
+        if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        b->waiting.push_back(&*s);
+    }
+    struct unregister {
+        dlock_backend* b;
+        session* s;
+        ~unregister() {
+            std::lock_guard<std::mutex> lock(b->waiting_mutex);
+            auto it = std::find(b->waiting.begin(), b->waiting.end(), s);
+            *it = b->waiting.back();
+            b->waiting.pop_back();
+        }
+    } registered{b, &*s};
+    pqxx::result r;
+    try {
+        r = wait ? s->run("lock", h->key, h->name, h->owner, b->holder, lock_timeout_for(req->deadline_ns))
+                 : s->run("try_lock", h->key, h->name, h->owner, b->holder);
+    } catch (const std::exception& e) {
+        const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+        if (broken) s->mark_broken();  // the session is gone, and with it anything it was granted
+        if (b->interrupted) {
+            s->mark_broken();
+            fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        }
+        if (!broken) scrub(*s);
+        if (sqlstate_of(e) == "55P03")
+            fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (waited in the server's lock queue)", req->name, b->where()));
+        const failure f = classify(b->config, e, fmt::format("the advisory acquire of `{}`", req->name), false);
+        fail(f.status == DLOCK_UNKNOWN ? DLOCK_UNAVAILABLE : f.status, f.message);
+    }
+    if (r.empty()) fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {}", req->name, b->where()));
+    grant->fencing_token = r[0][0].as<uint64_t>();
+    grant->valid_until_ns = forever_ns;  // held until released or the session ends (reported LOST)
+    grant->ttl_ms = req->ttl_ms;
+    h->held = s.detach();
+    b->monitor_for_holds().add(h.get(), h->held.get());
+    return DLOCK_OK;
+}
+
+int acquire_advisory(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
+    h->key = b->key_for(h->name);
+    try {
+        return acquire_advisory_once(b, req, h, grant);
+    } catch (const failure& f) {
+        // A session the server ended while idle in the pool fails at once; the session is gone, and
+        // anything it might have been granted with it, so one retry on a fresh session is safe.
+        if (f.status != DLOCK_UNAVAILABLE || b->interrupted) throw;
+        return acquire_advisory_once(b, req, h, grant);
+    }
+}
+
+// Gives the hold's session back to the pool after a confirmed unlock, or closes it (a session whose
+// state is in doubt must end, so the server drops whatever it holds).
+void retire_session(dlock_backend* b, dlock_hold* h, bool reusable) {
+    if (!h->held) return;
+    if (!reusable) h->held->mark_broken();
+    b->sessions->give_back(std::move(h->held));
+}
+
+int release_advisory(dlock_backend* b, dlock_hold* h) {
+    if (!h->held) return DLOCK_LOST;
+    if (b->monitor_for_holds().take(h)) {
+        // Already reported LOST: the server ended the session and released the lock with it.
+        retire_session(b, h, false);
+        return DLOCK_LOST;
+    }
+    bool unlocked = false;
+    try {
+        unlocked = h->held->run("unlock", h->key)[0][0].as<bool>();
+    } catch (const std::exception& e) {
+        retire_session(b, h, false);
+        if (dynamic_cast<const pqxx::broken_connection*>(&e))
+            fail(DLOCK_LOST, fmt::format("sql backend: {}: the session holding `{}` ended ({}); the server releases its "
+                                         "advisory locks with it", b->where(), h->name, e.what()));
+        const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
+        fail(f.status, f.message + "; the session was closed, which releases the lock");
+    }
+    retire_session(b, h, unlocked);
+    return unlocked ? DLOCK_OK : DLOCK_LOST;
+}
+
+// Advisory leases have no ttl; an explicit renew confirms the session still holds the lock.
+int renew_advisory(dlock_backend* b, dlock_renewal* renewals, size_t count) {
+    monitor& m = b->monitor_for_holds();
+    for (size_t i = 0; i < count; ++i) {
+        dlock_hold* h = renewals[i].hold;
+        renewals[i].valid_until_ns = forever_ns;
+        if (!h->held || !m.begin_use(h)) {
+            renewals[i].status = DLOCK_LOST;
+            continue;
+        }
+        try {
+            renewals[i].status = h->held->run("check", h->key)[0][0].as<int64_t>() == 1 ? DLOCK_OK : DLOCK_LOST;
+            m.end_use(h, true);
+        } catch (const std::exception& e) {
+            const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+            if (broken) h->held->mark_broken();
+            renewals[i].status = broken ? DLOCK_LOST : DLOCK_UNKNOWN;
+            m.end_use(h, !broken);
+        }
+    }
+    return DLOCK_OK;
+}
+
+// ---- entry points -------------------------------------------------------------------------------
+
+int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
+                dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        auto h = std::make_unique<dlock_hold>();
+        h->name = req->name;
+        h->owner = req->owner;
+        h->host_lease = req->host_lease;
+        const int status = b->config.mode == lock_mode::lease ? acquire_lease(b, req, h, grant) : acquire_advisory(b, req, h, grant);
+        if (status == DLOCK_OK) *out_hold = h.release();
+        return status;
+    });
+}
+
+int sql_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+    return guarded(error, [&] { return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h); });
+}
+
+void sql_hold_destroy(dlock_backend* b, dlock_hold* h) {
+    if (!h) return;
+    try {
+        if (h->held) {
+            // Never released (or the release failed): end the session, which ends its lock. The
+            // monitor forgets the hold first, so it never reports on it after this returns.
+            monitor* m;
+            {
+                std::lock_guard<std::mutex> lock(b->monitor_mutex);
+                m = b->watcher.get();
+            }
+            if (m) m->take(h);
+            retire_session(b, h, false);
+        }
+    } catch (...) {
+    }
+    delete h;
+}
+
+int sql_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        if (count == 0) return int(DLOCK_OK);
+        return b->config.mode == lock_mode::lease ? renew_lease(b, renewals, count) : renew_advisory(b, renewals, count);
+    });
+}
+
+int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
+    return guarded(error, [&] {
+        auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+        pqxx::result r;
+        try {
+            r = b->config.mode == lock_mode::lease ? s->run("inspect", std::string(name))
+                                                   : s->run("inspect", b->key_for(name), std::string(name));
+        } catch (const std::exception& e) {
+            if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+            throw classify(b->config, e, fmt::format("inspecting `{}`", name), false);
+        }
+        info->held = 0;
+        info->ttl_left_ms = -1;
+        if (r.empty()) return DLOCK_OK;  // never taken
+        info->fencing_token = r[0][1].as<uint64_t>();
+        info->held = r[0][2].as<bool>() ? 1 : 0;
+        if (info->held) {
+            const std::string owner = r[0][0].is_null() ? "" : r[0][0].as<std::string>();
+            const size_t n = std::min(owner.size(), sizeof info->holder - 1);
+            std::memcpy(info->holder, owner.data(), n);
+            info->holder[n] = '\0';
+            if (b->config.mode == lock_mode::lease && !r[0][3].is_null()) info->ttl_left_ms = r[0][3].as<int64_t>();
+        }
+        return DLOCK_OK;
+    });
+}
+
+const dlock_plugin sql_plugin = {
+    sizeof(dlock_plugin),
+    1,
+    "sql",
+    "PostgreSQL via libpqxx: a lease table with server-side expiry and LISTEN/NOTIFY waits (mode: lease), or "
+    "session advisory locks on held connections (mode: advisory); fencing counters in both.",
+    sql_options,
+    sizeof sql_options / sizeof sql_options[0],
+    sql_create,
+    sql_destroy,
+    sql_capabilities,
+    sql_interrupt,
+    sql_acquire,
+    sql_release,
+    sql_hold_destroy,
+    sql_renew,
+    sql_inspect,
+};
+
+}  // namespace
+
+extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
+                                                          uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = &sql_plugin;
+    return DLOCK_OK;
+}
