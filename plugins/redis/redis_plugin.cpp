@@ -26,31 +26,6 @@ namespace {
 
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 
-int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }  // ttl/100 + 2 ms
-
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "redis backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("redis backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    }
-}
-
 }  // namespace
 
 struct dlock_backend {
@@ -87,32 +62,15 @@ const dlock_option_desc redis_options[] = {
     {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "8", "Connections kept for commands (one thread uses one at a time)."},
 };
 
-const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
-    for (size_t i = 0; i < n; ++i)
-        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
-    return nullptr;
-}
 
 int redis_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
                  dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redis", [&] {
         auto b = std::make_unique<dlock_backend>();
         if (host) b->host = *host;
-        const auto* ep = find(values, count, "endpoint");
+        const auto* ep = find_option(values, count, "endpoint");
         b->where = parse_endpoint(ep && ep->string_value ? ep->string_value : "127.0.0.1:6379");
-        if (const auto* v = find(values, count, "username")) b->config.username = v->string_value;
-        if (const auto* v = find(values, count, "password")) b->config.password = v->string_value;
-        if (const auto* v = find(values, count, "database")) b->config.database = v->int_value;
-        if (const auto* v = find(values, count, "key_prefix")) b->config.key_prefix = v->string_value;
-        if (const auto* v = find(values, count, "connect_timeout")) b->config.connect_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "command_timeout")) b->config.command_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "pool_size")) {
-            if (v->int_value < 1 || v->int_value > 1024) fail(DLOCK_CONFIG, fmt::format("redis: `pool_size` {} is outside 1..1024", v->int_value));
-            b->config.pool_size = size_t(v->int_value);
-        }
-        if (b->config.database < 0) fail(DLOCK_CONFIG, fmt::format("redis: `database` {} is negative", b->config.database));
-        if (b->config.connect_timeout_ms < 1 || b->config.command_timeout_ms < 1)
-            fail(DLOCK_CONFIG, "redis: `connect_timeout` and `command_timeout` must be at least 1ms");
+        b->config = read_settings(values, count, settings{}, "redis");
         b->connections = std::make_unique<pool>(b->where, b->config);
         {
             // Connect eagerly: a wrong address or password is an error at open, not at first use.
@@ -172,7 +130,7 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
 
 int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                   dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redis", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
         auto h = std::make_unique<dlock_hold>();
         h->keys = keys_for(b->config.key_prefix, req->name);
@@ -219,7 +177,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 }
 
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
         reply_ptr r = run_script(*c, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner});
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
@@ -230,7 +188,7 @@ int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
 void redis_hold_destroy(dlock_backend*, dlock_hold* h) { delete h; }
 
 int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redis", [&] {
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
             keys.push_back(renewals[i].hold->keys.lock);
@@ -251,7 +209,7 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
 }
 
 int redis_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redis", [&] {
         const lock_keys keys = keys_for(b->config.key_prefix, name);
         auto c = b->connections->borrow();
         reply_ptr r = run_script(*c, inspect_script, {keys.lock, keys.fence}, {});

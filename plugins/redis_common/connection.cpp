@@ -49,6 +49,37 @@ endpoint parse_endpoint(const std::string& text) {
     return e;
 }
 
+void copy_message(dlock_plugin_error* error, const std::string& message) {
+    if (!error) return;
+    const size_t n = std::min(message.size(), sizeof error->message - 1);
+    std::memcpy(error->message, message.data(), n);
+    error->message[n] = '\0';
+}
+
+const dlock_option_value* find_option(const dlock_option_value* values, size_t count, const char* name) {
+    for (size_t i = 0; i < count; ++i)
+        if (!std::strcmp(values[i].name, name) && values[i].is_set) return &values[i];
+    return nullptr;
+}
+
+settings read_settings(const dlock_option_value* values, size_t count, settings s, const char* backend) {
+    if (const auto* v = find_option(values, count, "username")) s.username = v->string_value;
+    if (const auto* v = find_option(values, count, "password")) s.password = v->string_value;
+    if (const auto* v = find_option(values, count, "database")) s.database = v->int_value;
+    if (const auto* v = find_option(values, count, "key_prefix")) s.key_prefix = v->string_value;
+    if (const auto* v = find_option(values, count, "connect_timeout")) s.connect_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "command_timeout")) s.command_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "pool_size")) {
+        if (v->int_value < 1 || v->int_value > 1024)
+            fail(DLOCK_CONFIG, fmt::format("{}: `pool_size` {} is outside 1..1024", backend, v->int_value));
+        s.pool_size = size_t(v->int_value);
+    }
+    if (s.database < 0) fail(DLOCK_CONFIG, fmt::format("{}: `database` {} is negative", backend, s.database));
+    if (s.connect_timeout_ms < 1 || s.command_timeout_ms < 1)
+        fail(DLOCK_CONFIG, fmt::format("{}: `connect_timeout` and `command_timeout` must be at least 1ms", backend));
+    return s;
+}
+
 failure classify_error_reply(const std::string& server, const std::string& error) {
     auto starts = [&](const char* prefix) { return error.rfind(prefix, 0) == 0; };
     if (starts("READONLY"))

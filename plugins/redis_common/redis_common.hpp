@@ -157,6 +157,40 @@ reply_ptr run_script(connection& c, const script& s, const std::vector<std::stri
 std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,
                                         const std::vector<std::string>& args);
 
+// ---- plugin entry-point helpers (both plugins' C entry points use these) ----------------------
+
+// The clock drift allowed for in valid_until: ttl/100 + 2 ms.
+inline int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }
+
+// Writes `message` into the host's error buffer (truncated, NUL-terminated).
+void copy_message(dlock_plugin_error* error, const std::string& message);
+
+// The value of a set option, or null.
+const dlock_option_value* find_option(const dlock_option_value* values, size_t count, const char* name);
+
+// The connection settings both plugins describe (username, password, database, key_prefix,
+// connect_timeout, command_timeout, pool_size) read over `defaults`, their ranges checked.
+// Throws failure(DLOCK_CONFIG) naming `backend`.
+settings read_settings(const dlock_option_value* values, size_t count, settings defaults, const char* backend);
+
+// Runs a plugin entry point behind an exception firewall: a failure becomes its status and
+// message, anything else DLOCK_INTERNAL naming `backend`.
+template <typename F>
+int guarded(dlock_plugin_error* error, const char* backend, F&& body) {
+    try {
+        return body();
+    } catch (const failure& f) {
+        copy_message(error, f.message);
+        return f.status;
+    } catch (const std::bad_alloc&) {
+        copy_message(error, std::string(backend) + " backend: out of memory");
+        return DLOCK_INTERNAL;
+    } catch (const std::exception& e) {
+        copy_message(error, std::string(backend) + " backend: " + e.what());
+        return DLOCK_INTERNAL;
+    }
+}
+
 // Keys of one lock name. Bytes `{`, `}` and `%` are %XX-escaped so the whole name is one hash tag
 // and the escaping is reversible (distinct names, distinct keys).
 struct lock_keys {

@@ -36,30 +36,6 @@ using namespace dlock::redis_common;
 namespace {
 
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
-int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }
-
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "redlock backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("redlock backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    }
-}
 
 struct node {
     endpoint where;
@@ -157,11 +133,6 @@ const dlock_option_desc redlock_options[] = {
     {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "8", "Connections kept per node."},
 };
 
-const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
-    for (size_t i = 0; i < n; ++i)
-        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
-    return nullptr;
-}
 
 // Every address `e` resolves to, as "address:port".
 std::set<std::string> addresses_of(const endpoint& e) {
@@ -182,26 +153,16 @@ std::set<std::string> addresses_of(const endpoint& e) {
 
 int redlock_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
                    dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redlock", [&] {
         auto b = std::make_unique<dlock_backend>();
         if (host) b->host = *host;
-        b->config.connect_timeout_ms = 200;
-        b->config.command_timeout_ms = 200;
-        if (const auto* v = find(values, count, "username")) b->config.username = v->string_value;
-        if (const auto* v = find(values, count, "password")) b->config.password = v->string_value;
-        if (const auto* v = find(values, count, "database")) b->config.database = v->int_value;
-        if (const auto* v = find(values, count, "key_prefix")) b->config.key_prefix = v->string_value;
-        if (const auto* v = find(values, count, "connect_timeout")) b->config.connect_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "command_timeout")) b->config.command_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "retry_delay")) b->retry_delay_ms = v->int_value;
-        if (const auto* v = find(values, count, "pool_size")) {
-            if (v->int_value < 1 || v->int_value > 1024) fail(DLOCK_CONFIG, fmt::format("redlock: `pool_size` {} is outside 1..1024", v->int_value));
-            b->config.pool_size = size_t(v->int_value);
-        }
-        if (b->config.connect_timeout_ms < 1 || b->config.command_timeout_ms < 1)
-            fail(DLOCK_CONFIG, "redlock: `connect_timeout` and `command_timeout` must be at least 1ms");
+        settings defaults;
+        defaults.connect_timeout_ms = 200;  // a round must stay well inside the ttl
+        defaults.command_timeout_ms = 200;
+        b->config = read_settings(values, count, defaults, "redlock");
+        if (const auto* v = find_option(values, count, "retry_delay")) b->retry_delay_ms = v->int_value;
 
-        const auto* eps = find(values, count, "endpoints");
+        const auto* eps = find_option(values, count, "endpoints");
         const size_t n = eps ? eps->list_count : 0;
         if (n < 3) fail(DLOCK_CONFIG, fmt::format("redlock: `endpoints` lists {} node(s); Redlock needs at least 3 independent masters", n));
         if (n % 2 == 0)
@@ -357,7 +318,7 @@ subscriber* waker_for(dlock_backend* b) {
 
 int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                     dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redlock", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
         auto h = std::make_unique<dlock_hold>();
         h->keys = keys_for(b->config.key_prefix, req->name);
@@ -414,7 +375,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
 }
 
 int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redlock", [&] {
         // Released by a quorum decides it; the other nodes' replies are read later.
         const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
             size_t released = 0;
@@ -445,7 +406,7 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
 void redlock_hold_destroy(dlock_backend*, dlock_hold* h) { delete h; }
 
 int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redlock", [&] {
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
             keys.push_back(renewals[i].hold->keys.lock);
@@ -476,7 +437,7 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
 }
 
 int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "redlock", [&] {
         const lock_keys keys = keys_for(b->config.key_prefix, name);
         const auto replies = on_all_nodes(b, inspect_script, {keys.lock, keys.fence}, {}, node_deadline(b));
         std::map<std::string, std::pair<size_t, int64_t>> owners;  // owner -> (nodes, min pttl)
