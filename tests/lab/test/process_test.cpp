@@ -174,6 +174,11 @@ TEST(LabCommand, ServersDieWithAKilledSupervisorAndDownCleansUp) {
   ASSERT_EQ(::kill(state->supervisor_pid, SIGKILL), 0);
   auto survivors = lab::wait_until_no_process_mentions(state->lab_dir.string(), 10s);
   EXPECT_TRUE(survivors.empty()) << "servers outlived their supervisor:" << describe(survivors);
+  // The servers may be gone (their parent-death signal fires early in the supervisor's exit) while
+  // the supervisor itself is still finishing its exit, so its own end is awaited, not sampled.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (lab::running_lab(state_dir) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(lab::running_lab(state_dir));
 
   auto down = run(lab_command(state_dir, "down"));
