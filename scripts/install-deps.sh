@@ -20,6 +20,8 @@ packages=(
   # peers measured side by side in the benchmarks
   python3-redis python3-tooz python3-kazoo python3-etcd3 python3-psycopg2 libcurator-recipes-java
   default-jdk-headless
+  # the benchmark report's plots
+  python3-matplotlib
 )
 
 missing=()

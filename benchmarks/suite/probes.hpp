@@ -1,0 +1,90 @@
+// probes.hpp — what the comparison suite needs to know about each backend that the C++ API cannot
+// tell it: the floor (the backend's own server driven through the same client library with the
+// minimum round trips of BENCHMARKS.md), the server's own count of commands per cycle, Redlock's
+// S7, and the peers (S8) on the same servers. One implementation file per backend family
+// (probes_file.cpp, probes_redis.cpp, probes_zookeeper.cpp, probes_etcd.cpp, probes_sql.cpp);
+// the driver (main.cpp) calls only what is declared here.
+#pragma once
+
+#include "stats.hpp"
+
+#include "dlock/lab/lab.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dlock::bench {
+
+// How much to measure. quick: the README's main job (a few minutes for every backend together);
+// full: BENCHMARKS.md's sizes (>= 10 000 S1 cycles per backend, every client count).
+enum class run_size { quick, full };
+
+// One backend configuration under test. name is one of: file, redis, redlock, zookeeper, etcd,
+// sql_lease, sql_advisory. config is a YAML file dlock::client opens; the lab's servers behind it
+// are reached through `lab` (file has none).
+struct target {
+    std::string name;
+    std::filesystem::path config;
+    std::filesystem::path scratch;  // a directory this target may write into (file locks, peers' files)
+};
+
+// The floor of one backend in this run.
+struct calibration {
+    // Each calibrated server operation through the same client library the plugin uses, e.g.
+    // {"PING", ...}, {"EVALSHA acquire", ...}, {"prepared SELECT 1", ...}, {"fcntl F_OFD_SETLK", ...}.
+    std::vector<std::pair<std::string, distribution>> operations;
+    // The cost of one fsync where the server's durability needs one per write (etcd, ZooKeeper,
+    // PostgreSQL commit), measured on the lab's data directory; NaN where none is involved.
+    double fsync_us = NAN;
+    int min_round_trips = 0;  // BENCHMARKS.md: redis 2, redlock 2, zookeeper 3, etcd 2, sql 2, file 2 syscalls
+    // One cycle of exactly those operations (acquire+release done by hand), measured like S1.
+    distribution floor;
+    std::string method;  // one sentence: what a floor cycle sends
+};
+calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size);
+
+// The server's own count of the commands (requests, statements, RPCs) one acquire+release sends:
+// reads the server's counters, calls run_cycles(cycles) (the driver runs that many uncontended
+// acquire+release cycles through dlock), reads them again. `minimum` is BENCHMARKS.md's.
+struct command_count {
+    double per_cycle = NAN;
+    int minimum = 0;
+    std::string source;  // "INFO commandstats", "mntr packets_received", "etcd metrics", "pg_stat_statements", ...
+};
+command_count count_server_commands(const target& t, dlock::lab::lab& lab,
+                                    const std::function<void(int cycles)>& run_cycles);
+
+// S7: redlock with N = 3 and N = 5 nodes, healthy and with one node paused (SIGSTOP), against single
+// redis, all uncontended acquire+release through the C++ API.
+struct redlock_row {
+    int nodes = 0;
+    bool one_paused = false;
+    distribution s1;
+    bool ok = true;
+    std::string error;
+};
+std::vector<redlock_row> run_redlock_s7(dlock::lab::lab& lab, run_size size, const std::filesystem::path& scratch);
+
+// S8: one peer library on the same server in the same run. Each peer runs with its default settings
+// and with tuned ones (the shortest sleep/retry it allows). A peer that fails is returned with
+// ok = false and its error, never dropped.
+struct peer_result {
+    std::string backend;   // the target name it is compared with
+    std::string peer;      // "redis-py Lock", "tooz redis", "kazoo Lock", "Curator InterProcessMutex", "etcdctl lock", ...
+    std::string settings;  // "default" or "tuned: <what was changed>"
+    std::string version;   // the peer's package version
+    bool ok = false;
+    std::string error;
+    distribution s1;                      // uncontended acquire+release
+    std::optional<distribution> handoff;  // S4 ping-pong handoff, where the peer was measured on it
+    // dlock's S1 on the same target measured right around this peer (so load from elsewhere falls
+    // on both); the report's ratio is peer.s1.p50 / dlock_around.p50.
+    distribution dlock_around;
+};
+std::vector<peer_result> run_peers(const target& t, dlock::lab::lab& lab, run_size size);
+
+}  // namespace dlock::bench
