@@ -229,12 +229,21 @@ void script::learn_sha1(const std::string& sha) const {
 // The fence key is checked before SET so a malformed fence key never leaves a lock set without a
 // token (a script's writes before an error are not undone). GET raises WRONGTYPE on a lock or
 // fence key of another type, so such a key is an error, never "held".
+// A missing fence key (a name's first lock, or a server that restarted without its data) is seeded
+// with the server's TIME in microseconds before INCR: tokens then keep rising across a loss of
+// the data, as long as the server's clock does not go back and fewer than one lock per microsecond
+// was taken since the previous seed. Starting again at 1 would let a resource that saw the old
+// tokens accept a stale holder's writes (FAULTS.md scenario 6, restart delayed past the ttl).
 const script acquire_script(R"lua(
 local fence = redis.call('GET', KEYS[2])
 if fence and not tonumber(fence) then
   return redis.error_reply('WRONGTYPE dlock fence key ' .. KEYS[2] .. ' does not hold an integer')
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not fence then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
   return {1, redis.call('INCR', KEYS[2])}
 end
 redis.call('GET', KEYS[1])
