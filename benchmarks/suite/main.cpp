@@ -1,0 +1,362 @@
+// main.cpp — dlock-compare: the cross-backend comparison of BENCHMARKS.md in one run. It starts one
+// lab for the backends asked for, then per target (file, redis, redlock, zookeeper, etcd, sql_lease,
+// sql_advisory) calibrates the floor, runs S1–S6, counts server commands, runs Redlock's S7 and the
+// peers (S8), and writes report.md / report.json / plots into a folder it names at the end.
+//
+// usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers]
+//
+// A scenario that fails is recorded with its error in the report and the run goes on; the exit
+// status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
+#include "probes.hpp"
+#include "progress.hpp"
+#include "report.hpp"
+#include "scenarios.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace lab = dlock::lab;
+using namespace dlock::bench;
+using nlohmann::json;
+
+const std::vector<std::string> all_targets = {"file", "redis", "redlock", "zookeeper", "etcd", "sql_lease", "sql_advisory"};
+
+struct options {
+    bool full = false;
+    std::vector<std::string> targets = all_targets;
+    fs::path out;
+    bool skip_peers = false;
+    fs::path worker;
+    std::string command_line;
+};
+
+std::string utc_now(const char* format) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char text[64];
+    std::strftime(text, sizeof text, format, &tm);
+    return text;
+}
+
+// The lab backend a target's servers come from (none for file).
+std::optional<lab::backend> lab_backend_of(const std::string& target) {
+    if (target == "redis") return lab::backend::redis;
+    if (target == "redlock") return lab::backend::redlock;
+    if (target == "zookeeper") return lab::backend::zookeeper;
+    if (target == "etcd") return lab::backend::etcd;
+    if (target == "sql_lease" || target == "sql_advisory") return lab::backend::sql;
+    return std::nullopt;
+}
+
+// The dlock config of a target: the lab's own for most; a directory in the scratch space for file;
+// the lab's sql config with `mode: advisory` for sql_advisory.
+fs::path write_target_config(const std::string& name, lab::lab& the_lab, const fs::path& scratch) {
+    fs::create_directories(scratch);
+    if (name == "file") {
+        const fs::path config = scratch / "file.yaml";
+        std::ofstream(config) << "backend: file\noptions:\n  directory: \"" << (scratch / "locks").string() << "\"\n";
+        return config;
+    }
+    const fs::path lab_config = the_lab.config_path(*lab_backend_of(name));
+    if (name != "sql_advisory") return lab_config;
+    std::ifstream in(lab_config);
+    std::stringstream text;
+    text << in.rdbuf();
+    const fs::path config = scratch / "sql_advisory.yaml";
+    std::ofstream(config) << text.str() << "  mode: advisory\n";  // the lab's config ends inside `options:`
+    return config;
+}
+
+json capability_names(uint64_t caps) {
+    const std::vector<std::pair<uint64_t, const char*>> names = {
+        {DLOCK_CAP_FENCING, "FENCING"}, {DLOCK_CAP_FAIR, "FAIR"}, {DLOCK_CAP_PUSH_WAIT, "PUSH_WAIT"}, {DLOCK_CAP_TTL, "TTL"},
+        {DLOCK_CAP_SESSION_BOUND, "SESSION_BOUND"}, {DLOCK_CAP_QUORUM, "QUORUM"}, {DLOCK_CAP_REENTRANT, "REENTRANT"}};
+    json out = json::array();
+    for (const auto& [bit, name] : names)
+        if (caps & bit) out.push_back(name);
+    return out;
+}
+
+// Runs one scenario; an exception becomes the scenario's error in the report (and a note on screen).
+template <class F>
+void attempt(json& target_report, const std::string& scenario, progress_display& progress, F&& body) {
+    try {
+        body();
+    } catch (const std::exception& e) {
+        target_report["errors"][scenario] = e.what();
+        progress.note(fmt::format("  {} {}: failed: {}", target_report.value("name", ""), scenario, e.what()));
+    }
+}
+
+int steps_per_target(const scenario_sizes& s, bool peers) {
+    return 3 /* calibrate, S1, count */ + static_cast<int>(s.s2_clients.size() + s.s3_waiters.size() * s.s3_critical_us.size() +
+                                                           s.s5_leases.size()) + 2 /* S4, S6 */ + (peers ? 1 : 0);
+}
+
+// Returns a stream to the console's stderr for the progress display, and sends the process's own
+// fd 2 — where the client libraries log (dlock's warnings, the ZooKeeper C client's INFO lines) —
+// to `log`, so that their lines neither garble the display nor get lost.
+std::FILE* console_and_log(const fs::path& log) {
+    std::FILE* console = ::fdopen(::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0), "w");
+    if (!console) return stderr;
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ::dup2(fd, STDERR_FILENO);
+        ::close(fd);
+    }
+    return console;
+}
+
+// Ctrl-C (SIGINT), SIGTERM, SIGHUP: the lab is torn down (servers killed, its directory removed)
+// before the process exits with 128 + signal; the workers die with the process (PR_SET_PDEATHSIG).
+// The handler only writes the signal number to a pipe; a watcher thread does the rest.
+class interrupt_guard {
+public:
+    explicit interrupt_guard(std::FILE* console) : console_(console) {
+        if (::pipe2(pipe_, O_CLOEXEC) != 0) return;
+        write_end_ = pipe_[1];
+        struct sigaction action {};
+        action.sa_handler = [](int signal) {
+            const unsigned char number = static_cast<unsigned char>(signal);
+            [[maybe_unused]] const auto ignored = ::write(write_end_, &number, 1);
+        };
+        for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+        std::thread([this] { watch(); }).detach();
+    }
+    void protect(lab::lab* the_lab) { lab_.store(the_lab); }
+
+private:
+    void watch() {
+        unsigned char number = 0;
+        if (::read(pipe_[0], &number, 1) != 1) return;
+        std::fprintf(console_, "\ndlock-compare: interrupted (signal %d): stopping the lab\n", number);
+        std::fflush(console_);
+        if (lab::lab* the_lab = lab_.load()) the_lab->teardown();
+        ::_exit(128 + number);
+    }
+
+    static inline int write_end_ = -1;
+    int pipe_[2] = {-1, -1};
+    std::FILE* console_;
+    std::atomic<lab::lab*> lab_{nullptr};
+};
+
+options parse_options(int argc, char** argv) {
+    options o;
+    CLI::App app{"dlock-compare: every dlock backend against its floor and its peers, in one run, one report"};
+    bool quick = false;
+    std::string backends;
+    std::string out;
+    std::string worker;
+    app.add_flag("--quick", quick, "quick size (the default): fewer cycles and points, a few minutes");
+    app.add_flag("--full", o.full, "BENCHMARKS.md's sizes");
+    app.add_option("--backends", backends, "comma-separated targets (default: all): " + fmt::format("{}", fmt::join(all_targets, ",")));
+    app.add_option("--out", out, "report folder (default: a fresh ./dlock-report-<UTC time>)");
+    app.add_flag("--skip-peers", o.skip_peers, "do not run the peers (S8)");
+    app.add_option("--worker", worker, "the dlock-bench-worker executable (default: next to dlock-compare)");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        std::exit(app.exit(e));
+    }
+    if (quick && o.full) {
+        std::cerr << "dlock-compare: --quick and --full exclude each other\n";
+        std::exit(2);
+    }
+    if (!backends.empty()) {
+        o.targets.clear();
+        std::stringstream list(backends);
+        for (std::string name; std::getline(list, name, ',');) {
+            if (std::find(all_targets.begin(), all_targets.end(), name) == all_targets.end()) {
+                std::cerr << "dlock-compare: unknown backend `" << name << "` (known: " << fmt::format("{}", fmt::join(all_targets, ",")) << ")\n";
+                std::exit(2);
+            }
+            o.targets.push_back(name);
+        }
+    }
+    o.out = out.empty() ? fs::absolute("dlock-report-" + utc_now("%Y%m%d-%H%M%S")) : fs::absolute(out);
+    o.worker = worker.empty() ? fs::canonical("/proc/self/exe").parent_path() / "dlock-bench-worker" : fs::absolute(worker);
+    for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::signal(SIGPIPE, SIG_IGN);  // a worker that died must be an error on write, not the driver's death
+    const options opt = parse_options(argc, argv);
+    const run_size size = opt.full ? run_size::full : run_size::quick;
+    const scenario_sizes sizes = sizes_for(size);
+    if (!fs::exists(opt.worker)) {
+        std::cerr << "dlock-compare: worker executable not found: " << opt.worker << "\n";
+        return 1;
+    }
+    fs::create_directories(opt.out);
+    const fs::path scratch_root = opt.out / "scratch";
+    const fs::path worker_log = opt.out / "workers.log";
+    std::FILE* console = console_and_log(opt.out / "driver.log");
+
+    json report{{"size", opt.full ? "full" : "quick"}, {"started_utc", utc_now("%Y-%m-%d %H:%M:%S UTC")}, {"command", opt.command_line},
+                {"machine", machine_info()}, {"servers", server_versions()}, {"targets", json::array()}};
+    json samples = json::object();
+
+    std::set<lab::backend> needed;
+    for (const auto& t : opt.targets)
+        if (auto b = lab_backend_of(t)) needed.insert(*b);
+    const bool run_s7 = std::find(opt.targets.begin(), opt.targets.end(), "redlock") != opt.targets.end();
+    const int total = static_cast<int>(opt.targets.size()) * steps_per_target(sizes, !opt.skip_peers) + (run_s7 ? 1 : 0) + 3;
+    progress_display progress(total, console);
+    static interrupt_guard interrupts(console);
+
+    progress.step("lab", "starting servers");
+    lab::lab_options lab_opts;
+    lab_opts.throw_on_failure = false;
+    lab_opts.sql.max_connections = 600;  // S2 and S3 at full size open 64–128 clients, each with its pool and listener
+    std::unique_ptr<lab::lab> the_lab;
+    try {
+        the_lab = std::make_unique<lab::lab>(std::vector<lab::backend>(needed.begin(), needed.end()), lab_opts);
+    } catch (const std::exception& e) {
+        progress.note(std::string("dlock-compare: the lab did not start: ") + e.what());
+        return 1;
+    }
+    interrupts.protect(the_lab.get());
+    for (const auto& [backend, why] : the_lab->failures()) report["lab_failures"][std::string(lab::backend_name(backend))] = why;
+
+    const auto measuring_started = std::chrono::steady_clock::now();
+    for (const std::string& name : opt.targets) {
+        json tr{{"name", name}};
+        const auto lb = lab_backend_of(name);
+        if (lb && !the_lab->has(*lb)) {
+            tr["errors"]["lab"] = "server did not start: " + the_lab->failure(*lb);
+            progress.note("  " + name + ": skipped, its server did not start");
+            for (int i = 0; i < steps_per_target(sizes, !opt.skip_peers); ++i) progress.step(name, "skipped");
+            report["targets"].push_back(tr);
+            continue;
+        }
+        target t{name, {}, scratch_root / name};
+        uint64_t caps = 0;
+        try {
+            t.config = write_target_config(name, *the_lab, t.scratch);
+            caps = dlock::client::open(t.config.string()).capabilities();
+        } catch (const std::exception& e) {
+            tr["errors"]["open"] = e.what();
+            progress.note("  " + name + ": cannot open a client: " + e.what());
+            for (int i = 0; i < steps_per_target(sizes, !opt.skip_peers); ++i) progress.step(name, "skipped");
+            report["targets"].push_back(tr);
+            continue;
+        }
+        tr["config"] = t.config.string();
+        tr["capabilities"] = capability_names(caps);
+        const scenario_context ctx{t, the_lab.get(), opt.worker, worker_log};
+        auto step = [&](const std::string& what) { progress.step(name, what); };
+
+        step("calibrate (floor)");
+        attempt(tr, "calibration", progress, [&] { tr["calibration"] = to_json(calibrate(t, *the_lab, size)); });
+        step(fmt::format("S1 {} cycles", sizes.s1_cycles));
+        attempt(tr, "S1", progress, [&] {
+            const auto s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json"));
+            tr["s1"] = json{{"latency", to_json(s1.latency)}, {"benchmark_json", s1.benchmark_json.filename().string()}};
+            samples["s1"][name] = s1.latency.us;
+        });
+        step("server commands per cycle");
+        attempt(tr, "commands", progress, [&] { tr["commands"] = to_json(count_uncontended(t, *the_lab)); });
+        attempt(tr, "S2", progress, [&] {
+            tr["s2"] = json::array();
+            for (const auto& p : run_s2(ctx, sizes, step))
+                tr["s2"].push_back(json{{"clients", p.clients}, {"cycles_per_s", p.cycles_per_s}, {"cpu_us_per_cycle", p.cpu_us_per_cycle}, {"cycles", p.cycles},
+                                        {"release_failures", p.release_failures}});
+        });
+        attempt(tr, "S3", progress, [&] {
+            tr["s3"] = json::array();
+            for (const auto& p : run_s3(ctx, sizes, step)) {
+                tr["s3"].push_back(json{{"waiters", p.waiters}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
+                                        {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
+                                        {"cycles", p.cycles}, {"release_failures", p.release_failures}});
+            }
+        });
+        step(fmt::format("S4 ping-pong, {} handoffs", sizes.s4_handoffs));
+        attempt(tr, "S4", progress, [&] { tr["s4"] = json{{"handoff", to_json(run_s4(ctx, sizes.s4_handoffs))}}; });
+        if (caps & DLOCK_CAP_TTL) {
+            attempt(tr, "S5", progress, [&] {
+                tr["s5"] = json::array();
+                for (const auto& p : run_s5(ctx, sizes, step))
+                    tr["s5"].push_back(json{{"leases", p.leases}, {"acquired", p.acquired}, {"held_after_window", p.held_after_window},
+                                            {"window_s", p.window_s}, {"cpu_percent_of_core", p.cpu_percent_of_core},
+                                            {"server_commands_per_s", p.server_commands_per_s}, {"server_count_source", p.server_count_source},
+                                            {"acquire_s", p.acquire_s}, {"ttl_ms", sizes.s5_ttl.count()}});
+            });
+        } else {
+            tr["s5_skipped"] = "no ttl (no DLOCK_CAP_TTL): nothing to renew";
+            for (std::size_t i = 0; i < sizes.s5_leases.size(); ++i) step("S5 skipped (no ttl)");
+        }
+        step("S6 holder SIGKILLed");
+        attempt(tr, "S6", progress, [&] {
+            const auto r = run_s6(ctx, sizes.s6_ttl);
+            tr["s6"] = json{{"recovery_ms", r.recovery_ms}, {"granted_ttl_ms", r.granted_ttl_ms}, {"bound_ms", r.bound_ms},
+                            {"allowance_ms", r.allowance_ms}, {"met", r.met}};
+        });
+        if (name == "redlock") {
+            step("S7 redlock N=3/5, one node paused");
+            attempt(tr, "S7", progress, [&] {
+                report["s7"] = json::array();
+                for (const auto& row : run_redlock_s7(*the_lab, size, scratch_root / "s7")) report["s7"].push_back(to_json(row));
+            });
+        }
+        if (!opt.skip_peers) {
+            step("S8 peers");
+            attempt(tr, "S8", progress, [&] {
+                tr["peers"] = json::array();
+                for (const auto& p : run_peers(t, *the_lab, size)) tr["peers"].push_back(to_json(p));
+            });
+        }
+        report["targets"].push_back(tr);
+    }
+    report["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - measuring_started).count();
+
+    progress.step("lab", "stopping servers");
+    interrupts.protect(nullptr);
+    const auto teardown = the_lab->teardown();
+    if (!teardown.survivors.empty()) report["lab_failures"]["teardown"] = fmt::format("{} server process(es) survived teardown", teardown.survivors.size());
+    the_lab.reset();
+
+    progress.step("report", "writing report and plots");
+    const fs::path plots_script = fs::path(DLOCK_SUITE_DIR) / "plots.py";
+    report_files files;
+    try {
+        files = write_report(report, samples, opt.out, plots_script);
+    } catch (const std::exception& e) {
+        progress.finish();
+        std::fprintf(console, "dlock-compare: writing the report failed: %s\n", e.what());
+        return 1;
+    }
+    progress.finish();
+    std::cout << "\n" << files.summary << "\n";
+    if (!files.plots_ok) std::cout << "plots: FAILED — " << files.plots_error << "\n";
+    std::cout << fmt::format("measuring took {:.0f} s ({} size)\nreport folder: {}\n  {} (summary first), report.json, plots *.svg\n",
+                             report.value("wall_s", 0.0), opt.full ? "full" : "quick", opt.out.string(), files.markdown.filename().string());
+    return 0;
+}
