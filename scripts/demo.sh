@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job (for now): installs what it needs, builds, then runs contending `dlock run`
+# A demo: installs what it needs, builds, then runs contending `dlock run`
 # processes on one name with the embedded `file` backend and shows the fencing tokens they get —
 # each process enters its critical section alone, and the tokens only go up.
 set -euo pipefail
