@@ -25,12 +25,17 @@ run_ctest build/release -j2
 echo "== evidence from the release run"
 grep -hE "checker:|next holder|EV demonstrated|whole set, in parallel|^  [a-z-]+[0-9]* \([a-z-]+\) .*: [0-9]+ ms$" \
   build/release/Testing/Temporary/LastTest.log | sort -u || true
+echo "== the fault suite's guarantees table (CI size)"
+cat build/release/tests/faults/fault-results/guarantees.md 2>/dev/null || echo "(not written)"
 
 if [ "$quick" = 0 ]; then
   echo "== build and test: ASan + UBSan"
   scripts/build.sh asan
+  # The fault suite ran in the release run above: its verdicts depend on timing (pauses past a
+  # ttl, elections), which an instrumented build stretches; the code paths it drives are the ones
+  # the conformance and backend tests cover here.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build/asan -j2
+    run_ctest build/asan -j2 -LE faults
 
   echo "== build and test: TSan (core)"
   scripts/build.sh tsan

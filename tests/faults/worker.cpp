@@ -1,0 +1,434 @@
+// fault_worker — a worker process of the fault suite. It drives a backend through the C++ API
+// (dlock.hpp) and appends every acquire/release/lost event to its own history file (history.hpp).
+// Every duration it measures is on CLOCK_MONOTONIC (steady_clock); it never reads the wall clock.
+//
+//   fault_worker contend --config C --name N --history H --label L [--resource SOCKET]
+//       [--cycles K | --duration-ms D] [--hold-ms 2] [--ttl-ms T] [--renew 1] [--seed S]
+//       [--try-percent 30] [--short-percent 30] [--short-wait-ms 20] [--long-wait-ms 10000]
+//     Acquires N K times (or until D passes) with a random mix of try-once, a short and a long
+//     wait; inside each critical section: a fenced write to the resource (when the backend has
+//     fencing) and a read-sleep(hold)-write increment of the resource's counter; then releases.
+//     Exit 0 when it ran to the end (acquire errors are history events, not exit failures).
+//
+//   fault_worker holder --config C --history H --label L [--resource SOCKET]
+//     Prints "ready", then obeys stdin, one command a line, one answer line each:
+//       acquire NAME WAIT_MS TTL_MS RENEW(0|1) -> ok TOKEN VALID_UNTIL OWNER T_INVOKE T_RETURN
+//                                                | timeout T_INVOKE T_RETURN
+//                                                | error STATUS T_INVOKE T_RETURN MESSAGE…
+//       state NAME   -> held|suspect|lost|released|none
+//       token NAME   -> TOKEN
+//       release NAME -> released|already_lost|unknown|none
+//       write NAME   -> accepted HIGHEST | rejected HIGHEST   (fenced write with the lease's token)
+//       incr NAME SLEEP_MS -> VALUE   (read-sleep-write of the counter, unfenced)
+//       lost NAME    -> lost T | lost -   (when the on_lost callback ran)
+//       release_previous NAME -> like release, for the lease NAME had before its latest acquire
+//       probe_open PATH -> ok | error STATUS MESSAGE…   (opens and closes a client of config PATH)
+//       probe_acquire HEXNAME WAIT_MS TTL_MS|default -> ok | timeout | error STATUS MESSAGE…
+//                       (the name is hex-encoded, "-" for empty, so any bytes pass; a lease got
+//                       is released at once)
+//       wallclock    -> seconds since the epoch by this process's wall clock (to see a clock shift)
+//       quit         -> bye (releases what it holds, logged; closes the client; exits 0)
+#include <dlock/dlock.hpp>
+
+#include <signal.h>
+#include <sys/prctl.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "history.hpp"
+#include "resource_client.hpp"
+
+namespace {
+
+using namespace dlock::faults;
+using std::chrono::milliseconds;
+
+using arguments = std::map<std::string, std::string>;
+
+arguments parse_arguments(int argc, char** argv, int first) {
+    arguments args;
+    for (int i = first; i + 1 < argc; i += 2) {
+        std::string key = argv[i];
+        if (key.rfind("--", 0) == 0) key = key.substr(2);
+        args[key] = argv[i + 1];
+    }
+    return args;
+}
+
+std::string get(const arguments& args, const std::string& key, const std::string& fallback = "") {
+    const auto it = args.find(key);
+    return it == args.end() ? fallback : it->second;
+}
+
+long long number(const arguments& args, const std::string& key, long long fallback) {
+    const auto it = args.find(key);
+    return it == args.end() ? fallback : std::atoll(it->second.c_str());
+}
+
+int64_t to_ns(std::chrono::steady_clock::time_point t) {
+    if (t == std::chrono::steady_clock::time_point::max()) return INT64_MAX;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+const char* state_word(dlock::lease_state s) {
+    switch (s) {
+    case dlock::lease_state::held: return "held";
+    case dlock::lease_state::suspect: return "suspect";
+    case dlock::lease_state::lost: return "lost";
+    case dlock::lease_state::released: return "released";
+    }
+    return "?";
+}
+
+const char* outcome_word(dlock::release_outcome o) {
+    switch (o) {
+    case dlock::release_outcome::released: return "released";
+    case dlock::release_outcome::already_lost: return "already_lost";
+    case dlock::release_outcome::unknown: return "unknown";
+    }
+    return "?";
+}
+
+// The history of this process, shared by the main thread and the keeper's lost callbacks.
+class shared_history {
+public:
+    shared_history(const std::string& path, const std::string& label) : writer_(path, label) {}
+    void append(history_event e) {
+        std::lock_guard<std::mutex> guard(mutex_);
+        writer_.append(std::move(e));
+    }
+
+private:
+    std::mutex mutex_;
+    history_writer writer_;
+};
+
+history_event event(const std::string& op, const std::string& type, const std::string& name) {
+    history_event e;
+    e.t_ns = monotonic_now_ns();
+    e.op = op;
+    e.type = type;
+    e.name = name;
+    return e;
+}
+
+// Logs the acquire outcome; returns the lease (empty unless ok).
+dlock::lease logged_acquire(dlock::client& client, shared_history& history, const std::string& name,
+                            const dlock::acquire_options& options, std::error_code& ec, int64_t& invoked_ns,
+                            int64_t& returned_ns) {
+    invoked_ns = monotonic_now_ns();
+    history.append(event("acquire", "invoke", name));
+    dlock::lease lease = client.acquire(name, options, ec);
+    returned_ns = monotonic_now_ns();
+    history_event e = event("acquire", "ok", name);
+    e.t_ns = returned_ns;
+    if (!ec) {
+        e.owner = std::string(lease.owner());
+        e.token = lease.fencing_token();
+        e.valid_until_ns = to_ns(lease.valid_until());
+    } else if (ec == dlock::make_error_code(dlock::errc::timeout)) {
+        e.type = "fail";
+        e.status = "timeout";
+    } else {
+        e.type = ec.value() == DLOCK_UNKNOWN ? "unknown" : "fail";
+        e.status = dlock_status_name(ec.value());
+    }
+    history.append(std::move(e));
+    return lease;
+}
+
+dlock::release_outcome logged_release(dlock::lease& lease, shared_history& history) {
+    const std::string name(lease.name()), owner(lease.owner());
+    history_event invoke = event("release", "invoke", name);
+    invoke.owner = owner;
+    history.append(invoke);
+    std::error_code ec;
+    const auto outcome = lease.release(ec);
+    history_event done = event("release", outcome == dlock::release_outcome::unknown ? "unknown" : "ok", name);
+    done.owner = owner;
+    done.status = outcome_word(outcome);
+    history.append(done);
+    return outcome;
+}
+
+// Writes a "lost" event when the keeper reports the lease LOST.
+void log_lost(dlock::lease& lease, shared_history& history) {
+    const std::string name(lease.name()), owner(lease.owner());
+    lease.on_lost([&history, name, owner] {
+        history_event e = event("lost", "ok", name);
+        e.owner = owner;
+        history.append(e);
+    });
+}
+
+// The read-sleep-write increment an application trusting the lock alone would do.
+int64_t increment_counter(resource_client& resource, const std::string& name, const std::string& owner, milliseconds sleep) {
+    const std::string answer = resource.request("read " + name);
+    const int64_t seen = std::atoll(answer.c_str() + answer.find(' ') + 1);
+    if (sleep.count() > 0) std::this_thread::sleep_for(sleep);
+    resource.request("incr " + name + " " + owner + " " + std::to_string(seen) + " " + std::to_string(seen + 1));
+    return seen + 1;
+}
+
+int contend(const arguments& args) {
+    const std::string name = get(args, "name");
+    shared_history history(get(args, "history"), get(args, "label", "contend"));
+    std::error_code open_error;
+    dlock::client client = dlock::client::open(get(args, "config"), open_error);
+    if (open_error) {
+        std::fprintf(stderr, "fault_worker: open %s: %s\n", get(args, "config").c_str(), dlock_last_error());
+        return 2;
+    }
+    std::unique_ptr<resource_client> resource;
+    if (!get(args, "resource").empty()) resource = std::make_unique<resource_client>(get(args, "resource"));
+    const bool fencing = client.has(DLOCK_CAP_FENCING);
+
+    const long long cycles = number(args, "cycles", 20);
+    const milliseconds duration(number(args, "duration-ms", 0));
+    const milliseconds hold(number(args, "hold-ms", 2));
+    const int try_percent = int(number(args, "try-percent", 30));
+    const int short_percent = int(number(args, "short-percent", 30));
+    const milliseconds short_wait(number(args, "short-wait-ms", 20));
+    const milliseconds long_wait(number(args, "long-wait-ms", 10000));
+    std::mt19937_64 rng(uint64_t(number(args, "seed", 1)));
+    dlock::acquire_options base;
+    if (number(args, "ttl-ms", 0) > 0) base.with_ttl(milliseconds(number(args, "ttl-ms", 0)));
+    base.with_renew(number(args, "renew", 1) != 0);
+
+    const auto start = std::chrono::steady_clock::now();
+    for (long long i = 0;; ++i) {
+        if (duration.count() > 0 ? std::chrono::steady_clock::now() - start >= duration : i >= cycles) break;
+        dlock::acquire_options options = base;
+        const int pick = int(rng() % 100);
+        options.with_wait(pick < try_percent ? milliseconds(0) : pick < try_percent + short_percent ? short_wait : long_wait);
+        std::error_code ec;
+        int64_t invoked = 0, returned = 0;
+        dlock::lease lease = logged_acquire(client, history, name, options, ec, invoked, returned);
+        if (ec) {
+            // A try that found the lock taken is the common case; after an error, back off a
+            // little so a server fault does not turn into a busy loop.
+            if (ec != dlock::make_error_code(dlock::errc::timeout)) std::this_thread::sleep_for(milliseconds(20));
+            else if (options.wait == milliseconds(0)) std::this_thread::sleep_for(milliseconds(1));
+            continue;
+        }
+        log_lost(lease, history);
+        const std::string owner(lease.owner());
+        if (resource) {
+            try {
+                if (fencing) resource->request("write " + name + " " + owner + " " + std::to_string(lease.fencing_token()));
+                increment_counter(*resource, name, owner, hold);
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "fault_worker: %s\n", e.what());
+                return 3;
+            }
+        } else if (hold.count() > 0) {
+            std::this_thread::sleep_for(hold);
+        }
+        logged_release(lease, history);
+    }
+    return 0;
+}
+
+// The scripted holder: one client, one lease per name, commands on stdin.
+class holder_process {
+public:
+    holder_process(const arguments& args) : history_(get(args, "history"), get(args, "label", "holder")) {
+        std::error_code ec;
+        client_ = dlock::client::open(get(args, "config"), ec);
+        if (ec) throw std::runtime_error(std::string("open: ") + dlock_last_error());
+        if (!get(args, "resource").empty()) resource_ = std::make_unique<resource_client>(get(args, "resource"));
+    }
+
+    std::string obey(const std::string& line) {
+        std::istringstream words(line);
+        std::string verb, name;
+        words >> verb >> name;
+        if (verb == "acquire") return acquire(name, words);
+        if (verb == "quit") {
+            // Release what is still held, logged, so the history shows where each hold ended.
+            for (auto* leases : {&leases_, &previous_})
+                for (auto& [held_name, lease] : *leases)
+                    if (lease && lease.held()) logged_release(lease, history_);
+            return "bye";
+        }
+        if (verb == "wallclock")  // what this process's wall clock says (seconds since the epoch)
+            return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count());
+        if (verb == "probe_open") return probe_open(name);
+        if (verb == "probe_acquire") return probe_acquire(name, words);
+        if (verb == "release_previous") {
+            const auto previous = previous_.find(name);
+            if (previous == previous_.end()) return "none";
+            return outcome_word(logged_release(previous->second, history_));
+        }
+        const auto it = leases_.find(name);
+        if (verb == "lost") {
+            std::lock_guard<std::mutex> guard(lost_mutex_);
+            const auto lost = lost_at_.find(name);
+            return lost == lost_at_.end() ? "lost -" : "lost " + std::to_string(lost->second);
+        }
+        if (it == leases_.end()) return verb == "incr" ? "error no lease" : "none";
+        dlock::lease& lease = it->second;
+        if (verb == "state") return state_word(lease.state());
+        if (verb == "token") return std::to_string(lease.fencing_token());
+        if (verb == "release") return outcome_word(logged_release(lease, history_));
+        if (!resource_) return "error no resource";
+        if (verb == "write")
+            return resource_->request("write " + name + " " + std::string(lease.owner()) + " " +
+                                      std::to_string(lease.fencing_token()));
+        if (verb == "incr") {
+            long long sleep_ms = 0;
+            words >> sleep_ms;
+            return std::to_string(increment_counter(*resource_, name, std::string(lease.owner()), milliseconds(sleep_ms)));
+        }
+        return "error unknown command `" + verb + "`";
+    }
+
+private:
+    static std::string one_line(std::string text) {
+        for (char& c : text)
+            if (c == '\n' || c == '\r') c = ' ';
+        return text;
+    }
+
+    static std::string failure(const std::error_code& ec) {
+        return std::string("error ") + dlock_status_name(ec.value()) + " " + one_line(dlock_last_error());
+    }
+
+    std::string probe_open(const std::string& path) {
+        std::error_code ec;
+        dlock::client probe = dlock::client::open(path, ec);
+        return ec ? failure(ec) : "ok";
+    }
+
+    std::string probe_acquire(const std::string& hex, std::istringstream& words) {
+        long long wait_ms = 0;
+        std::string ttl_word;
+        words >> wait_ms >> ttl_word;
+        std::string name;
+        for (size_t i = 0; i + 1 < hex.size(); i += 2) name += char(std::stoi(hex.substr(i, 2), nullptr, 16));
+        if (hex == "-") name.clear();
+        dlock::acquire_options options;
+        options.with_wait(milliseconds(wait_ms));
+        // ttl_ms is passed through as given (0, negative, huge): the library must judge it.
+        if (ttl_word != "default") options.ttl = milliseconds(std::stoll(ttl_word));
+        std::error_code ec;
+        dlock::lease lease = client_.acquire(name, options, ec);
+        if (ec == dlock::make_error_code(dlock::errc::timeout)) return "timeout";
+        if (ec) return failure(ec);
+        lease.release(ec);
+        return "ok";
+    }
+
+    std::string acquire(const std::string& name, std::istringstream& words) {
+        long long wait_ms = 0, ttl_ms = 0, renew = 1;
+        words >> wait_ms >> ttl_ms >> renew;
+        dlock::acquire_options options;
+        options.with_wait(milliseconds(wait_ms)).with_renew(renew != 0);
+        if (ttl_ms > 0) options.with_ttl(milliseconds(ttl_ms));
+        std::error_code ec;
+        int64_t invoked = 0, returned = 0;
+        dlock::lease lease = logged_acquire(client_, history_, name, options, ec, invoked, returned);
+        const std::string times = std::to_string(invoked) + " " + std::to_string(returned);
+        if (ec == dlock::make_error_code(dlock::errc::timeout)) return "timeout " + times;
+        if (ec) {
+            std::string message = dlock_last_error();
+            for (char& c : message)
+                if (c == '\n') c = ' ';
+            return std::string("error ") + dlock_status_name(ec.value()) + " " + times + " " + message;
+        }
+        const std::string owner(lease.owner());
+        {
+            std::lock_guard<std::mutex> guard(lost_mutex_);
+            lost_at_.erase(name);
+        }
+        lease.on_lost([this, name, owner] {
+            const int64_t now = monotonic_now_ns();
+            {
+                std::lock_guard<std::mutex> guard(lost_mutex_);
+                lost_at_[name] = now;
+            }
+            history_event e = event("lost", "ok", name);
+            e.t_ns = now;
+            e.owner = owner;
+            history_.append(e);
+        });
+        const std::string answer = "ok " + std::to_string(lease.fencing_token()) + " " +
+                                   std::to_string(to_ns(lease.valid_until())) + " " + owner + " " + times;
+        const auto current = leases_.find(name);
+        if (current != leases_.end()) previous_[name] = std::move(current->second);
+        leases_[name] = std::move(lease);
+        return answer;
+    }
+
+    // Declared so that the leases go first (their destructors wait for a running lost callback,
+    // which uses the history and lost_at_), then the client.
+    shared_history history_;
+    std::mutex lost_mutex_;
+    std::map<std::string, int64_t> lost_at_;
+    dlock::client client_;
+    std::unique_ptr<resource_client> resource_;
+    std::map<std::string, dlock::lease> previous_;
+    std::map<std::string, dlock::lease> leases_;
+};
+
+int holder(const arguments& args) {
+    std::unique_ptr<holder_process> process;
+    try {
+        process = std::make_unique<holder_process>(args);
+    } catch (const std::exception& e) {
+        std::printf("error %s\n", e.what());
+        std::fflush(stdout);
+        return 2;
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (std::string line; std::getline(std::cin, line);) {
+        std::string answer;
+        try {
+            answer = process->obey(line);
+        } catch (const std::exception& e) {
+            answer = std::string("error ") + e.what();
+        }
+        std::printf("%s\n", answer.c_str());
+        std::fflush(stdout);
+        if (answer == "bye") break;
+    }
+    process.reset();  // closes the client before exit
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: fault_worker contend|holder --key value ...\n");
+        return 2;
+    }
+    // Die with the suite: a worker left behind would hold locks and CPU after a crashed run.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const std::string mode = argv[1];
+    const arguments args = parse_arguments(argc, argv, 2);
+    if (!get(args, "stderr").empty()) std::freopen(get(args, "stderr").c_str(), "a", stderr);
+    try {
+        if (mode == "contend") return contend(args);
+        if (mode == "holder") return holder(args);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "fault_worker %s: %s\n", mode.c_str(), e.what());
+        return 3;
+    }
+    std::fprintf(stderr, "fault_worker: unknown mode %s\n", mode.c_str());
+    return 2;
+}
