@@ -305,7 +305,9 @@ void session_keeper::timer_loop() {
             lock.lock();
             continue;
         }
-        if (kick_ && stream_) continue;
+        // A kick matters only while a session lives: without one it would never be consumed and the
+        // loop would spin holding the mutex (stop() then waits forever).
+        if (kick_ && stream_ && current_) continue;
         if (wake == forever_ns) changed_.wait(lock);
         else changed_.wait_until(lock, steady_at(wake));
     }

@@ -320,6 +320,12 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                     dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
+        // Validity is ttl - elapsed - drift: a ttl the drift alone uses up could never be granted,
+        // and waiting for it would only end in a misleading TIMEOUT.
+        if (req->ttl_ms * 1'000'000 <= drift_ns(req->ttl_ms))
+            fail(DLOCK_INVALID_ARGUMENT, fmt::format("redlock: ttl {} ms leaves no validity after the clock-drift allowance "
+                                                     "({} ms = ttl/100 + 2 ms); use a ttl of at least several round trips",
+                                                     req->ttl_ms, drift_ns(req->ttl_ms) / 1'000'000.0));
         auto h = std::make_unique<dlock_hold>();
         h->keys = keys_for(b->config.key_prefix, req->name);
         h->owner = req->owner;
