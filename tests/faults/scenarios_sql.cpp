@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dlock/lab/lab.hpp"
+#include "scenario_helpers.hpp"
 #include "suite.hpp"
 
 namespace dlock::faults {
@@ -27,48 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class on_scope_exit {
-public:
-    explicit on_scope_exit(std::function<void()> action) : action_(std::move(action)) {}
-    ~on_scope_exit() {
-        try {
-            action_();
-        } catch (...) {
-        }
-    }
-    on_scope_exit(const on_scope_exit&) = delete;
-    on_scope_exit& operator=(const on_scope_exit&) = delete;
-
-private:
-    std::function<void()> action_;
-};
-
-// A thread joined when it goes out of scope, so that an exception thrown while it runs (a holder
-// that stopped answering, a server that did not come back) unwinds instead of terminating.
-class joining_thread {
-public:
-    template <typename F>
-    explicit joining_thread(F&& body) : thread_(std::forward<F>(body)) {}
-    ~joining_thread() { join(); }
-    void join() {
-        if (thread_.joinable()) thread_.join();
-    }
-
-private:
-    std::thread thread_;
-};
-
-// Runs `round` once in the CI size and `soak_rounds` times in the soak size — each round with its
-// own suffix for lock names and holder labels, so that every round leaves its own histories —
-// then runs the checkers once over all of them.
-void in_rounds(context& ctx, int soak_rounds, const std::function<void(const std::string& suffix)>& round) {
-    const int rounds = ctx.ci_or_soak(1, soak_rounds);
-    for (int i = 0; i < rounds; ++i) round(i == 0 ? "" : "-" + std::to_string(i + 1));
-    ctx.check_histories();
-}
-
-double ms_between(int64_t from_ns, int64_t to_ns) { return double(to_ns - from_ns) / 1e6; }
-std::string ms_text(double ms) { return std::to_string(int64_t(ms)) + " ms"; }
+using namespace helpers;
 
 bool advisory(context& ctx) { return ctx.tgt().name == "sql_advisory"; }
 std::string mode(context& ctx) { return advisory(ctx) ? "advisory" : "lease"; }
