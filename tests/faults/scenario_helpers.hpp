@@ -2,7 +2,9 @@
 // server whatever ends a cell, joining a helper thread on unwind, soak rounds, and millisecond text.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -56,5 +58,23 @@ inline void in_rounds(context& ctx, int soak_rounds, const std::function<void(co
 
 inline double ms_between(int64_t from_ns, int64_t to_ns) { return double(to_ns - from_ns) / 1e6; }
 inline std::string ms_text(double ms) { return std::to_string(int64_t(ms)) + " ms"; }
+
+// Opens `config` through the C API and requires the open to fail with `expected` (a dlock_status);
+// `what` says what is wrong with it ("a missing chroot"). Should the open succeed anyway, a lock is
+// tried with it: a grant is recorded as a false success. Returns the error message.
+inline std::string require_open_refused(context& ctx, const std::filesystem::path& config, int expected,
+                                        const std::string& what, const std::string& expected_name) {
+    dlock_client* client = nullptr;
+    const int status = dlock_client_open(config.c_str(), &client);
+    const std::string message = dlock_last_error();
+    ctx.require(status == expected, "opening with " + what + " is a " + expected_name + " error: " + message);
+    if (status == DLOCK_OK && client) {
+        dlock::client opened(client);
+        std::error_code ec;
+        auto lease = opened.acquire(ctx.lock_name("refused"), dlock::acquire_options().with_wait(std::chrono::milliseconds(0)), ec);
+        if (!ec) ctx.violation(violation_kind::false_success, "a lock was granted with " + what);
+    }
+    return message;
+}
 
 }  // namespace dlock::faults::helpers
