@@ -17,8 +17,6 @@ int64_t now_ns() {
     return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
-
 std::string lease_hex(int64_t id) { return fmt::format("{:016x}", uint64_t(id)); }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 #include <dlock/plugin.h>
+#include <dlock/plugin_support.hpp>
 
 #include <grpcpp/grpcpp.h>
 
@@ -32,12 +33,8 @@ constexpr int64_t ns_per_ms = 1'000'000;
 // CLOCK_MONOTONIC in nanoseconds (the clock of every deadline and validity in the plugin ABI).
 int64_t now_ns();
 
-// What a plugin entry reports: a dlock_status and a message for dlock_plugin_error.
-struct failure {
-    int status;
-    std::string message;
-};
-[[noreturn]] void fail(int status, std::string message);
+using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_support::fail;
 
 // The backend's options, validated.
 struct settings {

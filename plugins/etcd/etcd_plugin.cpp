@@ -57,32 +57,9 @@ using namespace dlock::etcd;
 
 namespace {
 
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-// The exception firewall of every entry: nothing crosses the C ABI.
-template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) noexcept {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "etcd backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("etcd backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    } catch (...) {
-        copy_message(error, "etcd backend: unknown exception");
-        return DLOCK_INTERNAL;
-    }
-}
+using dlock::plugin_support::copy_message;
+using dlock::plugin_support::find_option;
+using dlock::plugin_support::guarded;
 
 // `%`, `/` and control bytes become %XX; every other byte stays (UTF-8 stays readable in etcdctl).
 // Injective, and the result holds no `/`.
@@ -845,12 +822,6 @@ const dlock_option_desc etcd_options[] = {
     {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next."},
 };
 
-const dlock_option_value* find(const dlock_option_value* values, size_t count, const char* name) {
-    for (size_t i = 0; i < count; ++i)
-        if (!std::strcmp(values[i].name, name) && values[i].is_set) return &values[i];
-    return nullptr;
-}
-
 std::string read_pem(const char* option, const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(DLOCK_CONFIG, fmt::format("etcd: option `{}`: cannot read `{}`", option, path));
@@ -862,7 +833,7 @@ std::string read_pem(const char* option, const std::string& path) {
 settings parse_settings(const dlock_option_value* values, size_t count) {
     settings s;
     bool https = false, http = false;
-    if (const auto* v = find(values, count, "endpoints")) {
+    if (const auto* v = find_option(values, count, "endpoints")) {
         for (size_t i = 0; i < v->list_count; ++i) {
             std::string e = v->list_values[i];
             if (e.rfind("https://", 0) == 0) {
@@ -884,17 +855,17 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
     }
     if (s.endpoints.empty()) fail(DLOCK_CONFIG, "etcd: option `endpoints` lists no member");
     if (https && http) fail(DLOCK_CONFIG, "etcd: `endpoints` mix http:// and https://; use one scheme");
-    if (const auto* v = find(values, count, "username")) s.username = v->string_value;
-    if (const auto* v = find(values, count, "password")) s.password = v->string_value;
+    if (const auto* v = find_option(values, count, "username")) s.username = v->string_value;
+    if (const auto* v = find_option(values, count, "password")) s.password = v->string_value;
     if (!s.password.empty() && s.username.empty()) fail(DLOCK_CONFIG, "etcd: `password` is set without `username`");
     s.tls = https;
-    if (const auto* v = find(values, count, "tls")) s.tls = s.tls || v->int_value != 0;
-    if (const auto* v = find(values, count, "ca_file"); v && *v->string_value) {
+    if (const auto* v = find_option(values, count, "tls")) s.tls = s.tls || v->int_value != 0;
+    if (const auto* v = find_option(values, count, "ca_file"); v && *v->string_value) {
         s.ca_pem = read_pem("ca_file", v->string_value);
         s.tls = true;
     }
-    const auto* cert = find(values, count, "cert_file");
-    const auto* key = find(values, count, "key_file");
+    const auto* cert = find_option(values, count, "cert_file");
+    const auto* key = find_option(values, count, "key_file");
     const bool has_cert = cert && *cert->string_value, has_key = key && *key->string_value;
     if (has_cert != has_key) fail(DLOCK_CONFIG, "etcd: `cert_file` and `key_file` go together");
     if (has_cert) {
@@ -903,14 +874,14 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
         s.tls = true;
     }
     if (http && s.tls) fail(DLOCK_CONFIG, "etcd: TLS options are set but `endpoints` use http://");
-    if (const auto* v = find(values, count, "key_prefix")) s.key_prefix = v->string_value;
+    if (const auto* v = find_option(values, count, "key_prefix")) s.key_prefix = v->string_value;
     if (!s.key_prefix.empty() && s.key_prefix.back() != '/') s.key_prefix += '/';
-    if (const auto* v = find(values, count, "session_ttl")) {
+    if (const auto* v = find_option(values, count, "session_ttl")) {
         if (v->int_value < 1) fail(DLOCK_CONFIG, "etcd: `session_ttl` must be at least 1s");
         s.session_ttl_ms = v->int_value;
     }
-    if (const auto* v = find(values, count, "dial_timeout")) s.dial_timeout_ms = v->int_value;
-    if (const auto* v = find(values, count, "request_timeout")) s.request_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "dial_timeout")) s.dial_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "request_timeout")) s.request_timeout_ms = v->int_value;
     if (s.dial_timeout_ms < 1 || s.request_timeout_ms < 1)
         fail(DLOCK_CONFIG, "etcd: `dial_timeout` and `request_timeout` must be at least 1ms");
     return s;
@@ -918,7 +889,7 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
 
 int etcd_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
                 dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "etcd", [&] {
         auto b = std::make_unique<dlock_backend>();
         if (host) b->host = *host;
         b->config = parse_settings(values, count);
@@ -934,7 +905,7 @@ int etcd_create(const dlock_option_value* values, size_t count, const dlock_plug
 
 void etcd_destroy(dlock_backend* b) {
     if (!b) return;
-    guarded(nullptr, [&] {
+    guarded(nullptr, "etcd", [&] {
         b->shut_down();
         return DLOCK_OK;
     });
@@ -948,7 +919,7 @@ uint64_t etcd_capabilities(dlock_backend* b) {
 }
 
 void etcd_interrupt(dlock_backend* b) {
-    guarded(nullptr, [&] {
+    guarded(nullptr, "etcd", [&] {
         b->interrupt();
         return DLOCK_OK;
     });
@@ -956,26 +927,26 @@ void etcd_interrupt(dlock_backend* b) {
 
 int etcd_acquire(dlock_backend* b, const dlock_acquire_request* request, dlock_hold** out_hold, dlock_grant* grant,
                  dlock_plugin_error* error) {
-    return guarded(error, [&] { return b->acquire(*request, out_hold, grant); });
+    return guarded(error, "etcd", [&] { return b->acquire(*request, out_hold, grant); });
 }
 
 int etcd_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, [&] { return b->release(h, error); });
+    return guarded(error, "etcd", [&] { return b->release(h, error); });
 }
 
 void etcd_hold_destroy(dlock_backend* b, dlock_hold* h) {
-    guarded(nullptr, [&] {
+    guarded(nullptr, "etcd", [&] {
         b->hold_destroy(h);
         return DLOCK_OK;
     });
 }
 
 int etcd_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
-    return guarded(error, [&] { return b->renew(renewals, count); });
+    return guarded(error, "etcd", [&] { return b->renew(renewals, count); });
 }
 
 int etcd_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, [&] { return b->inspect(name, info); });
+    return guarded(error, "etcd", [&] { return b->inspect(name, info); });
 }
 
 const dlock_plugin etcd_plugin = {

@@ -11,8 +11,6 @@
 
 namespace dlock::redis_common {
 
-void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
-
 int64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -47,19 +45,6 @@ endpoint parse_endpoint(const std::string& text) {
         e.port = int(p);
     }
     return e;
-}
-
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-const dlock_option_value* find_option(const dlock_option_value* values, size_t count, const char* name) {
-    for (size_t i = 0; i < count; ++i)
-        if (!std::strcmp(values[i].name, name) && values[i].is_set) return &values[i];
-    return nullptr;
 }
 
 settings read_settings(const dlock_option_value* values, size_t count, settings s, const char* backend) {

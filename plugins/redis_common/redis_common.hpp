@@ -8,6 +8,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
+#include <dlock/plugin_support.hpp>
 
 #include <hiredis/hiredis.h>
 
@@ -24,11 +25,8 @@
 
 namespace dlock::redis_common {
 
-struct failure {
-    int status;  // dlock_status
-    std::string message;
-};
-[[noreturn]] void fail(int status, std::string message);
+using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_support::fail;
 
 int64_t now_ns();
 
@@ -159,37 +157,15 @@ std::vector<std::string> script_command(const script& s, bool by_source, const s
 
 // ---- plugin entry-point helpers (both plugins' C entry points use these) ----------------------
 
-// The clock drift allowed for in valid_until: ttl/100 + 2 ms.
-inline int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }
-
-// Writes `message` into the host's error buffer (truncated, NUL-terminated).
-void copy_message(dlock_plugin_error* error, const std::string& message);
-
-// The value of a set option, or null.
-const dlock_option_value* find_option(const dlock_option_value* values, size_t count, const char* name);
+using plugin_support::copy_message;
+using plugin_support::drift_ns;
+using plugin_support::find_option;
+using plugin_support::guarded;
 
 // The connection settings both plugins describe (username, password, database, key_prefix,
 // connect_timeout, command_timeout, pool_size) read over `defaults`, their ranges checked.
 // Throws failure(DLOCK_CONFIG) naming `backend`.
 settings read_settings(const dlock_option_value* values, size_t count, settings defaults, const char* backend);
-
-// Runs a plugin entry point behind an exception firewall: a failure becomes its status and
-// message, anything else DLOCK_INTERNAL naming `backend`.
-template <typename F>
-int guarded(dlock_plugin_error* error, const char* backend, F&& body) {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, std::string(backend) + " backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string(backend) + " backend: " + e.what());
-        return DLOCK_INTERNAL;
-    }
-}
 
 // Keys of one lock name. Bytes `{`, `}` and `%` are %XX-escaped so the whole name is one hash tag
 // and the escaping is reversible (distinct names, distinct keys).

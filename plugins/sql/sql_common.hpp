@@ -9,6 +9,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
+#include <dlock/plugin_support.hpp>
 
 #include <pqxx/pqxx>
 
@@ -26,11 +27,8 @@
 
 namespace dlock::sql {
 
-struct failure {
-    int status;  // dlock_status
-    std::string message;
-};
-[[noreturn]] void fail(int status, std::string message);
+using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_support::fail;
 
 int64_t now_ns();  // CLOCK_MONOTONIC
 

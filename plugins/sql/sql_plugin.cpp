@@ -44,40 +44,15 @@ using namespace dlock::sql;
 
 namespace {
 
+using dlock::plugin_support::drift_ns;
+using dlock::plugin_support::find_option;
+using dlock::plugin_support::guarded;
+
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int schema_version = 1;
 // Upper bound of the random delay a woken lease-mode waiter takes before retrying when other waiters
 // compete (halved for every round it has lost): about the spread of NOTIFY delivery to 8 clients.
 constexpr int64_t contention_spread_ns = 400'000;
-
-int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }  // ttl/100 + 2 ms
-
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-// Exception firewall of every C entry point.
-template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "sql backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("sql backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    } catch (...) {
-        copy_message(error, "sql backend: unexpected exception");
-        return DLOCK_INTERNAL;
-    }
-}
 
 // A PostgreSQL array literal of text values, passed as one parameter ("{\"a\",\"b\"}"): every
 // element double-quoted with `"` and `\` escaped, so any name is one element.
@@ -134,12 +109,6 @@ const dlock_option_desc sql_options[] = {
 
 const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
                                                    "pool_size", "allow_session_pooler"};
-
-const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
-    for (size_t i = 0; i < n; ++i)
-        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
-    return nullptr;
-}
 
 }  // namespace
 
@@ -285,12 +254,12 @@ void ensure_schema(dlock_backend& b, session& s) {
 
 int sql_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
                dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "sql", [&] {
         auto b = std::make_unique<dlock_backend>();
         if (host) b->host = *host;
         settings& c = b->config;
         auto text = [&](const char* name, std::string& into) {
-            if (const auto* v = find(values, count, name)) into = v->string_value ? v->string_value : "";
+            if (const auto* v = find_option(values, count, name)) into = v->string_value ? v->string_value : "";
         };
         text("dsn", c.dsn);
         c.dsn = strip_query_keys(c.dsn, dlock_query_keys);
@@ -306,17 +275,17 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         text("sslrootcert", c.sslrootcert);
         text("sslcert", c.sslcert);
         text("sslkey", c.sslkey);
-        if (const auto* v = find(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
-        if (const auto* v = find(values, count, "handoff_grace")) c.handoff_grace_ms = v->int_value;
+        if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
+        if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
+        if (const auto* v = find_option(values, count, "handoff_grace")) c.handoff_grace_ms = v->int_value;
         if (c.handoff_grace_ms < 0 || c.handoff_grace_ms > 60'000)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `handoff_grace` is {} ms; use 0..60s", c.handoff_grace_ms));
-        if (const auto* v = find(values, count, "pool_size")) {
+        if (const auto* v = find_option(values, count, "pool_size")) {
             if (v->int_value < 1 || v->int_value > 10000)
                 fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
             c.pool_size = size_t(v->int_value);
         }
-        if (const auto* v = find(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
+        if (const auto* v = find_option(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
         if (c.schema.empty() || c.schema.size() > 63)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` must be 1..63 bytes (it is {})", c.schema.size()));
         if (c.table.empty() || c.table.size() > 54)
@@ -705,7 +674,7 @@ int renew_advisory(dlock_backend* b, dlock_renewal* renewals, size_t count) {
 
 int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                 dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "sql", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         auto h = std::make_unique<dlock_hold>();
         h->name = req->name;
@@ -718,7 +687,7 @@ int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold**
 }
 
 int sql_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, [&] { return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h); });
+    return guarded(error, "sql", [&] { return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h); });
 }
 
 void sql_hold_destroy(dlock_backend* b, dlock_hold* h) {
@@ -741,14 +710,14 @@ void sql_hold_destroy(dlock_backend* b, dlock_hold* h) {
 }
 
 int sql_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "sql", [&] {
         if (count == 0) return int(DLOCK_OK);
         return b->config.mode == lock_mode::lease ? renew_lease(b, renewals, count) : renew_advisory(b, renewals, count);
     });
 }
 
 int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "sql", [&] {
         auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
         pqxx::result r;
         try {

@@ -23,8 +23,6 @@
 
 namespace dlock::zk {
 
-void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
-
 int64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
+#include <dlock/plugin_support.hpp>
 
 #ifndef THREADED
 #define THREADED  // libzookeeper_mt: declares the synchronous calls too
@@ -40,12 +41,8 @@ namespace dlock::zk {
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int64_t ns_per_ms = 1'000'000;
 
-// Thrown inside the plugin; turned into a dlock_status and message at each C entry point.
-struct failure {
-    int status;  // dlock_status
-    std::string message;
-};
-[[noreturn]] void fail(int status, std::string message);
+using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_support::fail;
 
 int64_t now_ns();  // CLOCK_MONOTONIC
 

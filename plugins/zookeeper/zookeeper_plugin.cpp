@@ -34,32 +34,8 @@ using namespace dlock::zk;
 
 namespace {
 
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
-
-// The exception firewall of every entry point.
-template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) {
-    try {
-        return body();
-    } catch (const failure& f) {
-        copy_message(error, f.message);
-        return f.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "zookeeper backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("zookeeper backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    } catch (...) {
-        copy_message(error, "zookeeper backend: unexpected exception");
-        return DLOCK_INTERNAL;
-    }
-}
+using dlock::plugin_support::find_option;
+using dlock::plugin_support::guarded;
 
 const dlock_option_desc zookeeper_options[] = {
     {"connect", DLOCK_OPTION_STRING, 0, DLOCK_DSN_HOSTS, "127.0.0.1:2181",
@@ -76,12 +52,6 @@ const dlock_option_desc zookeeper_options[] = {
      "Digest authentication user; when set, nodes dlock creates are writable by this identity only (others may read)."},
     {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Digest authentication password."},
 };
-
-const dlock_option_value* find(const dlock_option_value* v, size_t n, const char* name) {
-    for (size_t i = 0; i < n; ++i)
-        if (!std::strcmp(v[i].name, name) && v[i].is_set) return &v[i];
-    return nullptr;
-}
 
 // Splits "h:p,h:p/chroot" and checks each host:port, so a typo is a config error naming it.
 void parse_connect(const std::string& connect, settings& cfg) {
@@ -107,9 +77,9 @@ void parse_connect(const std::string& connect, settings& cfg) {
 
 settings parse_settings(const dlock_option_value* values, size_t count) {
     settings cfg;
-    const auto* connect = find(values, count, "connect");
+    const auto* connect = find_option(values, count, "connect");
     parse_connect(connect && connect->string_value ? connect->string_value : "127.0.0.1:2181", cfg);
-    if (const auto* v = find(values, count, "chroot"); v && v->string_value && *v->string_value && std::strcmp(v->string_value, "/")) {
+    if (const auto* v = find_option(values, count, "chroot"); v && v->string_value && *v->string_value && std::strcmp(v->string_value, "/")) {
         if (!cfg.chroot.empty())
             fail(DLOCK_CONFIG, fmt::format("zookeeper: the chroot is given twice, `{}` in `connect` and `{}` in `chroot`; keep one",
                                            cfg.chroot, v->string_value));
@@ -119,16 +89,16 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
     if (!cfg.chroot.empty())
         if (const std::string why = path_problem(cfg.chroot); !why.empty())
             fail(DLOCK_CONFIG, fmt::format("zookeeper: the chroot `{}` is not a valid path: {}", cfg.chroot, why));
-    if (const auto* v = find(values, count, "base_path")) cfg.base_path = v->string_value ? v->string_value : "";
+    if (const auto* v = find_option(values, count, "base_path")) cfg.base_path = v->string_value ? v->string_value : "";
     if (const std::string why = path_problem(cfg.base_path); !why.empty())
         fail(DLOCK_CONFIG, fmt::format("zookeeper: `base_path` `{}` is not a valid path: {}", cfg.base_path, why));
-    if (const auto* v = find(values, count, "session_timeout")) cfg.session_timeout_ms = v->int_value;
-    if (const auto* v = find(values, count, "connect_timeout")) cfg.connect_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "session_timeout")) cfg.session_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "connect_timeout")) cfg.connect_timeout_ms = v->int_value;
     if (cfg.session_timeout_ms < 1 || cfg.session_timeout_ms > INT_MAX)
         fail(DLOCK_CONFIG, fmt::format("zookeeper: `session_timeout` {} ms is outside 1 ms .. {} ms", cfg.session_timeout_ms, INT_MAX));
     if (cfg.connect_timeout_ms < 1) fail(DLOCK_CONFIG, "zookeeper: `connect_timeout` must be at least 1ms");
-    if (const auto* v = find(values, count, "user"); v && v->string_value) cfg.user = v->string_value;
-    if (const auto* v = find(values, count, "password"); v && v->string_value) cfg.password = v->string_value;
+    if (const auto* v = find_option(values, count, "user"); v && v->string_value) cfg.user = v->string_value;
+    if (const auto* v = find_option(values, count, "password"); v && v->string_value) cfg.password = v->string_value;
     if (cfg.user.empty() && !cfg.password.empty()) fail(DLOCK_CONFIG, "zookeeper: `password` is set without `user` (digest authentication needs both)");
     if (cfg.user.find(':') != std::string::npos) fail(DLOCK_CONFIG, "zookeeper: `user` must not contain `:` (the digest scheme separates user and password with it)");
     return cfg;
@@ -136,7 +106,7 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
 
 int zk_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
               dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "zookeeper", [&] {
         auto b = std::make_unique<dlock_backend>(parse_settings(values, count), host);
         b->start();
         *out = b.release();
@@ -426,7 +396,7 @@ bool acquisition::retryable(int rc, const char* doing, const std::string& path) 
 
 int zk_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "zookeeper", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "zookeeper: the client is closing");
         acquisition a(*b, *req);
         return a.run(out_hold, grant);
@@ -436,7 +406,7 @@ int zk_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** 
 // ---- release, renew, inspect ------------------------------------------------------------------------
 
 int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "zookeeper", [&] {
         auto s = b->session_of(h->generation);
         if (!s) {  // the session that held it ended, and its node with it
             h->settled = true;
@@ -475,7 +445,7 @@ void zk_hold_destroy(dlock_backend* b, dlock_hold* h) {
 // Without a ttl there is nothing to extend: renewal confirms that each node still exists (one
 // pipelined `exists` per hold, one round trip for the batch).
 int zk_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "zookeeper", [&] {
         scoped_waiter w(*b);
         std::vector<std::shared_ptr<session>> sessions(count);
         std::vector<call_ptr> checks(count);
@@ -502,7 +472,7 @@ int zk_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plug
 }
 
 int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, [&] {
+    return guarded(error, "zookeeper", [&] {
         scoped_waiter w(*b);
         auto s = b->connected_session(w, now_ns() + b->config().connect_timeout_ms * ns_per_ms, false);
         const std::string lock_path = join_path(b->config().base_path, escape_name(name));
