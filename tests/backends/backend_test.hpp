@@ -3,8 +3,11 @@
 
 #include "support.hpp"
 
+#include <dlock/dlock.hpp>
+
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 
@@ -26,6 +29,30 @@ inline std::string expect_line(child_process& p, int timeout_ms = 15000) {
     std::string line;
     EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
     return line;
+}
+
+// FAULTS.md 3 and 4, their end: worker A (a conformance_worker `script` holder) was paused past its
+// ttl and `b`, taken by `client`, holds `name` now. Writes b's token to a fenced resource, resumes
+// A, and checks that A's stale token is refused, that A reports LOST, that A's release answers
+// already_lost and leaves B's lock alone; then ends A. Each answer of A is awaited up to
+// `answer_timeout_ms`.
+inline void expect_resumed_holder_fenced_off(child_process& a, dlock::client& client, const dlock::lease& b,
+                                             const std::string& name, int answer_timeout_ms = 15000) {
+    fenced_resource resource;
+    EXPECT_TRUE(resource.write(b.fencing_token()));
+
+    a.kill(SIGCONT);
+    a.write_line("token");
+    const uint64_t stale = std::stoull(expect_line(a, answer_timeout_ms));
+    EXPECT_LT(stale, b.fencing_token());
+    EXPECT_FALSE(resource.write(stale)) << "the resumed holder's write must be refused";
+    a.write_line("state");
+    EXPECT_EQ(expect_line(a, answer_timeout_ms), "lost");
+    a.write_line("release");
+    EXPECT_EQ(expect_line(a, answer_timeout_ms), "already_lost");
+    EXPECT_EQ(client.inspect(name).holder, b.owner()) << "A's stale release touched B's lock";
+    a.write_line("exit");
+    a.wait();
 }
 
 }  // namespace dlock::test

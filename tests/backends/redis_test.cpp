@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 using dlock::lab::backend;
 using dlock::test::child_process;
 using dlock::test::expect_line;
+using dlock::test::expect_resumed_holder_fenced_off;
 using dlock::test::fenced_resource;
 
 namespace {
@@ -59,21 +60,7 @@ TEST_F(RedisFaults, HolderPausedPastTtlIsFencedOff) {
 
     auto client = dlock::client::open(config(backend::redis));
     auto b = client.acquire("faults/pause", dlock::acquire_options().with_wait(3s));
-    fenced_resource resource;
-    EXPECT_TRUE(resource.write(b.fencing_token()));
-
-    a.kill(SIGCONT);
-    a.write_line("token");
-    const uint64_t stale = std::stoull(expect_line(a));
-    EXPECT_LT(stale, b.fencing_token());
-    EXPECT_FALSE(resource.write(stale)) << "the resumed holder's write must be refused";
-    a.write_line("state");
-    EXPECT_EQ(expect_line(a), "lost");
-    a.write_line("release");
-    EXPECT_EQ(expect_line(a), "already_lost");
-    EXPECT_EQ(client.inspect("faults/pause").holder, b.owner()) << "A's stale release touched B's lock";
-    a.write_line("exit");
-    a.wait();
+    expect_resumed_holder_fenced_off(a, client, b, "faults/pause");
 }
 
 // FAULTS.md 3 for redlock: EV. Without fencing tokens the resource cannot tell the stalled holder

@@ -5,7 +5,7 @@
 // transaction pooler, missing table, no privileges, statement timeout, newer schema) and 15 (names
 // shaped like SQL injections, NUL, 1 MiB). Where a mode breaks safety by design the test
 // demonstrates it (EV) and asserts that it happened, so docs/backends/sql.md stays true.
-#include "support.hpp"
+#include "backend_test.hpp"
 
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
@@ -26,26 +26,15 @@
 using namespace std::chrono_literals;
 using dlock::lab::backend;
 using dlock::test::child_process;
+using dlock::test::expect_resumed_holder_fenced_off;
+using dlock::test::fenced_resource;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// FAULTS.md's fenced resource, reduced to its rule: a write is accepted only with a token >= the
-// highest seen.
-struct fenced_resource {
-    uint64_t highest = 0;
-    bool write(uint64_t token) {
-        if (token < highest) return false;
-        highest = token;
-        return true;
-    }
-};
-
-std::string expect_line(child_process& p, int timeout_ms = 10000) {
-    std::string line;
-    EXPECT_TRUE(p.read_line(line, timeout_ms)) << "the worker did not answer";
-    return line;
-}
+// The SQL tests wait at most 10 s for a worker's answer (the shared default is 15 s).
+constexpr int worker_answer_timeout_ms = 10000;
+std::string worker_answer(child_process& p) { return dlock::test::expect_line(p, worker_answer_timeout_ms); }
 
 int64_t ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
@@ -105,7 +94,7 @@ protected:
 
 TEST_F(SqlFaults, KilledAdvisoryHolderFreesTheLockAtOnce) {
     child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("advisory"), "faults/killed", "30000"}, true);
-    const std::string line = expect_line(holder);
+    const std::string line = worker_answer(holder);
     ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
     auto client = open("advisory");
     std::error_code ec;
@@ -123,7 +112,7 @@ TEST_F(SqlFaults, KilledAdvisoryHolderFreesTheLockAtOnce) {
 TEST_F(SqlFaults, KilledLeaseHolderFreesTheLockAfterItsTtl) {
     const int64_t ttl_ms = 1200;
     child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("lease"), "faults/killed", std::to_string(ttl_ms)}, true);
-    const std::string line = expect_line(holder);
+    const std::string line = worker_answer(holder);
     ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
     const auto killed = clock_type::now();
     holder.kill(SIGKILL);
@@ -144,35 +133,21 @@ TEST_F(SqlFaults, KilledLeaseHolderFreesTheLockAfterItsTtl) {
 // write is refused, A learns it lost the lease, and A's stale release leaves B's lock alone.
 TEST_F(SqlFaults, LeaseHolderPausedPastItsTtlIsFencedOff) {
     child_process a({DLOCK_CONFORMANCE_WORKER, "script", config("lease"), "faults/pause", "600"}, true, {}, true);
-    ASSERT_EQ(expect_line(a).rfind("held ", 0), 0u);
+    ASSERT_EQ(worker_answer(a).rfind("held ", 0), 0u);
     a.write_line("state");
-    EXPECT_EQ(expect_line(a), "held");  // A checked: it believes it holds the lock...
+    EXPECT_EQ(worker_answer(a), "held");  // A checked: it believes it holds the lock...
     a.kill(SIGSTOP);                     // ...and stalls
     std::this_thread::sleep_for(900ms);
 
     auto client = open("lease");
     auto b = client.acquire("faults/pause", dlock::acquire_options().with_wait(3s));
-    fenced_resource resource;
-    EXPECT_TRUE(resource.write(b.fencing_token()));
-
-    a.kill(SIGCONT);
-    a.write_line("token");
-    const uint64_t stale = std::stoull(expect_line(a));
-    EXPECT_LT(stale, b.fencing_token());
-    EXPECT_FALSE(resource.write(stale)) << "the resumed holder's write must be refused";
-    a.write_line("state");
-    EXPECT_EQ(expect_line(a), "lost");
-    a.write_line("release");
-    EXPECT_EQ(expect_line(a), "already_lost");
-    EXPECT_EQ(client.inspect("faults/pause").holder, b.owner()) << "A's stale release touched B's lock";
-    a.write_line("exit");
-    a.wait();
+    expect_resumed_holder_fenced_off(a, client, b, "faults/pause", worker_answer_timeout_ms);
 }
 
 // Advisory leases have no ttl: a paused holder's session lives on, so nobody else gets the lock.
 TEST_F(SqlFaults, AdvisoryHolderPausedKeepsTheLock) {
     child_process a({DLOCK_CONFORMANCE_WORKER, "script", config("advisory"), "faults/pause", "600"}, true, {}, true);
-    ASSERT_EQ(expect_line(a).rfind("held ", 0), 0u);
+    ASSERT_EQ(worker_answer(a).rfind("held ", 0), 0u);
     a.kill(SIGSTOP);
     std::this_thread::sleep_for(900ms);
     auto client = open("advisory");
@@ -181,9 +156,9 @@ TEST_F(SqlFaults, AdvisoryHolderPausedKeepsTheLock) {
     EXPECT_EQ(ec, dlock::errc::timeout) << "the paused holder's session still holds the lock";
     a.kill(SIGCONT);
     a.write_line("state");
-    EXPECT_EQ(expect_line(a), "held");
+    EXPECT_EQ(worker_answer(a), "held");
     a.write_line("release");
-    EXPECT_EQ(expect_line(a), "released");
+    EXPECT_EQ(worker_answer(a), "released");
     EXPECT_TRUE(client.acquire("faults/pause", dlock::acquire_options().with_wait(2s)));
     a.write_line("exit");
     a.wait();
@@ -221,9 +196,9 @@ TEST_F(SqlFaults, TerminatedAdvisorySessionIsReportedLostAtOnce) {
 // fencing token tells them apart.
 TEST_F(SqlFaults, AdvisoryHolderStalledWhileItsSessionEndsIsFencedOff) {
     child_process a({DLOCK_CONFORMANCE_WORKER, "script", config("advisory"), "faults/stall", "600"}, true, {}, true);
-    ASSERT_EQ(expect_line(a).rfind("held ", 0), 0u);
+    ASSERT_EQ(worker_answer(a).rfind("held ", 0), 0u);
     a.write_line("state");
-    EXPECT_EQ(expect_line(a), "held");
+    EXPECT_EQ(worker_answer(a), "held");
     a.kill(SIGSTOP);
     raw().execute("SELECT pg_terminate_backend(holder_pid) FROM dlock_locks_advisory WHERE name = 'faults/stall'");
     auto client = open("advisory");
@@ -234,12 +209,12 @@ TEST_F(SqlFaults, AdvisoryHolderStalledWhileItsSessionEndsIsFencedOff) {
                  "believed it held it\n";
     a.kill(SIGCONT);
     a.write_line("token");
-    const uint64_t stale = std::stoull(expect_line(a));
+    const uint64_t stale = std::stoull(worker_answer(a));
     EXPECT_FALSE(resource.write(stale)) << "the stalled holder's write must be refused by its older token";
     EXPECT_TRUE(eventually(
         [&] {
             a.write_line("state");
-            return expect_line(a) == "lost";
+            return worker_answer(a) == "lost";
         },
         2s));
     a.write_line("exit");
