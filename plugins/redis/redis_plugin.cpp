@@ -250,10 +250,5 @@ const dlock_plugin redis_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    if (host_max_version < 1) {
-        *out_min_version = 1;
-        return DLOCK_NOT_SUPPORTED;
-    }
-    *out = &redis_plugin;
-    return DLOCK_OK;
+    return dlock::plugin_support::negotiate_v1(host_max_version, &redis_plugin, out, out_min_version);
 }

@@ -1,7 +1,7 @@
 // plugin_support.hpp — what every backend plugin's C entry points share: the failure a plugin
 // throws inside itself, the exception firewall that turns it (or anything else) into a dlock_status
-// and a message at the ABI, option lookup, and the clock-drift allowance of DESIGN.md. Header-only;
-// nothing here crosses the plugin ABI.
+// and a message at the ABI, option lookup, the clock-drift allowance of DESIGN.md, and version
+// negotiation. Header-only; nothing here crosses the plugin ABI.
 #pragma once
 
 #include <dlock/plugin.h>
@@ -39,6 +39,18 @@ inline const dlock_option_value* find_option(const dlock_option_value* values, s
     for (size_t i = 0; i < count; ++i)
         if (values[i].is_set && std::strcmp(values[i].name, name) == 0) return &values[i];
     return nullptr;
+}
+
+// The body of a plugin's dlock_plugin_negotiate for a plugin whose table is version 1 (the
+// oldest): any host that knows version 1 gets `table`; an older one is told the minimum.
+inline int negotiate_v1(uint32_t host_max_version, const dlock_plugin* table, const dlock_plugin** out,
+                        uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = table;
+    return DLOCK_OK;
 }
 
 // Runs a plugin entry point behind an exception firewall: nothing crosses the C ABI. A failure
