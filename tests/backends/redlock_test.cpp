@@ -86,7 +86,7 @@ TEST_F(RedlockFaults, StaleReleaseOfAFailedRoundSparesTheNextRoundsKey) {
     auto acquiring = std::async(std::launch::async, [&] {
         return client.acquire(name, dlock::acquire_options().with_wait(5s).with_ttl(20s));
     });
-    std::this_thread::sleep_for(100ms);  // round 1 is sent (and held back); round 2 starts at >= 300 ms
+    std::this_thread::sleep_for(200ms);  // round 1 is sent (and held back); round 2 starts at >= 300 ms
     proxy.set_delay(0us, 0us);
     dlock::lease a = acquiring.get();
     const auto acquired_after = steady::now() - started;

@@ -123,7 +123,7 @@ void failed_rounds_late_release(context& ctx) {
     acquire_result first;
     const int64_t started = monotonic_ns();
     joining_thread acquirer([&] { first = a->acquire(name, 5s, 20s); });
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(200ms);  // round 1 is sent (and held back); round 2 starts at >= 300 ms
     proxy.set_delay(0us, 0us);
     acquirer.join();
     ctx.require(first.ok, "A acquires in a later round: " + first.message);
