@@ -98,7 +98,7 @@ struct round_connections {
 // executed late by a node that was slow to answer, can never delete the key a later round of the
 // same acquisition set there. The owner token is 32 hex digits; the value is "<owner>.<round>".
 std::string round_value(const std::string& owner, uint64_t round) { return owner + "." + std::to_string(round); }
-// The owner token a value was written for ("" stays "", a value of no dlock round is returned as is).
+// The owner token a round's value was written for: what precedes the first '.' (all of a value without one).
 std::string owner_of(const std::string& value) { return value.substr(0, value.find('.')); }
 
 struct node_replies {
