@@ -37,7 +37,10 @@ bool flush(redisContext* ctx) {
 
 }  // namespace
 
-subscriber::subscriber(endpoint where, settings s) : where_(std::move(where)), settings_(std::move(s)) {
+subscriber::subscriber(endpoint where, settings s) : subscriber(std::move(where), std::move(s), nullptr) {}
+
+subscriber::subscriber(endpoint where, settings s, std::function<void()> on_change)
+    : where_(std::move(where)), settings_(std::move(s)), on_change_(std::move(on_change)) {
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("redis: eventfd failed: {}", std::strerror(errno)));
     thread_ = std::thread([this] { run(); });
@@ -159,22 +162,28 @@ void subscriber::run() {
                     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING) continue;
                     const std::string kind(r->element[0]->str, r->element[0]->len);
                     const std::string name(r->element[1]->str, r->element[1]->len);
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    auto it = channels_.find(name);
-                    if (it == channels_.end()) continue;
-                    if (kind == "subscribe") it->second.subscribed = true;
-                    else if (kind == "message") ++it->second.generation;
-                    else if (kind == "unsubscribe") it->second.subscribed = false;
-                    changed_.notify_all();
+                    {
+                        std::lock_guard<std::mutex> lock(mutex_);
+                        auto it = channels_.find(name);
+                        if (it == channels_.end()) continue;
+                        if (kind == "subscribe") it->second.subscribed = true;
+                        else if (kind == "message") ++it->second.generation;
+                        else if (kind == "unsubscribe") it->second.subscribed = false;
+                        changed_.notify_all();
+                    }
+                    if (on_change_) on_change_();
                 }
             }
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto& [name, state] : channels_) {
-            state.subscribed = false;
-            ++state.generation;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            for (auto& [name, state] : channels_) {
+                state.subscribed = false;
+                ++state.generation;
+            }
+            changed_.notify_all();
         }
-        changed_.notify_all();
+        if (on_change_) on_change_();
     }
 }
 

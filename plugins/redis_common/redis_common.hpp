@@ -184,6 +184,10 @@ std::vector<std::string> hazard_warnings(connection& c);
 class subscriber {
 public:
     subscriber(endpoint where, settings s);
+    // The same, calling `on_change` (on the subscriber's thread, with none of its locks held) after
+    // every change a waiter could wait for: a subscription confirmed, a message, a lost connection.
+    // For a caller that waits on several subscribers at once, under its own condition variable.
+    subscriber(endpoint where, settings s, std::function<void()> on_change);
     ~subscriber();
 
     // Starts watching (SUBSCRIBE on first watcher). Pair with unwatch().
@@ -216,6 +220,7 @@ private:
     std::atomic<bool> interrupted_{false};
     std::atomic<bool> stopping_{false};
     int wake_fd_ = -1;
+    std::function<void()> on_change_;  // set before thread_ starts; may be empty
     std::thread thread_;
 };
 

@@ -6,15 +6,21 @@
 // validity = ttl - elapsed - drift, drift = ttl/100 + 2 ms, all on CLOCK_MONOTONIC, so valid_until =
 // send time + ttl - drift. Otherwise the owner-fenced release goes to ALL nodes, including those that
 // did not answer (they may have set the key after all), and a waiter retries after a random delay.
-// Renewal needs a quorum within the validity; release goes to every node.
+// Every round writes its own value (owner token + round number), so a failed round's release that
+// a slow node runs late cannot delete what a later round of the same acquisition set there.
+// Renewal needs a quorum within the validity; release goes to every node. A fan-out's time budget
+// starts once its connections are borrowed, so reconnecting to a paused node costs the healthy
+// nodes none of theirs.
 //
 // No fencing token: each node's counter counts only the acquisitions that reached that node, and a
 // majority's counters are not monotonic across holders (two successive quorums may share only one
 // node, whose counter need not be the largest). The capability says so; the token is 0.
 //
-// Waiting: the client watches the name's channel on the first node it reaches (every release
-// publishes on every node); a waiter wakes on that message, at the holders' expiry, or after a
-// jittered retry delay, so waiters do not split the votes of the next round in lockstep.
+// Waiting: the client watches the name's channel on every node (a release publishes where the
+// holder's key was: on a quorum, which meets any quorum of listeners); a waiter wakes on a message
+// from any node, at the holders' expiry, or after a jittered retry delay, so waiters do not split
+// the votes of the next round in lockstep. While fewer than a quorum of subscriptions stand it
+// polls every retry_delay instead of trusting to hear the release.
 #include "redis_common.hpp"
 
 #include <fmt/format.h>
@@ -50,12 +56,13 @@ struct dlock_backend {
     settings config;
     int64_t retry_delay_ms = 50;
     dlock_plugin_host host{};
-    std::mutex waker_mutex;
-    std::unique_ptr<subscriber> waker;
-    size_t waker_node = 0;
     std::atomic<bool> interrupted{false};
     std::mutex sleep_mutex;
-    std::condition_variable sleep_cv;  // notified by interrupt()
+    std::condition_variable sleep_cv;  // notified by interrupt() and by every waker's change
+    // One subscriber per node, made on the first wait, then never changed until destruction.
+    // Declared after sleep_mutex/sleep_cv, which their callbacks use: destroyed before them.
+    std::mutex waker_mutex;
+    std::vector<std::unique_ptr<subscriber>> wakers;
 
     std::string names() const {
         std::string out;
@@ -66,7 +73,8 @@ struct dlock_backend {
 
 struct dlock_hold {
     lock_keys keys;
-    std::string owner;
+    std::string owner;  // the lease's owner token
+    std::string value;  // what the winning round wrote: round_value(owner, round)
 };
 
 namespace {
@@ -86,20 +94,33 @@ struct round_connections {
     }
 };
 
-// The same script on every node at once. Nodes that do not answer before the deadline get no reply;
-// `on_late` runs for each of them (its connection still has the request pending) before the
-// connection is dropped.
-template <typename OnLate>
-std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
-                                    const std::vector<std::string>& args, int64_t deadline_ns, OnLate&& on_late,
-                                    const enough_replies& enough = {}) {
+// The value a round of an acquisition writes: every round its own, so that a failed round's release,
+// executed late by a node that was slow to answer, can never delete the key a later round of the
+// same acquisition set there. The owner token is 32 hex digits; the value is "<owner>.<round>".
+std::string round_value(const std::string& owner, uint64_t round) { return owner + "." + std::to_string(round); }
+// The owner token a round's value was written for: what precedes the first '.' (all of a value without one).
+std::string owner_of(const std::string& value) { return value.substr(0, value.find('.')); }
+
+struct node_replies {
+    std::vector<reply_ptr> replies;  // null for nodes that did not answer in time
+    int64_t sent_ns = 0;             // when the requests were sent (after every connection was borrowed)
+};
+
+// The same script on every node at once. The nodes' time budget `timeout_ns` starts once every
+// connection is borrowed: reconnecting to a node that accepts connections but never answers (a
+// paused server) takes up to its own timeouts and must not use up the healthy nodes' time.
+// Nodes that do not answer in time get no reply and their connection is dropped.
+node_replies on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
+                          const std::vector<std::string>& args, int64_t timeout_ns, const enough_replies& enough = {}) {
     round_connections round(b);
     std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(s, false, keys, args));
     std::vector<bool> late;
-    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late, enough);
+    node_replies out;
+    out.sent_ns = now_ns();
+    out.replies = fan_out(round.conns, commands, out.sent_ns + timeout_ns, late, enough);
+    std::vector<reply_ptr>& replies = out.replies;
     for (size_t i = 0; i < replies.size(); ++i) {
         if (late[i]) {
-            on_late(*round.conns[i]);
             round.conns[i]->mark_broken();  // mid-reply: never reused
         } else if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR && std::strncmp(replies[i]->str, "NOSCRIPT", 8) == 0) {
             try {
@@ -109,15 +130,10 @@ std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std
             }
         }
     }
-    return replies;
+    return out;
 }
 
-std::vector<reply_ptr> on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
-                                    const std::vector<std::string>& args, int64_t deadline_ns) {
-    return on_all_nodes(b, s, keys, args, deadline_ns, [](connection&) {});
-}
-
-int64_t node_deadline(const dlock_backend* b) { return now_ns() + b->config.command_timeout_ms * 1'000'000; }
+int64_t command_timeout_ns(const dlock_backend* b) { return b->config.command_timeout_ms * 1'000'000; }
 
 const dlock_option_desc redlock_options[] = {
     {"endpoints", DLOCK_OPTION_STRING_LIST, DLOCK_OPTION_REQUIRED, DLOCK_DSN_HOSTS, nullptr,
@@ -218,7 +234,7 @@ void redlock_interrupt(dlock_backend* b) {
     }
     b->sleep_cv.notify_all();
     std::lock_guard<std::mutex> lock(b->waker_mutex);
-    if (b->waker) b->waker->interrupt();
+    for (const auto& s : b->wakers) s->interrupt();
 }
 
 struct round_result {
@@ -229,14 +245,15 @@ struct round_result {
     std::string error;  // the first error reply, if any
 };
 
-// One Redlock round. A node that has not answered when the round ends may still execute our SET
-// later; if the round fails, the owner-fenced release is pipelined behind that SET on the same
-// connection, so the node runs both, in order, whenever it wakes.
-round_result acquire_round(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
+// One Redlock round writing `value`. A node that has not answered when the round ends may still
+// execute our SET later; if the round fails, the release of `value` is pipelined behind that SET on
+// the same connection, so the node runs both, in order, whenever it wakes. That late release can
+// only delete this round's value: the next round writes another.
+round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms) {
     round_result r;
     round_connections round(b);
-    const std::vector<std::string> keys{h.keys.lock, h.keys.fence};
-    const std::vector<std::string> args{h.owner, std::to_string(ttl_ms)};
+    const std::vector<std::string> keys{lock.lock, lock.fence};
+    const std::vector<std::string> args{value, std::to_string(ttl_ms)};
     std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire_script, false, keys, args));
     std::vector<bool> late;
     // The round is decided by the quorum-th grant, or once a quorum can no longer be reached.
@@ -284,8 +301,7 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms
         // Give back what was granted: the owner-fenced release goes to every node of the round,
         // pipelined on the same connection behind the acquire (so a node that has not answered yet
         // runs SET, then release, in that order) without waiting for the replies.
-        const auto release_command =
-            script_command(release_script, true, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+        const auto release_command = script_command(release_script, true, {lock.lock, lock.fence, lock.channel}, {value});
         for (connection* c : round.conns)
             if (c && !c->broken()) pipeline(*c, release_command);
     }
@@ -300,20 +316,46 @@ void sleep_interruptibly(dlock_backend* b, int64_t until_ns) {
                            [&] { return b->interrupted.load(); });
 }
 
-subscriber* waker_for(dlock_backend* b) {
+using waker_set = std::vector<std::unique_ptr<subscriber>>;
+
+// One subscriber per node, made on the first wait. A holder's release publishes on every node where
+// its key was, a quorum while the lease held; a waiter listening on a quorum therefore hears it on
+// at least one node, whichever minority of nodes is down, paused or lost its key.
+const waker_set& wakers_for(dlock_backend* b) {
     std::lock_guard<std::mutex> lock(b->waker_mutex);
-    if (!b->waker) {
-        // Watch on the first node that answers; every release publishes on every node.
-        for (size_t i = 0; i < b->nodes.size() && !b->waker; ++i) {
-            try {
-                b->nodes[i].connections->borrow();
-                b->waker = std::make_unique<subscriber>(b->nodes[i].where, b->config);
-                b->waker_node = i;
-            } catch (const failure&) {
-            }
-        }
+    if (b->wakers.empty()) {
+        waker_set made;
+        for (const auto& nd : b->nodes)
+            made.push_back(std::make_unique<subscriber>(nd.where, b->config, [b] {
+                { std::lock_guard<std::mutex> wake(b->sleep_mutex); }
+                b->sleep_cv.notify_all();
+            }));
+        b->wakers = std::move(made);
     }
-    return b->waker.get();
+    return b->wakers;
+}
+
+// Messages heard on `channel` over every node, each lost subscription counted as one: it changes
+// whenever a release may have been missed.
+uint64_t heard(const waker_set& wakers, const std::string& channel) {
+    uint64_t sum = 0;
+    for (const auto& s : wakers) sum += s->generation(channel);
+    return sum;
+}
+
+// Nodes whose subscription to `channel` is confirmed now (a deadline in the past only asks).
+size_t listening(const waker_set& wakers, const std::string& channel) {
+    size_t n = 0;
+    for (const auto& s : wakers) n += s->wait_subscribed(channel, 0) ? 1 : 0;
+    return n;
+}
+
+// Waits until `done()`, interrupt() or `until_ns`; every waker's change re-checks `done`.
+template <typename Done>
+void wait_for_wakers(dlock_backend* b, int64_t until_ns, Done&& done) {
+    std::unique_lock<std::mutex> lock(b->sleep_mutex);
+    b->sleep_cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
+                           [&] { return b->interrupted.load() || done(); });
 }
 
 int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
@@ -329,19 +371,25 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
         auto h = std::make_unique<dlock_hold>();
         h->keys = keys_for(b->config.key_prefix, req->name);
         h->owner = req->owner;
+        const std::string& channel = h->keys.channel;
         thread_local std::mt19937_64 rng{std::random_device{}()};
 
-        subscriber* waker = nullptr;
+        const waker_set* wakers = nullptr;
         struct unwatch_guard {
-            subscriber*& s;
+            const waker_set*& wakers;
             const std::string& channel;
-            ~unwatch_guard() { if (s) s->unwatch(channel); }
-        } guard{waker, h->keys.channel};
+            ~unwatch_guard() {
+                if (wakers)
+                    for (const auto& s : *wakers) s->unwatch(channel);
+            }
+        } guard{wakers, channel};
 
-        for (;;) {
-            const uint64_t seen = waker ? waker->generation(h->keys.channel) : 0;  // before the round
-            const round_result r = acquire_round(b, *h, req->ttl_ms);
+        for (uint64_t round = 1;; ++round) {
+            const uint64_t seen = wakers ? heard(*wakers, channel) : 0;  // before the round
+            const std::string value = round_value(h->owner, round);
+            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms);
             if (r.acquired) {
+                h->value = value;
                 grant->fencing_token = 0;
                 grant->valid_until_ns = r.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
                 grant->ttl_ms = req->ttl_ms;
@@ -358,13 +406,13 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                                 r.granted, b->nodes.size(), b->quorum));
             }
             if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
-            if (!waker) {
-                waker = waker_for(b);
-                if (waker) {
-                    waker->watch(h->keys.channel);
-                    waker->wait_subscribed(h->keys.channel, std::min(req->deadline_ns, node_deadline(b)));
-                    continue;  // retry now that a release cannot go unheard
-                }
+            if (!wakers) {
+                wakers = &wakers_for(b);
+                for (const auto& s : *wakers) s->watch(channel);
+                // Retry once a quorum listens: a release after that cannot go unheard.
+                wait_for_wakers(b, std::min(req->deadline_ns, now_ns() + command_timeout_ns(b)),
+                                [&] { return listening(*wakers, channel) >= b->quorum; });
+                continue;
             }
             // Wake on a release, at the holders' expiry, or at the retry time; then pause a random
             // part of retry_delay so waiters woken by the same release do not split the next vote.
@@ -372,9 +420,10 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             int64_t until = r.min_holder_ttl_ms >= 0 ? now + (r.min_holder_ttl_ms + 1) * 1'000'000
                                                      : now + b->retry_delay_ms * 1'000'000;
             if (r.answered < b->quorum) until = now + jitter_ns + 1'000'000;  // nodes down: retry soon
+            // Fewer than a quorum listening could miss the release: poll until they are back.
+            if (listening(*wakers, channel) < b->quorum) until = std::min(until, now + b->retry_delay_ms * 1'000'000);
             until = std::min(until, req->deadline_ns);
-            if (waker) waker->wait_change(h->keys.channel, seen, until);
-            else sleep_interruptibly(b, until);
+            wait_for_wakers(b, until, [&] { return heard(*wakers, channel) != seen; });
             sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
         }
     });
@@ -382,25 +431,27 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
 
 int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
-        // Released by a quorum decides it; the other nodes' replies are read later.
+        // A quorum decides it either way; the other nodes' replies are read later.
         const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
-            size_t released = 0;
+            size_t released = 0, not_ours = 0;
             for (const auto& rep : so_far)
-                if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) ++released;
-            return released >= b->quorum;
+                if (rep && rep->type == REDIS_REPLY_INTEGER) (rep->integer == 1 ? released : not_ours)++;
+            return released >= b->quorum || not_ours >= b->quorum;
         };
-        const auto replies = on_all_nodes(b, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner},
-                                          node_deadline(b), [](connection&) {}, decided);
+        const auto replies = on_all_nodes(b, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->value},
+                                          command_timeout_ns(b), decided)
+                                 .replies;
         size_t released = 0, not_ours = 0;
         for (const auto& r : replies) {
             if (!r || r->type != REDIS_REPLY_INTEGER) continue;
             (r->integer == 1 ? released : not_ours)++;
         }
         if (released >= b->quorum) return DLOCK_OK;
-        if (released + not_ours == b->nodes.size()) {
-            if (released > 0 && not_ours < b->quorum) return DLOCK_OK;
-            copy_message(error, fmt::format("redlock: our key was on only {} of {} nodes at release; the lease had been lost",
-                                            released, b->nodes.size()));
+        // A quorum without our key can never have confirmed the lease since, whatever the silent
+        // nodes hold (N odd: when every node answered, fewer than a quorum released means this).
+        if (not_ours >= b->quorum) {
+            copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release; the lease had been lost",
+                                            not_ours, b->nodes.size()));
             return DLOCK_LOST;
         }
         copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", released,
@@ -416,11 +467,20 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
             keys.push_back(renewals[i].hold->keys.lock);
-            args.push_back(renewals[i].hold->owner);
+            args.push_back(renewals[i].hold->value);
             args.push_back(std::to_string(renewals[i].ttl_ms));
         }
-        const int64_t sent = now_ns();
-        const auto replies = on_all_nodes(b, renew_script, keys, args, sent + b->config.command_timeout_ms * 1'000'000);
+        // Confirmed by a quorum for every lease decides it; the slower nodes renew all the same.
+        const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
+            for (size_t i = 0; i < count; ++i) {
+                size_t ok = 0;
+                for (const auto& r : so_far)
+                    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == count && r->element[i]->integer == 1) ++ok;
+                if (ok < b->quorum) return false;
+            }
+            return true;
+        };
+        const auto [replies, sent] = on_all_nodes(b, renew_script, keys, args, command_timeout_ns(b), decided);
         const int64_t elapsed = now_ns() - sent;
         for (size_t i = 0; i < count; ++i) {
             size_t ok = 0, refused = 0;
@@ -445,14 +505,14 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
 int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
         const lock_keys keys = keys_for(b->config.key_prefix, name);
-        const auto replies = on_all_nodes(b, inspect_script, {keys.lock, keys.fence}, {}, node_deadline(b));
-        std::map<std::string, std::pair<size_t, int64_t>> owners;  // owner -> (nodes, min pttl)
+        const auto replies = on_all_nodes(b, inspect_script, {keys.lock, keys.fence}, {}, command_timeout_ns(b)).replies;
+        std::map<std::string, std::pair<size_t, int64_t>> values;  // value -> (nodes, min pttl)
         size_t answered = 0;
         for (const auto& r : replies) {
             if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) continue;
             ++answered;
             if (r->element[0]->type != REDIS_REPLY_STRING) continue;
-            auto& entry = owners[std::string(r->element[0]->str, r->element[0]->len)];
+            auto& entry = values[std::string(r->element[0]->str, r->element[0]->len)];
             const int64_t pttl = r->element[1]->integer;
             entry.second = entry.first == 0 ? pttl : std::min(entry.second, pttl);
             ++entry.first;
@@ -460,10 +520,10 @@ int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, d
         if (answered < b->quorum)
             fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
                                                 b->nodes.size(), b->quorum));
-        for (const auto& [owner, seen] : owners) {
-            if (seen.first < b->quorum) continue;
+        for (const auto& [value, seen] : values) {
+            if (seen.first < b->quorum) continue;  // held means one round's value on a quorum
             info->held = 1;
-            std::strncpy(info->holder, owner.c_str(), sizeof info->holder - 1);
+            std::strncpy(info->holder, owner_of(value).c_str(), sizeof info->holder - 1);
             info->ttl_left_ms = seen.second;
         }
         return DLOCK_OK;

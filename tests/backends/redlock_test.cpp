@@ -1,0 +1,214 @@
+// The `redlock` backend under faults that concern its rounds, its fan-out and its waiters, on the
+// lab's five independent Redis nodes: a late node that executes a failed round's requests after
+// the next round won, one node paused for longer than several ttls, waiters whose watched node
+// misses the release, a failed acquisition on paused nodes, and a release a quorum refuses.
+// (The FAULTS.md scenarios redlock shares with `redis` are in redis_test.cpp.)
+#include "backend_test.hpp"
+#include "support.hpp"
+
+#include "dlock/lab/gtest.hpp"
+#include "dlock/lab/proxy.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+std::string lock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
+
+// Runs `action` when the scope ends (a paused node must be resumed however a test ends).
+struct on_exit {
+    std::function<void()> action;
+    ~on_exit() { action(); }
+};
+
+class RedlockFaults : public ::testing::Test {
+protected:
+    void SetUp() override {
+        DLOCK_LAB_REQUIRE(backend::redlock);
+        auto& env = dlock::lab::lab_environment::instance();
+        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
+        lab_ = env.owned_lab();
+        env.reset(backend::redlock);
+    }
+    std::string config() { return dlock::lab::lab_environment::instance().config_path(backend::redlock).string(); }
+    dlock::lab::redis_server& node(size_t i) { return lab_->redlock().node(i); }
+    bool key_exists(size_t i, const std::string& name) {
+        return node(i).client().checked({"EXISTS", lock_key(name)}).integer == 1;
+    }
+    // A key of some other client on node i (the lock as another, failed or expiring, holder left it).
+    void foreign_key(size_t i, const std::string& name) {
+        node(i).client().checked({"SET", lock_key(name), std::string(32, 'e'), "PX", "60000"});
+    }
+    // A config reaching node 0 at `node0` (a proxy) and the other nodes directly.
+    std::string config_with_node0_at(const dlock::lab::endpoint& node0, const std::string& extra_options) {
+        std::string endpoints = "\"" + node0.to_string() + "\"";
+        for (size_t i = 1; i < 5; ++i) endpoints += ", \"" + node(i).client_endpoint().to_string() + "\"";
+        const std::string path = dir_.path() + "/redlock.yaml";
+        std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n" << extra_options;
+        return path;
+    }
+
+    dlock::lab::lab* lab_ = nullptr;
+    dlock::test::scratch_dir dir_{"dlock-redlock-test"};
+};
+
+// Every round of one acquisition writes its own value. Round 1's requests to node 0 are held back
+// by a proxy (1.5 s, client to server only) so the round fails: nodes 1 and 2 hold another
+// client's key, nodes 3 and 4 grant, node 0 is late. Round 1's release is pipelined behind its SET
+// on node 0's connection, which is then given up. Round 2 reaches node 0 on a fresh connection and
+// wins with exactly a quorum (0, 3, 4). Then round 1's held-back SET and release reach node 0: the
+// release must not delete round 2's key there, or a third client gets a quorum from nodes 0, 1, 2
+// once the other client's keys go away — two holders at once.
+TEST_F(RedlockFaults, StaleReleaseOfAFailedRoundSparesTheNextRoundsKey) {
+    const std::string name = "redlock/stale-round";
+    dlock::lab::tcp_proxy proxy(node(0).client_endpoint());
+    auto client = dlock::client::open(config_with_node0_at(proxy.listen_endpoint(), "  command_timeout: 300ms\n"));
+    foreign_key(1, name);
+    foreign_key(2, name);
+
+    proxy.set_delay(1500ms, 0us);
+    const auto started = steady::now();
+    auto acquiring = std::async(std::launch::async, [&] {
+        return client.acquire(name, dlock::acquire_options().with_wait(5s).with_ttl(20s));
+    });
+    std::this_thread::sleep_for(200ms);  // round 1 is sent (and held back); round 2 starts at >= 300 ms
+    proxy.set_delay(0us, 0us);
+    dlock::lease a = acquiring.get();
+    const auto acquired_after = steady::now() - started;
+    ASSERT_TRUE(a);
+    EXPECT_GE(acquired_after, 300ms) << "round 1 should have failed on its late node";
+    EXPECT_LT(acquired_after, 1500ms) << "round 2 should have won before round 1's requests reached node 0";
+
+    std::this_thread::sleep_for(steady::duration(2200ms) - (steady::now() - started));  // round 1's bytes arrived
+    EXPECT_GT(proxy.stats().bytes_upstream, 0u);
+    EXPECT_TRUE(key_exists(0, name)) << "round 1's late release deleted round 2's key on node 0";
+    node(1).client().checked({"DEL", lock_key(name)});
+    node(2).client().checked({"DEL", lock_key(name)});
+    auto other = dlock::client::open(config());
+    std::error_code ec;
+    auto b = other.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a second client got a quorum while the first holds the lock";
+    EXPECT_FALSE(b);
+    EXPECT_EQ(a.state(), dlock::lease_state::held);
+    EXPECT_EQ(client.inspect(name).holder, a.owner());
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+}
+
+// One node SIGSTOPped for 30 s (three ttls): the four others are a quorum, so every renewal must
+// succeed and the release must answer RELEASED, however long reconnecting to the paused node takes.
+TEST_F(RedlockFaults, OneNodePausedKeepsTheLeaseHeldAndReleasable) {
+    const std::string name = "redlock/one-paused";
+    auto client = dlock::client::open(config());
+    auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(10s));
+    ASSERT_TRUE(lease);
+    node(0).pause();
+    on_exit resume{[&] { node(0).resume(); }};
+    const auto until = steady::now() + 30s;
+    while (steady::now() < until && lease.state() == dlock::lease_state::held) std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(lease.state(), dlock::lease_state::held) << "lost or suspect with 4 of 5 nodes healthy";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released) << dlock_last_error();
+    for (size_t i = 1; i < 5; ++i) EXPECT_FALSE(key_exists(i, name)) << "our key is left on node " << i;
+}
+
+// The waiter's first node has another client's key, so the holder's key (on nodes 1-4) is not
+// there and its release publishes nowhere the waiter would listen if it watched node 0 only.
+TEST_F(RedlockFaults, WaiterWakesWhenTheReleaseSkipsItsFirstNode) {
+    const std::string name = "redlock/wake-skipped";
+    foreign_key(0, name);
+    auto holder_client = dlock::client::open(config());
+    auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    ASSERT_TRUE(a);
+    auto waiter_client = dlock::client::open(config());
+    auto waiting = std::async(std::launch::async, [&] {
+        std::error_code ec;
+        auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(8s).with_ttl(10s), ec);
+        return std::make_pair(std::move(b), steady::now());
+    });
+    std::this_thread::sleep_for(700ms);  // the waiter is waiting
+    const auto released_at = steady::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    auto [b, acquired_at] = waiting.get();
+    ASSERT_TRUE(b) << "the waiter never got the released lock";
+    EXPECT_LT(acquired_at - released_at, 3s) << "the waiter slept through the release";
+}
+
+// The waiter's first node is paused while it waits: the release cannot publish there, and the
+// waiter's subscription to it neither drops nor hears anything.
+TEST_F(RedlockFaults, WaiterWakesWithItsFirstNodePaused) {
+    const std::string name = "redlock/wake-paused";
+    auto holder_client = dlock::client::open(config());
+    auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    ASSERT_TRUE(a);
+    auto waiter_client = dlock::client::open(config());
+    auto waiting = std::async(std::launch::async, [&] {
+        std::error_code ec;
+        auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(8s).with_ttl(10s), ec);
+        return std::make_pair(std::move(b), steady::now());
+    });
+    std::this_thread::sleep_for(700ms);  // the waiter watches the channel
+    node(0).pause();
+    on_exit resume{[&] { node(0).resume(); }};
+    const auto released_at = steady::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released) << dlock_last_error();
+    auto [b, acquired_at] = waiting.get();
+    ASSERT_TRUE(b) << "the waiter never got the released lock";
+    EXPECT_LT(acquired_at - released_at, 3s) << "the waiter slept through the release";
+}
+
+// A failed acquisition leaves nothing behind on paused nodes: every round that reached a node
+// gives its key back on the same connection, behind the SET, so the node runs SET then release
+// when it wakes; a later round never sends a release on another connection, which could overtake
+// the still-queued SET.
+TEST_F(RedlockFaults, FailedAcquireOnPausedNodesLeavesNoKey) {
+    const std::string name = "redlock/paused-majority";
+    auto client = dlock::client::open(config());
+    for (size_t i = 0; i < 3; ++i) node(i).pause();
+    on_exit resume{[&] {
+        for (size_t i = 0; i < 3; ++i) node(i).resume();
+    }};
+    std::error_code ec;
+    auto lease = client.acquire(name, dlock::acquire_options().with_wait(1500ms), ec);
+    EXPECT_TRUE(ec) << "no quorum, yet acquired";
+    EXPECT_FALSE(lease);
+    for (size_t i = 0; i < 3; ++i) node(i).resume();
+    std::this_thread::sleep_for(500ms);
+    for (size_t i = 0; i < 5; ++i) EXPECT_FALSE(key_exists(i, name)) << "a failed acquire left a key on node " << i;
+}
+
+// A quorum answers "not ours" (the key expired or was taken there) and a node is silent: the
+// silent node cannot change that a quorum can never confirm the lease, so the release is
+// ALREADY_LOST, not UNKNOWN.
+TEST_F(RedlockFaults, ReleaseRefusedByAQuorumIsAlreadyLost) {
+    const std::string name = "redlock/refused-release";
+    auto client = dlock::client::open(config());
+    auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    ASSERT_TRUE(lease);
+    for (size_t i = 0; i < 3; ++i) node(i).client().checked({"DEL", lock_key(name)});
+    node(3).pause();
+    on_exit resume{[&] { node(3).resume(); }};
+    EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost) << dlock_last_error();
+    EXPECT_FALSE(key_exists(4, name)) << "the release must still delete our key where it was ours";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::redlock});
+    return RUN_ALL_TESTS();
+}
