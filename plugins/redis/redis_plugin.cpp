@@ -73,8 +73,10 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
         b->config = read_settings(values, count, settings{}, "redis");
         b->connections = std::make_unique<pool>(b->where, b->config);
         {
-            // Connect eagerly: a wrong address or password is an error at open, not at first use.
+            // Connect eagerly: a wrong address, password or missing ACL right is an error at open,
+            // not at first use.
             auto c = b->connections->borrow();
+            check_permissions(*c, b->config);
             for (const auto& w : hazard_warnings(*c))
                 if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
         }

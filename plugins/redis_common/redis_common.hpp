@@ -174,6 +174,13 @@ struct lock_keys {
 };
 lock_keys keys_for(const std::string& prefix, const std::string& name);
 
+// Checks that the connection's user may run everything dlock does on keys and channels under
+// `prefix` (Redis 7 ACLs: `~<prefix>*` keys, `&<prefix>*` channels, and the commands), by asking
+// the server (redis.acl_check_cmd in a script) for a name no lock can have. Throws
+// failure(DLOCK_CONFIG) naming the user, each denied command and what to grant; a command the
+// user may not run at all (EVAL) fails the same way. Nothing to check on servers before Redis 7.
+void check_permissions(connection& c, const settings& s);
+
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).
 std::vector<std::string> hazard_warnings(connection& c);

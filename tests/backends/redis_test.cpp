@@ -39,9 +39,11 @@ protected:
         env.reset(backend::redis);
         env.reset(backend::redlock);
     }
+public:
     std::string config(backend which) { return dlock::lab::lab_environment::instance().config_path(which).string(); }
     dlock::lab::redis_client redis() { return lab_->redis().client(); }
 
+protected:
     dlock::lab::lab* lab_ = nullptr;
 };
 
@@ -323,6 +325,120 @@ TEST_F(RedisFaults, HazardsAreWarnedAboutAtOpen) {
     raw.checked({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
     EXPECT_NE(logged.find("maxmemory-policy is `allkeys-lru`"), std::string::npos) << logged;
     EXPECT_NE(logged.find("persistence is off"), std::string::npos) << logged;
+}
+
+// A DSN for the lab's single Redis with extra query options ("pool_size=1&command_timeout=300ms").
+std::string redis_dsn(const dlock::lab::endpoint& where, const std::string& query = "", const std::string& userinfo = "") {
+    return "redis://" + (userinfo.empty() ? "" : userinfo + "@") + where.host + ":" + std::to_string(where.port) +
+           (query.empty() ? "" : "?" + query);
+}
+
+// ---- ACL users (Redis 6+; the lab runs Redis 7) ---------------------------------------------------
+
+// The commands dlock runs; a test user gets these plus the key and channel patterns under test.
+const std::vector<std::string> dlock_commands = {"+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl",
+                                                 "+pexpire", "+del", "+publish", "+subscribe", "+unsubscribe", "+time",
+                                                 "+ping", "+config|get"};
+
+class RedisAcl : public RedisFaults {
+protected:
+    void TearDown() override {
+        auto raw = redis();
+        for (const auto& user : users_) raw.command({"ACL", "DELUSER", user});
+    }
+    // Creates ACL user `name` with password `pw`, the commands above and `rules` (key/channel patterns).
+    void make_user(const std::string& name, const std::vector<std::string>& rules) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", name, "reset", "on", ">pw-" + name};
+        cmd.insert(cmd.end(), dlock_commands.begin(), dlock_commands.end());
+        cmd.insert(cmd.end(), rules.begin(), rules.end());
+        redis().checked(cmd);
+        users_.push_back(name);
+    }
+    std::string dsn_for(const std::string& user) {
+        return redis_dsn(lab_->redis().client_endpoint(), "", user + ":pw-" + user);
+    }
+    std::vector<std::string> users_;
+};
+
+TEST_F(RedisAcl, UserWithoutChannelRightsIsRefusedAtOpen) {
+    make_user("dlock-nochannels", {"~dlock:*", "resetchannels"});
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-nochannels").c_str(), &c), DLOCK_CONFIG);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("dlock-nochannels"), std::string::npos) << "names the user: " << message;
+    EXPECT_NE(message.find("PUBLISH"), std::string::npos) << "names what is denied: " << message;
+    EXPECT_NE(message.find("SUBSCRIBE"), std::string::npos) << "names what is denied: " << message;
+    EXPECT_NE(message.find("&dlock:*"), std::string::npos) << "says what to grant: " << message;
+    EXPECT_EQ(message.find("pw-dlock-nochannels"), std::string::npos) << "the password is never echoed: " << message;
+    if (c) dlock_client_close(c);
+}
+
+TEST_F(RedisAcl, UserWithoutKeyRightsIsRefusedAtOpen) {
+    make_user("dlock-otherkeys", {"~other:*", "&dlock:*"});
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-otherkeys").c_str(), &c), DLOCK_CONFIG);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("dlock-otherkeys"), std::string::npos) << message;
+    EXPECT_NE(message.find("~dlock:*"), std::string::npos) << "says what to grant: " << message;
+    if (c) dlock_client_close(c);
+}
+
+// Exactly dlock's keys and channels (`~dlock:*`, `&dlock:*`) and its commands are enough: acquire,
+// wait (woken by the release's PUBLISH), release, nothing left behind.
+TEST_F(RedisAcl, UserWithExactlyDlocksRightsWorks) {
+    make_user("dlock-exact", {"~dlock:*", "&dlock:*"});
+    auto holder = dlock::client::open(dsn_for("dlock-exact"));
+    auto waiter = dlock::client::open(dsn_for("dlock-exact"));
+    auto a = holder.acquire("faults/acl", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    std::thread b([&] {
+        auto lease = waiter.acquire("faults/acl", dlock::acquire_options().with_wait(10s), ec);
+        if (lease) EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    });
+    std::this_thread::sleep_for(200ms);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0)
+        << "the waiter was not woken by the release";
+    EXPECT_EQ(redis().checked({"EXISTS", "dlock:{faults/acl}:lock"}).integer, 0);
+}
+
+// A channel right revoked while a lease is held: the release is refused as a whole (the script
+// publishes before it deletes, and a script's writes are not rolled back), with a precise error;
+// the lock is still ours, and once the right is back the release answers RELEASED.
+TEST_F(RedisAcl, ReleaseRefusedByTheAclChangesNothing) {
+    make_user("dlock-revoked", {"~dlock:*", "&dlock:*"});
+    auto client = dlock::client::open(dsn_for("dlock-revoked"));
+    auto a = client.acquire("faults/acl-revoked", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    redis().checked({"ACL", "SETUSER", "dlock-revoked", "resetchannels"});
+    std::error_code ec;
+    const auto first = a.release(ec);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(first, dlock::release_outcome::released);
+    EXPECT_NE(message.find("permission"), std::string::npos) << message;
+    EXPECT_EQ(redis().checked({"GET", "dlock:{faults/acl-revoked}:lock"}).text, a.owner()) << "the refused release deleted the lock";
+    redis().checked({"ACL", "SETUSER", "dlock-revoked", "&dlock:*"});
+    EXPECT_EQ(a.release(ec), dlock::release_outcome::released) << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(redis().checked({"EXISTS", "dlock:{faults/acl-revoked}:lock"}).integer, 0);
+}
+
+// A fence key whose value INCR refuses ("1.5", " 7", a negative number, INT64_MAX: it would
+// overflow) is a clear error, and no lock key is set without a token.
+TEST_F(RedisFaults, MalformedFenceKeysLeaveNoLockBehind) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto raw = redis();
+    for (const std::string value : {"1.5", " 7", "-3", "007", "9223372036854775807"}) {
+        raw.checked({"SET", "dlock:{faults/fence}:fence", value});
+        std::error_code ec;
+        auto lease = client.acquire("faults/fence", dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::backend) << "fence `" << value << "`: " << ec.message();
+        EXPECT_NE(std::string(dlock_last_error()).find("fence"), std::string::npos) << dlock_last_error();
+        EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/fence}:lock"}).integer, 0) << "fence `" << value << "` left a lock key";
+        EXPECT_EQ(raw.checked({"GET", "dlock:{faults/fence}:fence"}).text, value) << "the fence key was changed";
+        raw.checked({"DEL", "dlock:{faults/fence}:lock"});
+    }
 }
 
 TEST_F(RedisFaults, UnreachableServerIsUnavailableAtOpen) {
