@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <poll.h>
+#include <sys/socket.h>
 #include <time.h>
 
 namespace dlock::redis_common {
@@ -142,14 +144,52 @@ reply_ptr connection::command(const std::vector<std::string>& args) {
         reply_ptr dropped(static_cast<redisReply*>(raw));
         --owed_;
     }
+    errno = 0;
     reply_ptr r = blocking_command(ctx_.get(), args);
     if (!r) {
+        const int error = errno;  // hiredis leaves the failed read's or write's errno in place
         broken_ = true;
+        closed_by_server_ = ctx_->err == REDIS_ERR_EOF ||
+                            (ctx_->err == REDIS_ERR_IO && (error == ECONNRESET || error == EPIPE));
         // hiredis reports an unsent command and a lost reply alike; a timeout or EOF after sending
         // leaves the outcome unknown.
         fail(DLOCK_UNKNOWN, fmt::format("redis {}: no reply: {}", where_.text(), ctx_->errstr[0] ? ctx_->errstr : "connection lost"));
     }
     return r;
+}
+
+bool connection::closed_while_idle() const {
+    if (broken_) return true;
+    pollfd p{ctx_->fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;  // quiet (or poll failed: the next command will tell)
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+    // Readable: fine when replies are owed; otherwise the server sent something unasked (an
+    // error before closing, as when it refuses a client), which would answer our next command.
+    return owed_ == 0;
+}
+
+bool connection::send_behind_pending(const std::vector<std::string>& args) {
+    broken_ = true;  // its replies are never read
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    char* raw = nullptr;
+    const int length = redisFormatCommandArgv(&raw, int(argv.size()), argv.data(), lens.data());
+    if (length < 0) return false;
+    std::unique_ptr<char, void (*)(char*)> formatted(raw, redisFreeCommand);
+    // Whatever hiredis still buffers (a request it could not flush) goes first, to keep the order.
+    std::string bytes(ctx_->obuf ? ctx_->obuf : "", ctx_->obuf ? sdslen(ctx_->obuf) : 0);
+    bytes.append(formatted.get(), size_t(length));
+    for (size_t sent = 0; sent < bytes.size();) {
+        const ssize_t n = send(ctx_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);  // SO_SNDTIMEO bounds it
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        sent += size_t(n);
+    }
+    return true;
 }
 
 pool::pool(endpoint where, settings s) : where_(std::move(where)), settings_(std::move(s)) {}
@@ -159,15 +199,26 @@ pool::lease::~lease() {
 }
 
 pool::lease pool::borrow() {
+    return borrow(now_ns() + (settings_.connect_timeout_ms + settings_.command_timeout_ms) * 1'000'000);
+}
+
+pool::lease pool::borrow(int64_t deadline_ns) {
     std::unique_lock<std::mutex> lock(mutex_);
+    const size_t limit = std::max<size_t>(settings_.pool_size, 1);
     for (;;) {
         if (!idle_.empty()) {
             auto c = std::move(idle_.back());
             idle_.pop_back();
-            return lease(this, std::move(c));
+            if (!c->closed_while_idle()) return lease(this, std::move(c));
+            --open_;  // closed by the server meanwhile: drop it, try the next (or a new one)
+            continue;
         }
-        if (open_ < std::max<size_t>(settings_.pool_size, 1)) break;
-        available_.wait(lock);
+        if (open_ < limit) break;
+        if (available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns))) ==
+                std::cv_status::timeout &&
+            idle_.empty() && open_ >= limit)
+            fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: all {} connections of the pool stayed busy; raise `pool_size`",
+                                                where_.text(), limit));
     }
     const int64_t now = now_ns();
     if (now < retry_after_ns_)

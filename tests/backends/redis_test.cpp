@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 #include <unistd.h>
@@ -327,10 +329,125 @@ TEST_F(RedisFaults, HazardsAreWarnedAboutAtOpen) {
     EXPECT_NE(logged.find("persistence is off"), std::string::npos) << logged;
 }
 
+// ---- connections across a restart, pool exhaustion, paused servers -----------------------------
+
 // A DSN for the lab's single Redis with extra query options ("pool_size=1&command_timeout=300ms").
 std::string redis_dsn(const dlock::lab::endpoint& where, const std::string& query = "", const std::string& userinfo = "") {
     return "redis://" + (userinfo.empty() ? "" : userinfo + "@") + where.host + ":" + std::to_string(where.port) +
            (query.empty() ? "" : "?" + query);
+}
+
+// Runs `body` on a thread of its own and waits at most `limit` for it. A body still running then
+// (a deadlock) is reported and abandoned with everything it captured — leaked on purpose, so the
+// test binary can still finish and report instead of hanging.
+bool finishes_within(std::chrono::milliseconds limit, std::function<void()> body) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    std::thread([done, body = std::move(body)] {
+        body();
+        done->set_value();
+    }).detach();
+    return finished.wait_for(limit) == std::future_status::ready;
+}
+
+// pool_size 1: an acquire whose pooled connection died with the server (restart) or whose command
+// timed out on a paused server must not wait for a second connection of the full pool; each
+// acquire returns within its wait + command_timeout, and close() returns too.
+TEST_F(RedisFaults, PoolOfOneNeverDeadlocksAfterARestartOrATimeout) {
+    const auto where = lab_->redis().client_endpoint();
+    // Shared with the acquiring threads, which keep them alive if they never return.
+    auto client = std::make_shared<dlock::client>(dlock::client::open(redis_dsn(where, "pool_size=1&command_timeout=300ms")));
+    struct outcome {
+        std::error_code ec;
+        double seconds = -1;
+    };
+    auto acquire_on_thread = [](const std::shared_ptr<dlock::client>& client, const char* name, std::chrono::milliseconds wait,
+                                std::chrono::milliseconds ttl, std::chrono::milliseconds limit, const std::shared_ptr<outcome>& out) {
+        return finishes_within(limit, [client, name, wait, ttl, out] {
+            const auto start = std::chrono::steady_clock::now();
+            auto lease = client->acquire(name, dlock::acquire_options().with_wait(wait).with_ttl(ttl), out->ec);
+            out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
+    };
+    { auto warm = client->acquire("faults/pool1-warm", dlock::acquire_options().with_wait(0ms)); }  // its one connection is idle now
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+
+    auto after_restart = std::make_shared<outcome>();
+    ASSERT_TRUE(acquire_on_thread(client, "faults/pool1", 3s, 5s, 3s + 300ms + 5s, after_restart))
+        << "acquire after a restart with pool_size 1 did not return (deadlock)";
+    EXPECT_FALSE(after_restart->ec) << "the server is back: the acquire must succeed: " << after_restart->ec.message();
+    EXPECT_LT(after_restart->seconds, 3.3 + 2.0) << "within wait + command_timeout (+ margin)";
+
+    lab_->redis().pause();
+    auto paused = std::make_shared<outcome>();
+    const bool paused_done = acquire_on_thread(client, "faults/pool1-paused", 0ms, 30s, 300ms + 5s, paused);
+    lab_->redis().resume();
+    ASSERT_TRUE(paused_done) << "acquire on a paused server with pool_size 1 did not return (deadlock)";
+    EXPECT_TRUE(paused->ec) << "the server was paused: the acquire cannot have succeeded";
+
+    auto closing = std::make_shared<std::shared_ptr<dlock::client>>(std::move(client));
+    ASSERT_TRUE(finishes_within(5s, [closing] { closing->reset(); })) << "close() did not return";
+}
+
+// An acquire whose reply is lost to a paused server (command timeout) gives the lock back by owner
+// token. The release travels behind the still-queued acquire script, on the same connection, so
+// the server runs them in order when it wakes: no key is left behind.
+TEST_F(RedisFaults, TimedOutAcquireOnAPausedServerLeavesNoKey) {
+    const auto where = lab_->redis().client_endpoint();
+    auto client = dlock::client::open(redis_dsn(where, "command_timeout=300ms"));
+    { auto warm = client.acquire("faults/paused-warm", dlock::acquire_options().with_wait(0ms)); }
+    lab_->redis().pause();
+    std::error_code ec;
+    auto lease = client.acquire("faults/paused", dlock::acquire_options().with_wait(0ms).with_ttl(30s), ec);
+    std::this_thread::sleep_for(200ms);  // a best-effort release on another connection would queue too
+    lab_->redis().resume();
+    EXPECT_EQ(ec, dlock::errc::unknown) << "the reply was lost: the outcome is unknown";
+    EXPECT_FALSE(lease);
+    auto raw = redis();
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {  // the server catches up with its queued requests
+        gone = raw.checked({"EXISTS", "dlock:{faults/paused}:lock"}).integer == 0;
+        if (!gone) std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(gone) << "the failed acquire left its key (ttl " << raw.checked({"PTTL", "dlock:{faults/paused}:lock"}).integer
+                      << " ms) behind";
+    std::error_code again;
+    auto next = client.acquire("faults/paused", dlock::acquire_options().with_wait(0ms), again);
+    EXPECT_FALSE(again) << "the name is free: " << again.message();
+}
+
+// Pooled connections that the server closed (a restart, or its idle `timeout`) are found dead
+// before they are used: the next try-once acquire succeeds instead of answering UNKNOWN.
+TEST_F(RedisFaults, StalePooledConnectionsAreNotAnError) {
+    auto client = dlock::client::open(config(backend::redis));
+    { auto warm = client.acquire("faults/stale-warm", dlock::acquire_options().with_wait(0ms)); }
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+    std::error_code ec;
+    auto a = client.acquire("faults/stale-restart", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "first acquire after a restart: " << ec.message() << ": " << dlock_last_error();
+    if (a) a.release();
+
+    redis().checked({"CONFIG", "SET", "timeout", "1"});
+    struct restore_timeout {
+        RedisFaults& test;
+        ~restore_timeout() { test.redis().checked({"CONFIG", "SET", "timeout", "0"}); }  // a fresh connection: idle ones are closed
+    } restore{*this};
+    { auto warm = client.acquire("faults/stale-warm", dlock::acquire_options().with_wait(0ms)); }
+    std::this_thread::sleep_for(2500ms);  // the server closes connections idle for more than 1 s
+    auto b = client.acquire("faults/stale-timeout", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "first acquire after the server's idle timeout: " << ec.message() << ": " << dlock_last_error();
+}
+
+// The first renewal after a restart without persistence meets a dead pooled connection; it must
+// go through on a fresh one and report LOST at once, not an unconfirmed renewal (SUSPECT) that
+// delays the loss by another renewal period.
+TEST_F(RedisFaults, FirstRenewalAfterARestartReportsLost) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto a = client.acquire("faults/renew-restart", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+    std::error_code ec;
+    a.renew(ec);
+    EXPECT_EQ(a.state(), dlock::lease_state::lost) << "renewal answered " << ec.message() << ": " << dlock_last_error();
 }
 
 // ---- ACL users (Redis 6+; the lab runs Redis 7) ---------------------------------------------------
