@@ -7,7 +7,9 @@
 //
 // Waiting: the client's one subscriber connection watches the name's channel BEFORE the retry, so
 // a release between the retry and the wait still wakes the waiter; the waiter also retries when the
-// holder's remaining ttl runs out (a holder that died never publishes). No polling interval.
+// holder's remaining ttl runs out (a holder that died never publishes). No polling interval while
+// the subscription is confirmed; while it is not (the pub/sub connection is down or re-subscribing)
+// the waiter retries on a short timer instead, so it never depends on one subscription's health.
 //
 // Connections: a pooled connection the server closed (restart, idle `timeout`) is dropped before
 // use; a command that still meets a closed connection is retried once on a fresh one when that is
@@ -239,19 +241,30 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             ~unwatch_guard() { s.unwatch(channel); }
         } guard{waker, h->keys.channel};
         waker.watch(h->keys.channel);
-        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * 1'000'000));
+        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
+        // While the subscription is not confirmed a release may go unheard: retry on a timer,
+        // 10 ms doubling to 200 ms, until it is.
+        int64_t unheard_retry_ms = 10;
         for (;;) {
             if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
-            const uint64_t seen = waker.generation(h->keys.channel);  // before the retry: no lost wake-up
+            // Both read before the retry: no lost wake-up.
+            const bool hearing = waker.wait_subscribed(h->keys.channel, 0);
+            const uint64_t seen = waker.generation(h->keys.channel);
             a = acquire_retrying(b, *h, req->ttl_ms, req->deadline_ns);
             if (a.acquired) return finish(a);
             const int64_t now = now_ns();
             if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
             // Retry at the latest when the holder's key expires (-1: no expiry set by someone else's
             // write; -2: it vanished just now).
-            const int64_t expiry_ns = a.holder_ttl_ms >= 0 ? now + (a.holder_ttl_ms + 1) * 1'000'000
-                                      : a.holder_ttl_ms == -2 ? now : forever_ns;
-            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, expiry_ns));
+            int64_t until = a.holder_ttl_ms >= 0 ? now + (a.holder_ttl_ms + 1) * ms_ns
+                            : a.holder_ttl_ms == -2 ? now : forever_ns;
+            if (hearing) {
+                unheard_retry_ms = 10;
+            } else {
+                until = std::min(until, now + unheard_retry_ms * ms_ns);
+                unheard_retry_ms = std::min<int64_t>(unheard_retry_ms * 2, 200);
+            }
+            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, until));
         }
     });
 }

@@ -224,7 +224,9 @@ public:
     void watch(const std::string& channel);
     void unwatch(const std::string& channel);
     // Waits until the subscription is confirmed; false at `deadline_ns`, on interrupt, or while
-    // the pub/sub connection is down (callers then fall back to timed retries).
+    // the pub/sub connection is down (callers then fall back to timed retries). A deadline in the
+    // past asks without waiting. The confirmation of a (re)subscription bumps the channel's
+    // generation, so a waiter retries once it can hear releases again.
     bool wait_subscribed(const std::string& channel, int64_t deadline_ns);
     uint64_t generation(const std::string& channel);
     // Waits until the generation differs from `seen`, until `until_ns`, or interrupt.

@@ -450,6 +450,43 @@ TEST_F(RedisFaults, FirstRenewalAfterARestartReportsLost) {
     EXPECT_EQ(a.state(), dlock::lease_state::lost) << "renewal answered " << ec.message() << ": " << dlock_last_error();
 }
 
+// A waiter whose pub/sub connection is down (killed, and it cannot reconnect: the server refuses
+// new clients) must not sleep until the holder's ttl: the release is noticed within a bounded
+// time by timed retries while the subscription is not confirmed.
+TEST_F(RedisFaults, WaiterNoticesAReleaseWhileItsSubscriptionIsDown) {
+    auto holder = dlock::client::open(config(backend::redis));
+    auto waiter = dlock::client::open(config(backend::redis));
+    auto a = holder.acquire("faults/wakeup", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    auto raw = redis();
+    std::error_code ec;
+    double waited_after_release = -1;
+    std::chrono::steady_clock::time_point released_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire("faults/wakeup", dlock::acquire_options().with_wait(15s).with_ttl(5s), ec);
+        waited_after_release = std::chrono::duration<double>(std::chrono::steady_clock::now() - released_at).count();
+    });
+    // Once the waiter's subscription is confirmed, cut it and keep it from coming back.
+    bool subscribed = false;
+    for (int i = 0; i < 200 && !subscribed; ++i) {
+        subscribed = raw.checked({"PUBSUB", "NUMSUB", "dlock:{faults/wakeup}:released"}).elements.at(1).integer == 1;
+        if (!subscribed) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(subscribed) << "the waiter never subscribed";
+    struct restore_maxclients {
+        dlock::lab::redis_client& raw;
+        std::string value;
+        ~restore_maxclients() { raw.checked({"CONFIG", "SET", "maxclients", value}); }
+    } restore{raw, raw.checked({"CONFIG", "GET", "maxclients"}).elements.at(1).text};
+    raw.checked({"CONFIG", "SET", "maxclients", "1"});  // the clients connected stay; new ones are refused
+    raw.checked({"CLIENT", "KILL", "TYPE", "pubsub"});
+    std::this_thread::sleep_for(300ms);  // the waiter retried once (its wake-up on the drop) and waits again
+    released_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_LT(waited_after_release, 2.0) << "the waiter slept through the release (holder's ttl was 20 s)";
+}
+
 // ---- ACL users (Redis 6+; the lab runs Redis 7) ---------------------------------------------------
 
 // The commands dlock runs; a test user gets these plus the key and channel patterns under test.
