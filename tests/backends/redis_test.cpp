@@ -547,7 +547,9 @@ TEST_F(RedisAcl, UserWithExactlyDlocksRightsWorks) {
     std::error_code ec;
     std::thread b([&] {
         auto lease = waiter.acquire("faults/acl", dlock::acquire_options().with_wait(10s), ec);
-        if (lease) EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+        if (lease) {
+            EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+        }
     });
     std::this_thread::sleep_for(200ms);
     const auto start = std::chrono::steady_clock::now();
