@@ -262,11 +262,12 @@ void script::learn_sha1(const std::string& sha) const {
     sha1_ = sha;
 }
 
-// Nothing is written before every check passed, because a script's writes before an error are not
-// undone: GET raises WRONGTYPE on a lock key of another type (an error, never "held"); the fence key
-// must hold digits only (Lua's tonumber would also take "1.5", " 7" or "-3"), and INCR, run before
-// the SET, refuses what is left (leading zeros, a value that would overflow) — so a lock is never
-// set without its token.
+// The lock key is written last, after every check passed, because a script's writes before an
+// error are not undone: GET raises WRONGTYPE on a lock key of another type (an error, never
+// "held"); the fence key must hold digits only (Lua's tonumber would also take "1.5", " 7" or
+// "-3"), and INCR, run before the SET, refuses what is left (leading zeros, a value that would
+// overflow) — so a lock is never set without its token. (The seed below is the only earlier
+// write; INCR cannot fail on it.)
 // A missing fence key (a name's first lock, or a server that restarted without its data) is seeded
 // with the server's TIME in microseconds before INCR: tokens then keep rising across a loss of
 // the data, as long as the server's clock does not go back and fewer than one lock per microsecond
