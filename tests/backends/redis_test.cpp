@@ -450,6 +450,36 @@ TEST_F(RedisFaults, FirstRenewalAfterARestartReportsLost) {
     EXPECT_EQ(a.state(), dlock::lease_state::lost) << "renewal answered " << ec.message() << ": " << dlock_last_error();
 }
 
+// A connection reset under a command (here by a proxy, before the request reached the server): the
+// server runs nothing more from that connection, so the outcome is settled. A try-once acquire
+// releases by owner and retries once on a fresh connection, and a renewal retries once: neither
+// answers UNKNOWN.
+TEST_F(RedisFaults, ConnectionResetUnderACommandIsRetriedOnAFreshOne) {
+    dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
+    auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint()));
+    auto held = client.acquire("faults/reset-renew", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    proxy.set_delay(150ms, 0us);  // requests wait in the proxy: the reset comes before they reach the server
+    auto cut_soon = [&] {
+        return std::thread([&] {
+            std::this_thread::sleep_for(50ms);
+            proxy.cut_all();
+        });
+    };
+    std::error_code ec;
+    std::thread cutter = cut_soon();
+    auto lease = client.acquire("faults/reset", dlock::acquire_options().with_wait(0ms).with_ttl(30s), ec);
+    cutter.join();
+    EXPECT_FALSE(ec) << "acquire under a reset: " << ec.message() << ": " << dlock_last_error();
+    EXPECT_GE(proxy.stats().cut, 1u) << "the reset happened under the acquire";
+
+    cutter = cut_soon();
+    held.renew(ec);
+    cutter.join();
+    EXPECT_FALSE(ec) << "renewal under a reset: " << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(held.state(), dlock::lease_state::held);
+    proxy.set_delay(0us);
+}
+
 // A waiter whose pub/sub connection is down (killed, and it cannot reconnect: the server refuses
 // new clients) must not sleep until the holder's ttl: the release is noticed within a bounded
 // time by timed retries while the subscription is not confirmed.
