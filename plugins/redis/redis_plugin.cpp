@@ -7,7 +7,14 @@
 //
 // Waiting: the client's one subscriber connection watches the name's channel BEFORE the retry, so
 // a release between the retry and the wait still wakes the waiter; the waiter also retries when the
-// holder's remaining ttl runs out (a holder that died never publishes). No polling interval.
+// holder's remaining ttl runs out (a holder that died never publishes). No polling interval while
+// the subscription is confirmed; while it is not (the pub/sub connection is down or re-subscribing)
+// the waiter retries on a short timer instead, so it never depends on one subscription's health.
+//
+// Connections: a pooled connection the server closed (restart, idle `timeout`) is dropped before
+// use; a command that still meets a closed connection is retried once on a fresh one when that is
+// safe (the server runs nothing more from a closed connection). An acquire retries within its wait
+// while the server is unreachable.
 //
 // Validity: valid_until = send time + ttl - drift, drift = ttl/100 + 2 ms (the server's clock may
 // run slightly fast relative to ours).
@@ -19,12 +26,14 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 using namespace dlock::redis_common;
 
 namespace {
 
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+constexpr int64_t ms_ns = 1'000'000;
 
 }  // namespace
 
@@ -35,12 +44,19 @@ struct dlock_backend {
     std::unique_ptr<pool> connections;
     std::unique_ptr<subscriber> waker;  // started by the first wait
     std::mutex waker_mutex;
+    std::condition_variable interrupted_changed;  // with waker_mutex
     std::atomic<bool> interrupted{false};
 
     subscriber& subscriber_for_waits() {
         std::lock_guard<std::mutex> lock(waker_mutex);
         if (!waker) waker = std::make_unique<subscriber>(where, config);
         return *waker;
+    }
+    // Sleeps until `until_ns` or interrupt.
+    void sleep_until(int64_t until_ns) {
+        std::unique_lock<std::mutex> lock(waker_mutex);
+        interrupted_changed.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
+                                       [&] { return interrupted.load(); });
     }
 };
 
@@ -73,8 +89,10 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
         b->config = read_settings(values, count, settings{}, "redis");
         b->connections = std::make_unique<pool>(b->where, b->config);
         {
-            // Connect eagerly: a wrong address or password is an error at open, not at first use.
+            // Connect eagerly: a wrong address, password or missing ACL right is an error at open,
+            // not at first use.
             auto c = b->connections->borrow();
+            check_permissions(*c, b->config);
             for (const auto& w : hazard_warnings(*c))
                 if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
         }
@@ -88,8 +106,9 @@ void redis_destroy(dlock_backend* b) { delete b; }
 uint64_t redis_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL; }
 
 void redis_interrupt(dlock_backend* b) {
-    b->interrupted = true;
     std::lock_guard<std::mutex> lock(b->waker_mutex);
+    b->interrupted = true;
+    b->interrupted_changed.notify_all();
     if (b->waker) b->waker->interrupt();
 }
 
@@ -100,25 +119,44 @@ struct attempt {
     int64_t sent_ns = 0;
 };
 
-// One run of the acquire script. On a transport failure after sending, the outcome is unknown: the
-// lock may be ours. It is then released by owner token (best effort) so nothing is left behind.
-attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
+// A failed try whose request the server will never run (its connection was closed by the server,
+// or nothing was sent): safe to repeat on a fresh connection. `maybe_set`: the acquire script may
+// have run before the close, so our key may exist and is released before the next try.
+struct settled_failure {
+    failure why;
+    bool maybe_set = false;
+};
+
+// One run of the acquire script on a connection borrowed until `borrow_deadline_ns`.
+// On a transport failure after sending, the outcome is unknown: the lock may be ours.
+// - The server closed the connection: it runs nothing more from it. Throws settled_failure; the
+//   caller gives the lock back (by owner) on another connection and may try again.
+// - A timeout: the script may still be queued on a slow or paused server. The owner-fenced release
+//   is written behind it on the same connection, so the server runs both in order whenever it
+//   gets to them (a release on another connection could overtake the queued SET and leave our key
+//   behind); the failure (DLOCK_UNKNOWN) is thrown. No retry: a retry's grant could be deleted by
+//   that queued release.
+attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64_t borrow_deadline_ns) {
     attempt a;
-    auto c = b->connections->borrow();
-    a.sent_ns = now_ns();
     reply_ptr r;
-    try {
-        r = run_script(*c, acquire_script, {h.keys.lock, h.keys.fence}, {h.owner, std::to_string(ttl_ms)});
-    } catch (const failure& f) {
-        if (f.status == DLOCK_UNKNOWN) {
-            try {
-                auto fresh = b->connections->borrow();
-                run_script(*fresh, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
-            } catch (const failure&) {
-                // The key, if it was set, expires after ttl.
-            }
+    {
+        std::optional<pool::lease> c;
+        try {
+            c.emplace(b->connections->borrow(borrow_deadline_ns));
+        } catch (const failure& f) {
+            if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // nothing was sent
+            throw;
         }
-        throw;
+        a.sent_ns = now_ns();
+        try {
+            r = run_script(**c, acquire_script, {h.keys.lock, h.keys.fence}, {h.owner, std::to_string(ttl_ms)});
+        } catch (const failure& f) {
+            if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
+            if (f.status != DLOCK_UNKNOWN) throw;
+            if ((*c)->closed_by_server()) throw settled_failure{f, true};
+            (*c)->send_behind_pending(script_command(release_script, true, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner}));
+            throw;
+        }
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
         fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to the acquire script", b->where.text()));
@@ -126,6 +164,50 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms) {
     if (a.acquired) a.fence = uint64_t(r->element[1]->integer);
     else a.holder_ttl_ms = r->element[1]->integer;
     return a;
+}
+
+// try_acquire, repeated after settled failures (a connection the server closed, an unreachable
+// server) until `deadline_ns` — or once more for a try-once acquire, so a connection that died
+// with a restart costs no error. A key a closed connection may have set is released by owner
+// first (its connection is gone, so nothing queued can overtake the release).
+attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64_t deadline_ns) {
+    bool release_first = false;
+    for (int tries = 0;; ++tries) {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
+        const int64_t now = now_ns();
+        const int64_t busy_wait_ns = (b->config.connect_timeout_ms + b->config.command_timeout_ms) * ms_ns;
+        const int64_t borrow_deadline = std::max(deadline_ns, now + busy_wait_ns);
+        try {
+            if (release_first) {
+                auto c = b->connections->borrow(borrow_deadline);
+                run_script(*c, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+                release_first = false;
+            }
+            return try_acquire(b, h, ttl_ms, borrow_deadline);
+        } catch (const settled_failure& f) {
+            release_first = release_first || f.maybe_set;
+            const int64_t after = now_ns();
+            if (deadline_ns == 0 ? tries >= 1 : after >= deadline_ns) {
+                if (release_first) {  // best effort: the key, if it was set, expires after ttl
+                    try {
+                        auto c = b->connections->borrow(after + busy_wait_ns);
+                        run_script(*c, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+                    } catch (const failure&) {
+                    }
+                }
+                throw f.why;
+            }
+            if (f.why.status == DLOCK_UNAVAILABLE && deadline_ns != 0)  // unreachable: wait for the reconnect backoff
+                b->sleep_until(std::min(deadline_ns, after + 10 * ms_ns));
+        } catch (const failure& f) {
+            // Only the release before a retry is retried, and only when it was not sent: a release
+            // whose reply was lost may still be queued, and could delete the retry's grant.
+            if (!release_first || f.status != DLOCK_UNAVAILABLE) throw;
+            const int64_t after = now_ns();
+            if (deadline_ns == 0 || after >= deadline_ns) throw;
+            b->sleep_until(std::min(deadline_ns, after + 10 * ms_ns));
+        }
+    }
 }
 
 int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
@@ -148,7 +230,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
                                a.holder_ttl_ms);
         };
 
-        attempt a = try_acquire(b, *h, req->ttl_ms);
+        attempt a = acquire_retrying(b, *h, req->ttl_ms, req->deadline_ns);
         if (a.acquired) return finish(a);
         if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
 
@@ -159,19 +241,30 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             ~unwatch_guard() { s.unwatch(channel); }
         } guard{waker, h->keys.channel};
         waker.watch(h->keys.channel);
-        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * 1'000'000));
+        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
+        // While the subscription is not confirmed a release may go unheard: retry on a timer,
+        // 10 ms doubling to 200 ms, until it is.
+        int64_t unheard_retry_ms = 10;
         for (;;) {
             if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
-            const uint64_t seen = waker.generation(h->keys.channel);  // before the retry: no lost wake-up
-            a = try_acquire(b, *h, req->ttl_ms);
+            // Both read before the retry: no lost wake-up.
+            const bool hearing = waker.wait_subscribed(h->keys.channel, 0);
+            const uint64_t seen = waker.generation(h->keys.channel);
+            a = acquire_retrying(b, *h, req->ttl_ms, req->deadline_ns);
             if (a.acquired) return finish(a);
             const int64_t now = now_ns();
             if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
             // Retry at the latest when the holder's key expires (-1: no expiry set by someone else's
             // write; -2: it vanished just now).
-            const int64_t expiry_ns = a.holder_ttl_ms >= 0 ? now + (a.holder_ttl_ms + 1) * 1'000'000
-                                      : a.holder_ttl_ms == -2 ? now : forever_ns;
-            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, expiry_ns));
+            int64_t until = a.holder_ttl_ms >= 0 ? now + (a.holder_ttl_ms + 1) * ms_ns
+                            : a.holder_ttl_ms == -2 ? now : forever_ns;
+            if (hearing) {
+                unheard_retry_ms = 10;
+            } else {
+                until = std::min(until, now + unheard_retry_ms * ms_ns);
+                unheard_retry_ms = std::min<int64_t>(unheard_retry_ms * 2, 200);
+            }
+            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, until));
         }
     });
 }
@@ -195,9 +288,19 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
             args.push_back(renewals[i].hold->owner);
             args.push_back(std::to_string(renewals[i].ttl_ms));
         }
-        auto c = b->connections->borrow();
-        const int64_t sent = now_ns();
-        reply_ptr r = run_script(*c, renew_script, keys, args);
+        // Renewal is idempotent: a failure on a connection the server closed is retried once on a
+        // fresh one, so a restart is learnt (LOST) at this renewal, not the next.
+        int64_t sent = 0;
+        reply_ptr r;
+        for (int tries = 0; !r; ++tries) {
+            auto c = b->connections->borrow();
+            sent = now_ns();
+            try {
+                r = run_script(*c, renew_script, keys, args);
+            } catch (const failure& f) {
+                if (f.status != DLOCK_UNKNOWN || !c->closed_by_server() || tries > 0) throw;
+            }
+        }
         if (r->type != REDIS_REPLY_ARRAY || r->elements != count) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the renew script");
         for (size_t i = 0; i < count; ++i) {
             const bool ours = r->element[i]->integer == 1;

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <poll.h>
+#include <sys/socket.h>
 #include <time.h>
 
 namespace dlock::redis_common {
@@ -82,7 +84,7 @@ failure classify_error_reply(const std::string& server, const std::string& error
     if (starts("NOAUTH") || starts("WRONGPASS") || error.find("invalid password") != std::string::npos ||
         error.find("invalid username-password") != std::string::npos)
         return {DLOCK_CONFIG, fmt::format("redis {}: authentication failed ({}); check `username`/`password`", server, error)};
-    if (starts("NOPERM"))
+    if (starts("NOPERM") || error.find("The user executing the script can't") != std::string::npos)
         return {DLOCK_BACKEND, fmt::format("redis {}: permission denied ({}); the ACL user needs EVAL/EVALSHA, PUBLISH and "
                                            "SUBSCRIBE on dlock's keys",
                                            server, error)};
@@ -142,14 +144,52 @@ reply_ptr connection::command(const std::vector<std::string>& args) {
         reply_ptr dropped(static_cast<redisReply*>(raw));
         --owed_;
     }
+    errno = 0;
     reply_ptr r = blocking_command(ctx_.get(), args);
     if (!r) {
+        const int error = errno;  // hiredis leaves the failed read's or write's errno in place
         broken_ = true;
+        closed_by_server_ = ctx_->err == REDIS_ERR_EOF ||
+                            (ctx_->err == REDIS_ERR_IO && (error == ECONNRESET || error == EPIPE));
         // hiredis reports an unsent command and a lost reply alike; a timeout or EOF after sending
         // leaves the outcome unknown.
         fail(DLOCK_UNKNOWN, fmt::format("redis {}: no reply: {}", where_.text(), ctx_->errstr[0] ? ctx_->errstr : "connection lost"));
     }
     return r;
+}
+
+bool connection::closed_while_idle() const {
+    if (broken_) return true;
+    pollfd p{ctx_->fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;  // quiet (or poll failed: the next command will tell)
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+    // Readable: fine when replies are owed; otherwise the server sent something unasked (an
+    // error before closing, as when it refuses a client), which would answer our next command.
+    return owed_ == 0;
+}
+
+bool connection::send_behind_pending(const std::vector<std::string>& args) {
+    broken_ = true;  // its replies are never read
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    char* raw = nullptr;
+    const int length = redisFormatCommandArgv(&raw, int(argv.size()), argv.data(), lens.data());
+    if (length < 0) return false;
+    std::unique_ptr<char, void (*)(char*)> formatted(raw, redisFreeCommand);
+    // Whatever hiredis still buffers (a request it could not flush) goes first, to keep the order.
+    std::string bytes(ctx_->obuf ? ctx_->obuf : "", ctx_->obuf ? sdslen(ctx_->obuf) : 0);
+    bytes.append(formatted.get(), size_t(length));
+    for (size_t sent = 0; sent < bytes.size();) {
+        const ssize_t n = send(ctx_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);  // SO_SNDTIMEO bounds it
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        sent += size_t(n);
+    }
+    return true;
 }
 
 pool::pool(endpoint where, settings s) : where_(std::move(where)), settings_(std::move(s)) {}
@@ -159,15 +199,26 @@ pool::lease::~lease() {
 }
 
 pool::lease pool::borrow() {
+    return borrow(now_ns() + (settings_.connect_timeout_ms + settings_.command_timeout_ms) * 1'000'000);
+}
+
+pool::lease pool::borrow(int64_t deadline_ns) {
     std::unique_lock<std::mutex> lock(mutex_);
+    const size_t limit = std::max<size_t>(settings_.pool_size, 1);
     for (;;) {
         if (!idle_.empty()) {
             auto c = std::move(idle_.back());
             idle_.pop_back();
-            return lease(this, std::move(c));
+            if (!c->closed_while_idle()) return lease(this, std::move(c));
+            --open_;  // closed by the server meanwhile: drop it, try the next (or a new one)
+            continue;
         }
-        if (open_ < std::max<size_t>(settings_.pool_size, 1)) break;
-        available_.wait(lock);
+        if (open_ < limit) break;
+        if (available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns))) ==
+                std::cv_status::timeout &&
+            idle_.empty() && open_ >= limit)
+            fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: all {} connections of the pool stayed busy; raise `pool_size`",
+                                                where_.text(), limit));
     }
     const int64_t now = now_ns();
     if (now < retry_after_ns_)
@@ -211,34 +262,44 @@ void script::learn_sha1(const std::string& sha) const {
     sha1_ = sha;
 }
 
-// The fence key is checked before SET so a malformed fence key never leaves a lock set without a
-// token (a script's writes before an error are not undone). GET raises WRONGTYPE on a lock or
-// fence key of another type, so such a key is an error, never "held".
+// The lock key is written last, after every check passed, because a script's writes before an
+// error are not undone: GET raises WRONGTYPE on a lock key of another type (an error, never
+// "held"); the fence key must hold digits only (Lua's tonumber would also take "1.5", " 7" or
+// "-3"), and INCR, run before the SET, refuses what is left (leading zeros, a value that would
+// overflow) — so a lock is never set without its token. (The seed below is the only earlier
+// write; INCR cannot fail on it.)
 // A missing fence key (a name's first lock, or a server that restarted without its data) is seeded
 // with the server's TIME in microseconds before INCR: tokens then keep rising across a loss of
 // the data, as long as the server's clock does not go back and fewer than one lock per microsecond
 // was taken since the previous seed. Starting again at 1 would let a resource that saw the old
 // tokens accept a stale holder's writes (FAULTS.md scenario 6, restart delayed past the ttl).
 const script acquire_script(R"lua(
+if redis.call('GET', KEYS[1]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 local fence = redis.call('GET', KEYS[2])
-if fence and not tonumber(fence) then
-  return redis.error_reply('WRONGTYPE dlock fence key ' .. KEYS[2] .. ' does not hold an integer')
+local function corrupt(why)
+  return redis.error_reply('WRONGTYPE dlock fence key ' .. KEYS[2] .. ' does not hold a token (' .. why .. ')')
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if not fence then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-  end
-  return {1, redis.call('INCR', KEYS[2])}
+if fence then
+  if not string.match(fence, '^%d+$') then return corrupt('not a decimal integer') end
+else
+  local now = redis.call('TIME')
+  redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
 end
-redis.call('GET', KEYS[1])
-return {0, redis.call('PTTL', KEYS[1])}
+local token = redis.pcall('INCR', KEYS[2])
+if type(token) == 'table' and token.err then return corrupt(token.err) end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, token}
 )lua");
 
+// PUBLISH before DEL: if the user may not publish on the channel (an ACL changed after open), the
+// script fails before it deleted anything, so the release is refused whole — never half done with
+// the lock gone and the caller told it failed. Waiters woken by the message run after the script.
 const script release_script(R"lua(
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[3], 'released')
+  redis.call('DEL', KEYS[1])
   return 1
 end
 return 0
@@ -297,6 +358,67 @@ lock_keys keys_for(const std::string& prefix, const std::string& name) {
     }
     const std::string base = prefix + "{" + tag + "}";
     return {base + ":lock", base + ":fence", base + ":released"};
+}
+
+namespace {
+
+// Each command dlock runs, with sample arguments on the probe keys, that the current user may not
+// run: "SUBSCRIBE <channel>" etc. False (not a list) on a server without redis.acl_check_cmd
+// (before Redis 7), where there is nothing to ask.
+const char* const permissions_probe = R"lua(
+if not redis.acl_check_cmd then return false end
+local denied = {}
+local function need(what, ...)
+  if not redis.acl_check_cmd(...) then table.insert(denied, what) end
+end
+need('EVALSHA ' .. KEYS[1], 'EVALSHA', '0000000000000000000000000000000000000000', '3', KEYS[1], KEYS[2], KEYS[3])
+need('GET ' .. KEYS[1], 'GET', KEYS[1])
+need('SET ' .. KEYS[1], 'SET', KEYS[1], 'owner', 'PX', '1')
+need('PTTL ' .. KEYS[1], 'PTTL', KEYS[1])
+need('PEXPIRE ' .. KEYS[1], 'PEXPIRE', KEYS[1], '1')
+need('DEL ' .. KEYS[1], 'DEL', KEYS[1])
+need('GET ' .. KEYS[2], 'GET', KEYS[2])
+need('SET ' .. KEYS[2], 'SET', KEYS[2], '1')
+need('INCR ' .. KEYS[2], 'INCR', KEYS[2])
+need('TIME', 'TIME')
+need('PUBLISH ' .. KEYS[3], 'PUBLISH', KEYS[3], 'released')
+need('SUBSCRIBE ' .. KEYS[3], 'SUBSCRIBE', KEYS[3])
+return denied
+)lua";
+
+}  // namespace
+
+void check_permissions(connection& c, const settings& s) {
+    // No lock name is empty, so these keys and this channel are never a lock's.
+    const lock_keys probe = keys_for(s.key_prefix, "");
+    reply_ptr r = c.command({"EVAL", permissions_probe, "3", probe.lock, probe.fence, probe.channel});
+    if (r->type == REDIS_REPLY_ERROR) {
+        const std::string error(r->str, r->len);
+        if (error.find("acl_check_cmd") != std::string::npos) return;  // an older server without the call
+        const failure f = classify_error_reply(c.where().text(), error);
+        if (f.status != DLOCK_BACKEND || f.message.find("permission denied") == std::string::npos) throw f;
+        fail(DLOCK_CONFIG, fmt::format("redis {}: ACL user `{}` may not run dlock's scripts on keys `{}*` ({}); grant it "
+                                       "`~{}*` and `+eval +evalsha +script|load`",
+                                       c.where().text(), s.username.empty() ? "default" : s.username, s.key_prefix, error,
+                                       s.key_prefix));
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return;  // nothing denied, or nothing to ask
+    std::string denied;
+    bool channels = false, keys = false;
+    for (size_t i = 0; i < r->elements; ++i) {
+        if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+        const std::string what(r->element[i]->str, r->element[i]->len);
+        denied += (denied.empty() ? "" : ", ") + what;
+        if (what.rfind("PUBLISH", 0) == 0 || what.rfind("SUBSCRIBE", 0) == 0) channels = true;
+        else if (what.rfind("TIME", 0) != 0) keys = true;
+    }
+    std::string grant;
+    if (keys) grant += fmt::format("`~{}*` ", s.key_prefix);
+    if (channels) grant += fmt::format("`&{}*` ", s.key_prefix);
+    fail(DLOCK_CONFIG, fmt::format("redis {}: ACL user `{}` may not run what dlock needs: {}; grant it {}and the commands "
+                                   "`+eval +evalsha +script|load +get +set +incr +pttl +pexpire +del +time +publish "
+                                   "+subscribe +unsubscribe` (ACL SETUSER), or use another `username`",
+                                   c.where().text(), s.username.empty() ? "default" : s.username, denied, grant));
 }
 
 std::vector<std::string> hazard_warnings(connection& c) {

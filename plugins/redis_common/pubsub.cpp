@@ -111,9 +111,10 @@ void subscriber::interrupt() {
 }
 
 // The subscriber thread owns its connection. It (re)connects, re-subscribes every watched channel,
-// sends pending (un)subscriptions when woken through the eventfd, and turns each message into a
-// generation bump. When the connection drops, every watched channel's generation is bumped too, so
-// waiters retry at once instead of sleeping through a release they could not hear.
+// sends pending (un)subscriptions when woken through the eventfd, and turns each message and each
+// subscription's confirmation into a generation bump. When the connection drops, every watched
+// channel's generation is bumped too, so waiters retry at once instead of sleeping through a
+// release they could not hear; until the subscription is confirmed again they retry on a timer.
 void subscriber::run() {
     int64_t backoff_ms = 0;
     while (!stopping_) {
@@ -166,8 +167,11 @@ void subscriber::run() {
                         std::lock_guard<std::mutex> lock(mutex_);
                         auto it = channels_.find(name);
                         if (it == channels_.end()) continue;
-                        if (kind == "subscribe") it->second.subscribed = true;
-                        else if (kind == "message") ++it->second.generation;
+                        if (kind == "subscribe") {
+                            // A release published before this confirmation was not heard: waiters retry.
+                            it->second.subscribed = true;
+                            ++it->second.generation;
+                        } else if (kind == "message") ++it->second.generation;
                         else if (kind == "unsubscribe") it->second.subscribed = false;
                         changed_.notify_all();
                     }

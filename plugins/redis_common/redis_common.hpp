@@ -79,6 +79,24 @@ public:
     // returned as a reply (callers decide).
     reply_ptr command(const std::vector<std::string>& args);
 
+    // After command() failed: true when the server had closed the connection (EOF, reset), as a
+    // restarted server or one that dropped an idle client does. A server runs nothing more that
+    // arrives on a closed connection, so the failed command either ran before the close or never
+    // will: the outcome is settled, and a retry on another connection cannot be overtaken by it.
+    // False after a timeout: the command may still be queued on a slow or paused server.
+    bool closed_by_server() const { return closed_by_server_; }
+
+    // Whether the server closed this connection while it sat idle (restart, its `timeout`), or
+    // sent something nobody asked for; checked without blocking before a pooled connection is
+    // reused, so a dead one is dropped before a command is lost on it.
+    bool closed_while_idle() const;
+
+    // Writes `args` straight onto the socket, even after a command timed out (hiredis refuses a
+    // context once it failed), so the server reads it behind the request still pending on this
+    // connection and runs both in order. Nobody reads its reply: the connection must be dropped
+    // (it is marked broken). False if it could not be written whole.
+    bool send_behind_pending(const std::vector<std::string>& args);
+
 private:
     struct context_deleter {
         void operator()(redisContext* c) const { redisFree(c); }
@@ -87,11 +105,13 @@ private:
     // Owned from the moment it exists: a constructor that throws (refused, bad AUTH) frees it too.
     std::unique_ptr<redisContext, context_deleter> ctx_;
     bool broken_ = false;
+    bool closed_by_server_ = false;
     int owed_ = 0;
 };
 
-// Connections to one server, shared by threads. Broken connections are dropped; a reconnect after
-// a failure waits out a growing backoff (10 ms doubling to 1 s) instead of hammering the server.
+// Connections to one server, shared by threads. Broken connections are dropped, and so are idle
+// ones the server closed meanwhile (checked at each borrow); a reconnect after a failure waits out
+// a growing backoff (10 ms doubling to 1 s) instead of hammering the server.
 class pool {
 public:
     pool(endpoint where, settings s);
@@ -110,7 +130,14 @@ public:
         pool* pool_;
         std::unique_ptr<connection> conn_;
     };
-    lease borrow();  // throws failure(DLOCK_UNAVAILABLE) when the server cannot be reached
+    // A live connection: an idle one, else a new one while fewer than pool_size are open, else the
+    // first one given back before `deadline_ns`. Throws failure(DLOCK_UNAVAILABLE) when the server
+    // cannot be reached (or a reconnect backoff runs) or every connection stayed busy until the
+    // deadline. A thread must give its lease back before it borrows another: with pool_size 1 a
+    // second borrow could only time out.
+    lease borrow(int64_t deadline_ns);
+    // borrow() waiting at most connect_timeout + command_timeout: how long one lease is normally kept.
+    lease borrow();
 
 private:
     friend class lease;
@@ -174,6 +201,13 @@ struct lock_keys {
 };
 lock_keys keys_for(const std::string& prefix, const std::string& name);
 
+// Checks that the connection's user may run everything dlock does on keys and channels under
+// `prefix` (Redis 7 ACLs: `~<prefix>*` keys, `&<prefix>*` channels, and the commands), by asking
+// the server (redis.acl_check_cmd in a script) for a name no lock can have. Throws
+// failure(DLOCK_CONFIG) naming the user, each denied command and what to grant; a command the
+// user may not run at all (EVAL) fails the same way. Nothing to check on servers before Redis 7.
+void check_permissions(connection& c, const settings& s);
+
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).
 std::vector<std::string> hazard_warnings(connection& c);
@@ -194,7 +228,9 @@ public:
     void watch(const std::string& channel);
     void unwatch(const std::string& channel);
     // Waits until the subscription is confirmed; false at `deadline_ns`, on interrupt, or while
-    // the pub/sub connection is down (callers then fall back to timed retries).
+    // the pub/sub connection is down (callers then fall back to timed retries). A deadline in the
+    // past asks without waiting. The confirmation of a (re)subscription bumps the channel's
+    // generation, so a waiter retries once it can hear releases again.
     bool wait_subscribed(const std::string& channel, int64_t deadline_ns);
     uint64_t generation(const std::string& channel);
     // Waits until the generation differs from `seen`, until `until_ns`, or interrupt.

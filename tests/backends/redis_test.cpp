@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 #include <unistd.h>
@@ -39,9 +41,11 @@ protected:
         env.reset(backend::redis);
         env.reset(backend::redlock);
     }
+public:
     std::string config(backend which) { return dlock::lab::lab_environment::instance().config_path(which).string(); }
     dlock::lab::redis_client redis() { return lab_->redis().client(); }
 
+protected:
     dlock::lab::lab* lab_ = nullptr;
 };
 
@@ -323,6 +327,304 @@ TEST_F(RedisFaults, HazardsAreWarnedAboutAtOpen) {
     raw.checked({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
     EXPECT_NE(logged.find("maxmemory-policy is `allkeys-lru`"), std::string::npos) << logged;
     EXPECT_NE(logged.find("persistence is off"), std::string::npos) << logged;
+}
+
+// ---- connections across a restart, pool exhaustion, paused servers -----------------------------
+
+// A DSN for the lab's single Redis with extra query options ("pool_size=1&command_timeout=300ms").
+std::string redis_dsn(const dlock::lab::endpoint& where, const std::string& query = "", const std::string& userinfo = "") {
+    return "redis://" + (userinfo.empty() ? "" : userinfo + "@") + where.host + ":" + std::to_string(where.port) +
+           (query.empty() ? "" : "?" + query);
+}
+
+// Runs `body` on a thread of its own and waits at most `limit` for it. A body still running then
+// (a deadlock) is reported and abandoned with everything it captured — leaked on purpose, so the
+// test binary can still finish and report instead of hanging.
+bool finishes_within(std::chrono::milliseconds limit, std::function<void()> body) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    std::thread([done, body = std::move(body)] {
+        body();
+        done->set_value();
+    }).detach();
+    return finished.wait_for(limit) == std::future_status::ready;
+}
+
+// pool_size 1: an acquire whose pooled connection died with the server (restart) or whose command
+// timed out on a paused server must not wait for a second connection of the full pool; each
+// acquire returns within its wait + command_timeout, and close() returns too.
+TEST_F(RedisFaults, PoolOfOneNeverDeadlocksAfterARestartOrATimeout) {
+    const auto where = lab_->redis().client_endpoint();
+    // Shared with the acquiring threads, which keep them alive if they never return.
+    auto client = std::make_shared<dlock::client>(dlock::client::open(redis_dsn(where, "pool_size=1&command_timeout=300ms")));
+    struct outcome {
+        std::error_code ec;
+        double seconds = -1;
+    };
+    auto acquire_on_thread = [](const std::shared_ptr<dlock::client>& client, const char* name, std::chrono::milliseconds wait,
+                                std::chrono::milliseconds ttl, std::chrono::milliseconds limit, const std::shared_ptr<outcome>& out) {
+        return finishes_within(limit, [client, name, wait, ttl, out] {
+            const auto start = std::chrono::steady_clock::now();
+            auto lease = client->acquire(name, dlock::acquire_options().with_wait(wait).with_ttl(ttl), out->ec);
+            out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
+    };
+    { auto warm = client->acquire("faults/pool1-warm", dlock::acquire_options().with_wait(0ms)); }  // its one connection is idle now
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+
+    auto after_restart = std::make_shared<outcome>();
+    ASSERT_TRUE(acquire_on_thread(client, "faults/pool1", 3s, 5s, 3s + 300ms + 5s, after_restart))
+        << "acquire after a restart with pool_size 1 did not return (deadlock)";
+    EXPECT_FALSE(after_restart->ec) << "the server is back: the acquire must succeed: " << after_restart->ec.message();
+    EXPECT_LT(after_restart->seconds, 3.3 + 2.0) << "within wait + command_timeout (+ margin)";
+
+    lab_->redis().pause();
+    auto paused = std::make_shared<outcome>();
+    const bool paused_done = acquire_on_thread(client, "faults/pool1-paused", 0ms, 30s, 300ms + 5s, paused);
+    lab_->redis().resume();
+    ASSERT_TRUE(paused_done) << "acquire on a paused server with pool_size 1 did not return (deadlock)";
+    EXPECT_TRUE(paused->ec) << "the server was paused: the acquire cannot have succeeded";
+
+    auto closing = std::make_shared<std::shared_ptr<dlock::client>>(std::move(client));
+    ASSERT_TRUE(finishes_within(5s, [closing] { closing->reset(); })) << "close() did not return";
+}
+
+// An acquire whose reply is lost to a paused server (command timeout) gives the lock back by owner
+// token. The release travels behind the still-queued acquire script, on the same connection, so
+// the server runs them in order when it wakes: no key is left behind.
+TEST_F(RedisFaults, TimedOutAcquireOnAPausedServerLeavesNoKey) {
+    const auto where = lab_->redis().client_endpoint();
+    auto client = dlock::client::open(redis_dsn(where, "command_timeout=300ms"));
+    { auto warm = client.acquire("faults/paused-warm", dlock::acquire_options().with_wait(0ms)); }
+    lab_->redis().pause();
+    std::error_code ec;
+    auto lease = client.acquire("faults/paused", dlock::acquire_options().with_wait(0ms).with_ttl(30s), ec);
+    std::this_thread::sleep_for(200ms);  // a best-effort release on another connection would queue too
+    lab_->redis().resume();
+    EXPECT_EQ(ec, dlock::errc::unknown) << "the reply was lost: the outcome is unknown";
+    EXPECT_FALSE(lease);
+    auto raw = redis();
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {  // the server catches up with its queued requests
+        gone = raw.checked({"EXISTS", "dlock:{faults/paused}:lock"}).integer == 0;
+        if (!gone) std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(gone) << "the failed acquire left its key (ttl " << raw.checked({"PTTL", "dlock:{faults/paused}:lock"}).integer
+                      << " ms) behind";
+    std::error_code again;
+    auto next = client.acquire("faults/paused", dlock::acquire_options().with_wait(0ms), again);
+    EXPECT_FALSE(again) << "the name is free: " << again.message();
+}
+
+// Pooled connections that the server closed (a restart, or its idle `timeout`) are found dead
+// before they are used: the next try-once acquire succeeds instead of answering UNKNOWN.
+TEST_F(RedisFaults, StalePooledConnectionsAreNotAnError) {
+    auto client = dlock::client::open(config(backend::redis));
+    { auto warm = client.acquire("faults/stale-warm", dlock::acquire_options().with_wait(0ms)); }
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+    std::error_code ec;
+    auto a = client.acquire("faults/stale-restart", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "first acquire after a restart: " << ec.message() << ": " << dlock_last_error();
+    if (a) a.release();
+
+    redis().checked({"CONFIG", "SET", "timeout", "1"});
+    struct restore_timeout {
+        RedisFaults& test;
+        ~restore_timeout() { test.redis().checked({"CONFIG", "SET", "timeout", "0"}); }  // a fresh connection: idle ones are closed
+    } restore{*this};
+    { auto warm = client.acquire("faults/stale-warm", dlock::acquire_options().with_wait(0ms)); }
+    std::this_thread::sleep_for(2500ms);  // the server closes connections idle for more than 1 s
+    auto b = client.acquire("faults/stale-timeout", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "first acquire after the server's idle timeout: " << ec.message() << ": " << dlock_last_error();
+}
+
+// The first renewal after a restart without persistence meets a dead pooled connection; it must
+// go through on a fresh one and report LOST at once, not an unconfirmed renewal (SUSPECT) that
+// delays the loss by another renewal period.
+TEST_F(RedisFaults, FirstRenewalAfterARestartReportsLost) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto a = client.acquire("faults/renew-restart", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    lab_->redis().restart(dlock::lab::data_policy::keep);
+    std::error_code ec;
+    a.renew(ec);
+    EXPECT_EQ(a.state(), dlock::lease_state::lost) << "renewal answered " << ec.message() << ": " << dlock_last_error();
+}
+
+// A connection reset under a command (here by a proxy, before the request reached the server): the
+// server runs nothing more from that connection, so the outcome is settled. A try-once acquire
+// releases by owner and retries once on a fresh connection, and a renewal retries once: neither
+// answers UNKNOWN.
+TEST_F(RedisFaults, ConnectionResetUnderACommandIsRetriedOnAFreshOne) {
+    dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
+    auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint()));
+    auto held = client.acquire("faults/reset-renew", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    proxy.set_delay(150ms, 0us);  // requests wait in the proxy: the reset comes before they reach the server
+    auto cut_soon = [&] {
+        return std::thread([&] {
+            std::this_thread::sleep_for(50ms);
+            proxy.cut_all();
+        });
+    };
+    std::error_code ec;
+    std::thread cutter = cut_soon();
+    auto lease = client.acquire("faults/reset", dlock::acquire_options().with_wait(0ms).with_ttl(30s), ec);
+    cutter.join();
+    EXPECT_FALSE(ec) << "acquire under a reset: " << ec.message() << ": " << dlock_last_error();
+    EXPECT_GE(proxy.stats().cut, 1u) << "the reset happened under the acquire";
+
+    cutter = cut_soon();
+    held.renew(ec);
+    cutter.join();
+    EXPECT_FALSE(ec) << "renewal under a reset: " << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(held.state(), dlock::lease_state::held);
+    proxy.set_delay(0us);
+}
+
+// A waiter whose pub/sub connection is down (killed, and it cannot reconnect: the server refuses
+// new clients) must not sleep until the holder's ttl: the release is noticed within a bounded
+// time by timed retries while the subscription is not confirmed.
+TEST_F(RedisFaults, WaiterNoticesAReleaseWhileItsSubscriptionIsDown) {
+    auto holder = dlock::client::open(config(backend::redis));
+    auto waiter = dlock::client::open(config(backend::redis));
+    auto a = holder.acquire("faults/wakeup", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    auto raw = redis();
+    std::error_code ec;
+    double waited_after_release = -1;
+    std::chrono::steady_clock::time_point released_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire("faults/wakeup", dlock::acquire_options().with_wait(15s).with_ttl(5s), ec);
+        waited_after_release = std::chrono::duration<double>(std::chrono::steady_clock::now() - released_at).count();
+    });
+    // Once the waiter's subscription is confirmed, cut it and keep it from coming back.
+    bool subscribed = false;
+    for (int i = 0; i < 200 && !subscribed; ++i) {
+        subscribed = raw.checked({"PUBSUB", "NUMSUB", "dlock:{faults/wakeup}:released"}).elements.at(1).integer == 1;
+        if (!subscribed) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(subscribed) << "the waiter never subscribed";
+    struct restore_maxclients {
+        dlock::lab::redis_client& raw;
+        std::string value;
+        ~restore_maxclients() { raw.checked({"CONFIG", "SET", "maxclients", value}); }
+    } restore{raw, raw.checked({"CONFIG", "GET", "maxclients"}).elements.at(1).text};
+    raw.checked({"CONFIG", "SET", "maxclients", "1"});  // the clients connected stay; new ones are refused
+    raw.checked({"CLIENT", "KILL", "TYPE", "pubsub"});
+    std::this_thread::sleep_for(300ms);  // the waiter retried once (its wake-up on the drop) and waits again
+    released_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_LT(waited_after_release, 2.0) << "the waiter slept through the release (holder's ttl was 20 s)";
+}
+
+// ---- ACL users (Redis 6+; the lab runs Redis 7) ---------------------------------------------------
+
+// The commands dlock runs; a test user gets these plus the key and channel patterns under test.
+const std::vector<std::string> dlock_commands = {"+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl",
+                                                 "+pexpire", "+del", "+publish", "+subscribe", "+unsubscribe", "+time",
+                                                 "+ping", "+config|get"};
+
+class RedisAcl : public RedisFaults {
+protected:
+    void TearDown() override {
+        auto raw = redis();
+        for (const auto& user : users_) raw.command({"ACL", "DELUSER", user});
+    }
+    // Creates ACL user `name` with password `pw`, the commands above and `rules` (key/channel patterns).
+    void make_user(const std::string& name, const std::vector<std::string>& rules) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", name, "reset", "on", ">pw-" + name};
+        cmd.insert(cmd.end(), dlock_commands.begin(), dlock_commands.end());
+        cmd.insert(cmd.end(), rules.begin(), rules.end());
+        redis().checked(cmd);
+        users_.push_back(name);
+    }
+    std::string dsn_for(const std::string& user) {
+        return redis_dsn(lab_->redis().client_endpoint(), "", user + ":pw-" + user);
+    }
+    std::vector<std::string> users_;
+};
+
+TEST_F(RedisAcl, UserWithoutChannelRightsIsRefusedAtOpen) {
+    make_user("dlock-nochannels", {"~dlock:*", "resetchannels"});
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-nochannels").c_str(), &c), DLOCK_CONFIG);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("dlock-nochannels"), std::string::npos) << "names the user: " << message;
+    EXPECT_NE(message.find("PUBLISH"), std::string::npos) << "names what is denied: " << message;
+    EXPECT_NE(message.find("SUBSCRIBE"), std::string::npos) << "names what is denied: " << message;
+    EXPECT_NE(message.find("&dlock:*"), std::string::npos) << "says what to grant: " << message;
+    EXPECT_EQ(message.find("pw-dlock-nochannels"), std::string::npos) << "the password is never echoed: " << message;
+    if (c) dlock_client_close(c);
+}
+
+TEST_F(RedisAcl, UserWithoutKeyRightsIsRefusedAtOpen) {
+    make_user("dlock-otherkeys", {"~other:*", "&dlock:*"});
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-otherkeys").c_str(), &c), DLOCK_CONFIG);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("dlock-otherkeys"), std::string::npos) << message;
+    EXPECT_NE(message.find("~dlock:*"), std::string::npos) << "says what to grant: " << message;
+    if (c) dlock_client_close(c);
+}
+
+// Exactly dlock's keys and channels (`~dlock:*`, `&dlock:*`) and its commands are enough: acquire,
+// wait (woken by the release's PUBLISH), release, nothing left behind.
+TEST_F(RedisAcl, UserWithExactlyDlocksRightsWorks) {
+    make_user("dlock-exact", {"~dlock:*", "&dlock:*"});
+    auto holder = dlock::client::open(dsn_for("dlock-exact"));
+    auto waiter = dlock::client::open(dsn_for("dlock-exact"));
+    auto a = holder.acquire("faults/acl", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    std::thread b([&] {
+        auto lease = waiter.acquire("faults/acl", dlock::acquire_options().with_wait(10s), ec);
+        if (lease) {
+            EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+        }
+    });
+    std::this_thread::sleep_for(200ms);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0)
+        << "the waiter was not woken by the release";
+    EXPECT_EQ(redis().checked({"EXISTS", "dlock:{faults/acl}:lock"}).integer, 0);
+}
+
+// A channel right revoked while a lease is held: the release is refused as a whole (the script
+// publishes before it deletes, and a script's writes are not rolled back), with a precise error;
+// the lock is still ours, and once the right is back the release answers RELEASED.
+TEST_F(RedisAcl, ReleaseRefusedByTheAclChangesNothing) {
+    make_user("dlock-revoked", {"~dlock:*", "&dlock:*"});
+    auto client = dlock::client::open(dsn_for("dlock-revoked"));
+    auto a = client.acquire("faults/acl-revoked", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    redis().checked({"ACL", "SETUSER", "dlock-revoked", "resetchannels"});
+    std::error_code ec;
+    const auto first = a.release(ec);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(first, dlock::release_outcome::released);
+    EXPECT_NE(message.find("permission"), std::string::npos) << message;
+    EXPECT_EQ(redis().checked({"GET", "dlock:{faults/acl-revoked}:lock"}).text, a.owner()) << "the refused release deleted the lock";
+    redis().checked({"ACL", "SETUSER", "dlock-revoked", "&dlock:*"});
+    EXPECT_EQ(a.release(ec), dlock::release_outcome::released) << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(redis().checked({"EXISTS", "dlock:{faults/acl-revoked}:lock"}).integer, 0);
+}
+
+// A fence key whose value INCR refuses ("1.5", " 7", a negative number, INT64_MAX: it would
+// overflow) is a clear error, and no lock key is set without a token.
+TEST_F(RedisFaults, MalformedFenceKeysLeaveNoLockBehind) {
+    auto client = dlock::client::open(config(backend::redis));
+    auto raw = redis();
+    for (const std::string value : {"1.5", " 7", "-3", "007", "9223372036854775807"}) {
+        raw.checked({"SET", "dlock:{faults/fence}:fence", value});
+        std::error_code ec;
+        auto lease = client.acquire("faults/fence", dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::backend) << "fence `" << value << "`: " << ec.message();
+        EXPECT_NE(std::string(dlock_last_error()).find("fence"), std::string::npos) << dlock_last_error();
+        EXPECT_EQ(raw.checked({"EXISTS", "dlock:{faults/fence}:lock"}).integer, 0) << "fence `" << value << "` left a lock key";
+        EXPECT_EQ(raw.checked({"GET", "dlock:{faults/fence}:fence"}).text, value) << "the fence key was changed";
+        raw.checked({"DEL", "dlock:{faults/fence}:lock"});
+    }
 }
 
 TEST_F(RedisFaults, UnreachableServerIsUnavailableAtOpen) {
