@@ -203,15 +203,18 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
         }
         b->quorum = n / 2 + 1;
         // Reach every node now to report hazards; a node that is down is a warning, not an error:
-        // Redlock works while a quorum is up.
+        // Redlock works while a quorum is up. A node that answers but whose ACL user lacks a right
+        // dlock needs is an error: that node would fail every round until an administrator acts.
         size_t reachable = 0;
         for (auto& nd : b->nodes) {
             try {
                 auto c = nd.connections->borrow();
                 ++reachable;
+                check_permissions(*c, b->config);
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
+                if (f.status == DLOCK_CONFIG) throw;
                 if (b->host.log) b->host.log(b->host.context, 2, f.message.c_str());
             }
         }

@@ -205,6 +205,37 @@ TEST_F(RedlockFaults, ReleaseRefusedByAQuorumIsAlreadyLost) {
     EXPECT_FALSE(key_exists(4, name)) << "the release must still delete our key where it was ours";
 }
 
+// A node that answers but whose ACL user may not publish or subscribe on dlock's channels is an
+// error at open, not a warning: that node would refuse every release (the script publishes before
+// it deletes) and never wake a waiter. A node that is down stays a warning (a quorum may be up).
+TEST_F(RedlockFaults, NodeWhoseUserLacksARightIsRefusedAtOpen) {
+    const std::vector<std::string> commands = {"+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl",
+                                               "+pexpire", "+del", "+publish", "+subscribe", "+unsubscribe", "+time",
+                                               "+ping", "+config|get"};
+    const std::string user = "dlock-redlock-acl";
+    on_exit remove_user{[&] {
+        for (size_t i = 0; i < 5; ++i) node(i).client().command({"ACL", "DELUSER", user});
+    }};
+    for (size_t i = 0; i < 5; ++i) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", user, "reset", "on", ">pw-redlock", "~dlock:*"};
+        cmd.push_back(i == 2 ? "resetchannels" : "&dlock:*");
+        cmd.insert(cmd.end(), commands.begin(), commands.end());
+        node(i).client().checked(cmd);
+    }
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) endpoints += (i ? ", \"" : "\"") + node(i).client_endpoint().to_string() + "\"";
+    const std::string path = dir_.path() + "/redlock-acl.yaml";
+    std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  username: " << user
+                        << "\n  password: pw-redlock\n";
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open(path.c_str(), &c), DLOCK_CONFIG);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find(node(2).client_endpoint().to_string()), std::string::npos) << "names the node: " << message;
+    EXPECT_NE(message.find("&dlock:*"), std::string::npos) << "says what to grant: " << message;
+    EXPECT_EQ(message.find("pw-redlock"), std::string::npos) << "the password is never echoed: " << message;
+    if (c) dlock_client_close(c);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
