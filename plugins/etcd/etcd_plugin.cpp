@@ -15,7 +15,8 @@
 // before ours for its deletion, from the revision at which we saw it (so the event cannot be
 // missed), and when it goes, one read-only Txn checks that our key still exists and finds the next
 // key before ours, if any. Each waiter watches one other key: a release wakes one waiter.
-// Try-lock, timeouts, cancellation and errors delete our key.
+// Try-lock, timeouts, cancellation and any failure after the put delete our key — with a tombstone
+// that stops a put still on its way when an attempt of the put got no answer (see retire_key).
 //
 // Fencing token: our key's create_revision (revisions only grow, and holders follow create order).
 // Release: a Txn deleting our key only if its create_revision is still ours, so a retried release

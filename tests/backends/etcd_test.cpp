@@ -5,6 +5,10 @@
 //   10 leader killed or paused: held locks survive, waiters proceed; majority lost: never a false success;
 //   12 waiter's lease expires or is revoked while queued: an error, never success; own key deleted: LOST;
 //   14 permission denied, bad credentials, auth required: clear errors; an expired token is renewed;
+// requests that reach a member late or get no answer: any failure after the put leaves no key, a
+// put carried out after the clean-up leaves no ghost key, the acquire's deadline bounds its calls, a
+// release retried after an unanswered attempt is RELEASED; streams on a member cut off from the
+// leader move on (hasleader); an empty key prefix;
 // and the backend's own claims: one keepalive stream per client, the granted TTL read back, SUSPECT
 // while keepalives fail, escaped names, and O(1) server operations per handoff with 100 waiters.
 #include "backend_test.hpp"
