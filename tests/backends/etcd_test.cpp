@@ -682,6 +682,31 @@ TEST_F(EtcdFaults, RetriedReleaseAfterAnUnansweredDeleteIsReleased) {
     EXPECT_TRUE(other.acquire("faults/release-retried", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
 }
 
+// No member answers a release: every attempt goes unanswered (the one to member 0 deleted the key)
+// and the release is UNKNOWN. Retried once the members answer again, it is RELEASED — whether the
+// retry or the holder's own-key watch learns first that the key is gone — and never reported LOST.
+TEST_F(EtcdFaults, ReleaseRetriedAfterUnknownIsReleased) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 1s", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    auto lease = client.acquire("faults/release-unknown", dlock::acquire_options().with_wait(0ms));
+    std::atomic<int> lost{0};
+    lease.on_lost([&] { ++lost; });
+    std::this_thread::sleep_for(300ms);  // the holder watches its own key by now (after at most 100 ms)
+    for (size_t i = 0; i < 3; ++i) proxies[i].blackhole(dlock::lab::direction::downstream);
+    std::error_code ec;
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << "no member answered";
+    proxies.heal_all();
+    std::this_thread::sleep_for(500ms);  // the deletion's event reaches the own-key watch
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::released) << dlock_last_error();
+    EXPECT_EQ(lost.load(), 0) << "our own unanswered release was reported as a loss";
+    auto other = dlock::client::from_yaml(yaml({cluster.member(1).client_endpoint()}));
+    EXPECT_TRUE(other.acquire("faults/release-unknown", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+}
+
 // `key_prefix: ""` puts dlock's keys at the top of the keyspace: the client opens, locks exclude
 // each other and a waiter is woken.
 TEST_F(EtcdFaults, EmptyKeyPrefixPutsKeysAtTheTop) {
