@@ -919,11 +919,11 @@ const dlock_option_desc etcd_options[] = {
     {"ca_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM file of the CA that signed the members' certificates; empty: the system's roots."},
     {"cert_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM client certificate (with `key_file`) for client-certificate authentication."},
     {"key_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM private key of `cert_file`."},
-    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, "dlock/", "Prefix of every key dlock writes (a `/` is appended when missing)."},
+    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, "dlock/", "Prefix of every key dlock writes (a `/` is appended when missing; empty: keys at the top of the keyspace)."},
     {"session_ttl", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, nullptr,
      "TTL of the client's session lease (whole seconds, raised to the server's minimum); unset: the ttl of the acquire that grants it."},
     {"dial_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "2s", "Bound on connecting to one member (and on the check at open)."},
-    {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next."},
+    {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next; an acquire's requests also end at its deadline, a try-once's after one request_timeout in all."},
 };
 
 std::string read_pem(const char* option, const std::string& path) {
