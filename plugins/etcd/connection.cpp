@@ -99,6 +99,11 @@ void connection::prepare(grpc::ClientContext& context, int64_t timeout_ms) {
     if (!t.empty()) context.AddMetadata("token", t);
 }
 
+void connection::prepare_stream(grpc::ClientContext& context) {
+    prepare(context, 0);
+    context.AddMetadata("hasleader", "true");
+}
+
 bool connection::member_unusable(const grpc::Status& status) {
     // etcd answers UNAVAILABLE for "no leader", "leader changed" and "request timed out" too: another
     // member may be in the majority, and every request dlock sends is idempotent.
@@ -150,17 +155,37 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
     const size_t start = current();
     std::string errors;
     bool renewed_token = false;
+    auto out_of_time = [&] {
+        const std::string tried = errors.empty() ? std::string() : fmt::format(" ({})", errors);
+        if (options.out_of_time_status == DLOCK_TIMEOUT)
+            fail(DLOCK_TIMEOUT, fmt::format("etcd: {}: not done before the deadline{}", what, tried));
+        fail(options.out_of_time_status, fmt::format("etcd: {}: no answer in time{}; check that etcd runs at {} and that a "
+                                                     "majority of its cluster is up", what, tried, endpoint_list()));
+    };
     for (size_t attempt = 0; attempt < n; ++attempt) {
         const size_t index = (start + attempt) % n;
         member& m = *members_[index];
         for (;;) {
+            // The attempt's bound: request_timeout, or less when the caller's time ends sooner.
+            int64_t attempt_ms = timeout_ms;
+            bool capped = false;
+            if (options.deadline_ns != forever_ns) {
+                const int64_t left_ns = options.deadline_ns - now_ns();
+                if (left_ns <= 0) out_of_time();
+                const int64_t left_ms = (left_ns + ns_per_ms - 1) / ns_per_ms;
+                if (left_ms < attempt_ms) {
+                    attempt_ms = left_ms;
+                    capped = true;
+                }
+            }
             grpc::ClientContext context;
-            prepare(context, timeout_ms);
+            prepare(context, attempt_ms);
             if (options.cancel_on_interrupt) {
                 std::lock_guard<std::mutex> lock(in_flight_mutex_);
                 if (interrupted_) fail(DLOCK_CANCELLED, "etcd: the client is closing");
                 in_flight_.insert(&context);
             }
+            const int64_t sent_ns = now_ns();
             grpc::Status status = rpc(m, context);
             if (options.cancel_on_interrupt) {
                 std::lock_guard<std::mutex> lock(in_flight_mutex_);
@@ -173,6 +198,9 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
                 }
                 return;
             }
+            if ((member_unusable(status) || status.error_code() == grpc::StatusCode::CANCELLED) &&
+                options.unanswered_sent_ns && *options.unanswered_sent_ns == 0)
+                *options.unanswered_sent_ns = sent_ns;
             if (options.cancel_on_interrupt && interrupted_) fail(DLOCK_CANCELLED, "etcd: the client is closing");
             const bool token_rejected =
                 status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
@@ -185,8 +213,10 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
             if (member_unusable(status)) {
                 errors += fmt::format("{}{}: {}", errors.empty() ? "" : "; ", m.address,
                                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                                          ? fmt::format("no answer within {} ms", timeout_ms)
+                                          ? fmt::format("no answer within {} ms", attempt_ms)
                                           : status.error_message());
+                // Cut short by the caller's deadline, not by the member: do not move off it.
+                if (capped && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) out_of_time();
                 fail_over(index);
                 break;
             }
@@ -237,7 +267,8 @@ void connection::authenticate() {
 void connection::check_reachable() {
     authenticate();
     pb::RangeRequest request;
-    request.set_key(config_.key_prefix);
+    // etcd refuses an empty key; with an empty prefix, "\0" to "\0" is the whole keyspace.
+    request.set_key(config_.key_prefix.empty() ? std::string(1, '\0') : config_.key_prefix);
     request.set_range_end(prefix_end(config_.key_prefix));
     request.set_limit(1);
     request.set_keys_only(true);

@@ -64,6 +64,15 @@ struct call_options {
     bool cancel_on_interrupt = false;
     // Per member tried; 0: settings.request_timeout_ms.
     int64_t timeout_ms = 0;
+    // The end of the caller's time on CLOCK_MONOTONIC (forever_ns: none). Each attempt gets at most
+    // the time left and none starts after it; a call out of time throws `out_of_time_status`
+    // (DLOCK_TIMEOUT for an acquire's deadline, DLOCK_UNAVAILABLE for a try-once's budget).
+    int64_t deadline_ns = forever_ns;
+    int out_of_time_status = DLOCK_TIMEOUT;
+    // When set, receives the send time of the first attempt that got no answer from etcd (it timed
+    // out, the connection failed, or it was cancelled): that request may have been carried out.
+    // Untouched while every attempt was answered; written before call() returns or throws.
+    int64_t* unanswered_sent_ns = nullptr;
 };
 
 class connection {
@@ -90,13 +99,20 @@ public:
 
     // Fills a context for a call or stream to a member: deadline (0: none) and the auth token.
     void prepare(grpc::ClientContext& context, int64_t timeout_ms);
+    // Fills a context for a long-lived stream (keepalive, watch): the auth token, no deadline, and
+    // etcd's `hasleader` requirement, as etcd's own client sends it (WithRequireLeader): a member
+    // that has no leader refuses the stream, and ends it when it loses its leader for three
+    // election timeouts ("etcdserver: no leader"). Without it a member cut off from the others
+    // keeps the stream open and silent: no event, no keepalive answer, until the client times out.
+    void prepare_stream(grpc::ClientContext& context);
 
     // Runs one unary call, `rpc(member, context)`, with failover: a member that is unreachable
     // (UNAVAILABLE) or does not answer in time (DEADLINE_EXCEEDED) is left for the next one, so only
     // idempotent requests may be sent through here (every request dlock sends is: see
     // etcd_plugin.cpp). An expired auth token is renewed once and the call repeated. Throws
-    // failure: DLOCK_UNAVAILABLE when no member answered, DLOCK_CANCELLED after interrupt(), else
-    // the mapped etcd error (see status_of).
+    // failure: DLOCK_UNAVAILABLE when no member answered, DLOCK_CANCELLED after interrupt(),
+    // options.out_of_time_status when options.deadline_ns passed, else the mapped etcd error (see
+    // failure_of).
     using rpc_function = std::function<grpc::Status(member&, grpc::ClientContext&)>;
     void call(const char* what, const rpc_function& rpc, call_options options = {});
 

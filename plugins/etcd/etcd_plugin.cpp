@@ -15,7 +15,8 @@
 // before ours for its deletion, from the revision at which we saw it (so the event cannot be
 // missed), and when it goes, one read-only Txn checks that our key still exists and finds the next
 // key before ours, if any. Each waiter watches one other key: a release wakes one waiter.
-// Try-lock, timeouts, cancellation and errors delete our key.
+// Try-lock, timeouts, cancellation and any failure after the put delete our key — with a tombstone
+// that stops a put still on its way when an attempt of the put got no answer (see retire_key).
 //
 // Fencing token: our key's create_revision (revisions only grow, and holders follow create order).
 // Release: a Txn deleting our key only if its create_revision is still ours, so a retried release
@@ -109,8 +110,16 @@ namespace dlock::etcd {
 struct acquisition {
     std::shared_ptr<session> s;
     std::string name, dir, key, owner;
+    std::string tombstone;  // the key a clean-up puts when a put of `key` may still land (see retire_key)
     void* host_lease = nullptr;
     int64_t revision = 0;  // our key's create_revision: the fencing token
+    // An attempt of the enqueue Txn got no answer: a put of `key` may have happened, or may still
+    // happen on a member that carries it out late. Set before the key can be cleaned up.
+    bool put_in_doubt = false;
+    // Where the acquire's own calls end: its deadline, or one request_timeout for a try-once; and
+    // what a call out of time throws (DLOCK_TIMEOUT, or DLOCK_UNAVAILABLE for a try-once).
+    int64_t calls_end_ns = forever_ns;
+    int out_of_time_status = DLOCK_TIMEOUT;
 
     // Signals to the waiting thread (guarded by m).
     std::mutex m;
@@ -131,6 +140,8 @@ struct acquisition {
     bool registered = false;  // the host may be told about it (until hold_destroy)
     bool releasing = false;   // our release is deleting the key: its deletion is no loss
     bool gone = false;        // the key is gone or no longer ours: LOST
+    int64_t release_unanswered_ns = 0;  // send time of the first release attempt that got no answer; 0: none
+    bool released_unanswered = false;   // the key went while such an attempt was in doubt: released by it
     int64_t valid_until_ns = 0;  // what the host was last told (grant or renew)
 
     bool signalled() const {
@@ -160,7 +171,9 @@ struct dlock_backend final : session_listener {
     std::set<std::shared_ptr<acquisition>> queued;  // acquisitions waiting in a queue
     struct orphan {
         std::string key;
-        int64_t revision;  // delete only if still this revision; 0: the key is ours alone, delete it
+        int64_t revision;       // delete only if still this revision; 0: the key is ours alone, delete it
+        std::string tombstone;  // non-empty: a put of `key` may still land (see retire_key)
+        int64_t lease;          // the session lease the tombstone goes on
     };
     std::vector<orphan> orphans;                     // keys to delete that a failed call left behind
     std::vector<std::shared_ptr<acquisition>> rechecks;  // holds whose own-key watch was reset
@@ -187,6 +200,17 @@ struct dlock_backend final : session_listener {
 
     std::string dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
 
+    // The tombstone of queue key `<dir><lease>-<attempt>`: `<key_prefix>%abandoned/<lease>-<attempt>`.
+    // No name's directory holds it: escaped names never contain `%` followed by a lowercase letter.
+    std::string tombstone_of(const std::string& key) const {
+        return config.key_prefix + "%abandoned/" + key.substr(key.rfind('/') + 1);
+    }
+
+    // How the acquire's own calls behave: cancelled by interrupt(), each capped at the time left.
+    static call_options acquire_call(const acquisition& a, int64_t* unanswered_sent_ns = nullptr) {
+        return call_options{true, 0, a.calls_end_ns, a.out_of_time_status, unanswered_sent_ns};
+    }
+
     // Tells the host that a hold changed state, unless it is being destroyed.
     void push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
         std::lock_guard<std::mutex> notifying(notify_mutex);
@@ -205,27 +229,53 @@ struct dlock_backend final : session_listener {
         janitor = std::thread([this] { janitor_loop(); });
     }
 
-    void add_orphan(std::string key, int64_t revision) {
+    void add_orphan(orphan o) {
         std::lock_guard<std::mutex> lock(state_mutex);
-        orphans.push_back({std::move(key), revision});
+        orphans.push_back(std::move(o));
         janitor_wake.notify_all();
     }
 
-    // Deletes `key`, only if its create_revision is `revision` when that is > 0. Returns whether it
-    // deleted it. Throws failure.
-    bool delete_key(const std::string& key, int64_t revision, const char* what) {
+    // Deletes `key`, only if its create_revision is `revision` when that is > 0, and returns whether
+    // it deleted it. With a `tombstone`, the same Txn also puts that key on session lease `lease`,
+    // whatever the comparison says: the enqueue Txn puts a queue key only while its tombstone is
+    // absent, so a put of `key` still on its way (an attempt that got no answer, carried out late
+    // by its member, possibly after this delete reached another one) finds the tombstone and does
+    // nothing, instead of creating `key` again on the live session lease. The tombstone goes with
+    // the session lease. A lease the server no longer has took `key` with it, and makes any later
+    // put of it fail: false. Throws failure.
+    bool retire_key(const std::string& key, int64_t revision, const std::string& tombstone, int64_t lease, const char* what,
+                    call_options options = {}) {
         pb::TxnRequest txn;
         if (revision > 0) compare_create_revision(txn, key, revision);
         txn.add_success()->mutable_request_delete_range()->set_key(key);
+        if (!tombstone.empty()) {
+            for (pb::RequestOp* op : {txn.add_success(), txn.add_failure()}) {
+                pb::PutRequest* put = op->mutable_request_put();
+                put->set_key(tombstone);
+                put->set_value(key);
+                put->set_lease(lease);
+            }
+        }
         pb::TxnResponse response;
-        conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); });
-        return response.succeeded() && response.responses_size() == 1 &&
+        try {
+            conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); }, options);
+        } catch (const failure& f) {
+            if (!tombstone.empty() && f.message.find("requested lease not found") != std::string::npos) return false;
+            throw;
+        }
+        return response.succeeded() && response.responses_size() >= 1 &&
                response.responses(0).response_delete_range().deleted() == 1;
     }
 
-    // Takes an acquisition out of the queue and deletes its key (a failed delete is left to the
-    // janitor): nothing is left behind.
-    void abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch) {
+    orphan orphan_of(const acquisition& a, int64_t revision) const {
+        return {a.key, revision, a.put_in_doubt ? a.tombstone : std::string(), a.s->id};
+    }
+
+    // Takes an acquisition out of the queue and deletes its key: nothing is left behind. The delete
+    // is tried here (for at most one request_timeout) unless `in_background`; a delete not done
+    // here is left to the janitor, which retries it until it is done. A failure of a member to
+    // answer goes to the background, so that the acquire does not wait on that member again.
+    void abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch, bool in_background = false) {
         int64_t own = 0;
         {
             std::lock_guard<std::mutex> lock(state_mutex);
@@ -236,12 +286,17 @@ struct dlock_backend final : session_listener {
         }
         if (own) watches->cancel(own);
         if (predecessor_watch) watches->cancel(predecessor_watch);
-        try {
-            delete_key(a->key, 0, "delete an abandoned queue key");
-        } catch (const failure& f) {
-            log(2, fmt::format("etcd: could not delete queue key `{}` ({}); retrying in the background", a->key, f.message));
-            add_orphan(a->key, 0);
+        orphan o = orphan_of(*a, 0);
+        if (!in_background) {
+            try {
+                retire_key(o.key, 0, o.tombstone, o.lease, "delete an abandoned queue key",
+                           call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
+                return;
+            } catch (const failure& f) {
+                log(2, fmt::format("etcd: could not delete queue key `{}` ({}); retrying in the background", a->key, f.message));
+            }
         }
+        add_orphan(std::move(o));
     }
 
     // Own-key watch: a deletion we did not make is a loss for a holder, and the end of a waiter.
@@ -256,7 +311,9 @@ struct dlock_backend final : session_listener {
                 if (a->releasing || a->gone) return;
                 if (event == watch_event::deleted) {
                     a->gone = true;
-                    lost = true;
+                    // A release attempt that got no answer, sent while the lock was ours, deleted it.
+                    a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
+                    lost = !a->released_unanswered;
                 } else {
                     rechecks.push_back(a);
                     janitor_wake.notify_all();
@@ -388,17 +445,18 @@ struct dlock_backend final : session_listener {
                 }
                 if (own) watches->cancel(own);
                 push(a, DLOCK_LEASE_LOST, 0);
+                orphan o = orphan_of(*a, a->revision);
                 try {
-                    delete_key(a->key, a->revision, "delete the key of an expired hold");
+                    retire_key(o.key, o.revision, o.tombstone, o.lease, "delete the key of an expired hold");
                 } catch (const failure& f) {
                     log(2, f.message);
-                    add_orphan(a->key, a->revision);
+                    add_orphan(std::move(o));
                 }
             }
             std::vector<orphan> failed;
             for (auto& o : to_delete) {
                 try {
-                    delete_key(o.key, o.revision, "delete a key left behind");
+                    retire_key(o.key, o.revision, o.tombstone, o.lease, "delete a key left behind");
                 } catch (const failure&) {
                     failed.push_back(std::move(o));
                 }
@@ -449,12 +507,21 @@ struct dlock_backend final : session_listener {
     int acquire(const dlock_acquire_request& request, dlock_hold** out_hold, dlock_grant* grant) {
         if (interrupted) fail(DLOCK_CANCELLED, "etcd: the client is closing");
         start_janitor();
+        // Every call of the acquire ends by its deadline (then TIMEOUT: not acquired in time); a
+        // try-once gets one request_timeout in all, however many members it tries (then
+        // UNAVAILABLE: no answer, so nothing is known about the lock).
+        const bool try_once = request.deadline_ns == 0;
+        const int64_t calls_end = try_once ? now_ns() + config.request_timeout_ms * ns_per_ms : request.deadline_ns;
+        const int out_of_time_status = try_once ? DLOCK_UNAVAILABLE : DLOCK_TIMEOUT;
         for (int attempt = 0;; ++attempt) {
             auto a = std::make_shared<acquisition>();
-            a->s = sessions->obtain(request.ttl_ms);
+            a->calls_end_ns = calls_end;
+            a->out_of_time_status = out_of_time_status;
+            a->s = sessions->obtain(request.ttl_ms, acquire_call(*a));
             a->name = request.name;
             a->dir = dir_of(request.name);
             a->key = fmt::format("{}{}-{:x}", a->dir, lease_hex(a->s->id), ++attempts);
+            a->tombstone = tombstone_of(a->key);
             a->owner = request.owner;
             a->host_lease = request.host_lease;
             try {
@@ -475,6 +542,7 @@ struct dlock_backend final : session_listener {
                      dlock_grant* grant) {
         pb::TxnRequest enqueue;
         compare_create_revision(enqueue, a->key, 0);
+        compare_create_revision(enqueue, a->tombstone, 0);  // never after a clean-up (see retire_key)
         pb::PutRequest* put = enqueue.add_success()->mutable_request_put();
         put->set_key(a->key);
         put->set_value(a->owner);
@@ -482,14 +550,39 @@ struct dlock_backend final : session_listener {
         fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, 0, 2);
         enqueue.add_failure()->mutable_request_range()->set_key(a->key);
         pb::TxnResponse response;
+        int64_t unanswered = 0;
         try {
             conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
-                       call_options{true, 0});
-        } catch (const failure& f) {
-            // Without an answer the put may have happened: delete the key (it is ours alone).
-            if (f.status == DLOCK_UNAVAILABLE || f.status == DLOCK_CANCELLED || f.status == DLOCK_UNKNOWN) abandon(a, 0);
+                       acquire_call(*a, &unanswered));
+        } catch (...) {
+            // An attempt without an answer may have put the key, or may still put it: clean up,
+            // in the background (the members are not answering). Refused outright: nothing was put.
+            if (unanswered != 0) {
+                a->put_in_doubt = true;
+                abandon(a, 0, true);
+            }
             throw;
         }
+        a->put_in_doubt = unanswered != 0;
+        try {
+            return queue_and_wait(a, request, response, out_hold, grant);
+        } catch (...) {
+            // Whatever failed after the put, our key must go: left on the live session lease it
+            // would hold or block the lock until the client closes. The failures that end the
+            // acquire by design have deleted it already; the rest are failed calls.
+            bool abandoned;
+            {
+                std::lock_guard<std::mutex> lock(state_mutex);
+                abandoned = a->gone;
+            }
+            if (!abandoned) abandon(a, 0, true);
+            throw;
+        }
+    }
+
+    // After the enqueue Txn answered `response`: holds the lock, or waits in the queue for it.
+    int queue_and_wait(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request,
+                       const pb::TxnResponse& response, dlock_hold** out_hold, dlock_grant* grant) {
         std::string predecessor;
         int64_t seen_at = response.header().revision();
         if (response.succeeded()) {
@@ -533,7 +626,7 @@ struct dlock_backend final : session_listener {
         fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->revision, 1);
         pb::TxnResponse response;
         conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
-                   call_options{true, 0});
+                   acquire_call(*a));
         if (!response.succeeded()) return false;
         const auto& before = response.responses(0).response_range().kvs();
         predecessor = before.empty() ? std::string() : before[0].key();
@@ -600,14 +693,9 @@ struct dlock_backend final : session_listener {
                 if (rewatch_own) watch_own_key(a, seen_at + 1);
                 if (predecessor.empty()) return become_holder(a, out_hold, grant);
             }
-        } catch (const failure& f) {
+        } catch (...) {
+            // A call failed (or was cancelled) mid-wait: acquire_with deletes our key.
             if (predecessor_watch) watches->cancel(predecessor_watch);
-            bool abandoned;
-            {
-                std::lock_guard<std::mutex> lock(state_mutex);
-                abandoned = a->gone;
-            }
-            if (!abandoned) abandon(a, 0);  // a call failed (or was cancelled) mid-wait
             throw;
         }
     }
@@ -658,19 +746,27 @@ struct dlock_backend final : session_listener {
 
     int release(dlock_hold* h, dlock_plugin_error* error) {
         const std::shared_ptr<acquisition>& a = h->a;
+        int64_t valid_until = 0, unanswered_before = 0;
         {
             std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->gone && a->released_unanswered) return DLOCK_OK;
             if (a->gone) {
                 copy_message(error, fmt::format("etcd: lock `{}` had been lost (its key `{}` expired or was deleted)", a->name, a->key));
                 return DLOCK_LOST;
             }
             a->releasing = true;
+            valid_until = a->valid_until_ns;
+            unanswered_before = a->release_unanswered_ns;
         }
         bool deleted = false;
+        int64_t unanswered = 0;
         try {
-            deleted = delete_key(a->key, a->revision, "release");
+            const orphan o = orphan_of(*a, a->revision);
+            deleted = retire_key(o.key, o.revision, o.tombstone, o.lease, "release",
+                                 call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered});
         } catch (const failure& f) {
             std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->release_unanswered_ns == 0) a->release_unanswered_ns = unanswered;  // for the host's retry
             a->releasing = false;
             copy_message(error, fmt::format("{}; the outcome is unknown: the release is safe to retry", f.message));
             return DLOCK_UNKNOWN;
@@ -683,6 +779,14 @@ struct dlock_backend final : session_listener {
             a->own_watch = 0;
         }
         if (deleted) return DLOCK_OK;
+        const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;
+        if (first_unanswered != 0 && first_unanswered < valid_until) {
+            // An attempt that got no answer (in this call, or in an earlier one that returned
+            // UNKNOWN) was sent while the lock was ours: that attempt deleted the key, and a later
+            // one found it gone.
+            log(1, fmt::format("etcd: lock `{}` released by an attempt that got no answer; the retry found its key gone", a->name));
+            return DLOCK_OK;
+        }
         copy_message(error, fmt::format("etcd: lock `{}` had been lost: key `{}` with create_revision {} no longer exists",
                                         a->name, a->key, a->revision));
         return DLOCK_LOST;
@@ -703,7 +807,7 @@ struct dlock_backend final : session_listener {
                 // The host gave up on a release it could not confirm: the key would otherwise live as
                 // long as the session lease. Deleted in the background, only if still ours.
                 a->gone = true;
-                orphans.push_back({a->key, a->revision});
+                orphans.push_back(orphan_of(*a, a->revision));
                 janitor_wake.notify_all();
             }
         }
@@ -815,11 +919,11 @@ const dlock_option_desc etcd_options[] = {
     {"ca_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM file of the CA that signed the members' certificates; empty: the system's roots."},
     {"cert_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM client certificate (with `key_file`) for client-certificate authentication."},
     {"key_file", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "PEM private key of `cert_file`."},
-    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, "dlock/", "Prefix of every key dlock writes (a `/` is appended when missing)."},
+    {"key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_PATH, "dlock/", "Prefix of every key dlock writes (a `/` is appended when missing; empty: keys at the top of the keyspace)."},
     {"session_ttl", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, nullptr,
      "TTL of the client's session lease (whole seconds, raised to the server's minimum); unset: the ttl of the acquire that grants it."},
     {"dial_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "2s", "Bound on connecting to one member (and on the check at open)."},
-    {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next."},
+    {"request_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s", "Bound on one request to one member before trying the next; an acquire's requests also end at its deadline, a try-once's after one request_timeout in all."},
 };
 
 std::string read_pem(const char* option, const std::string& path) {

@@ -33,7 +33,7 @@ int64_t session_keeper::stall_ns() const {
     return std::min(std::max(ttl_ns / 4, floor_ns), std::max(conn_.config().request_timeout_ms * ns_per_ms, floor_ns));
 }
 
-std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms) {
+std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms, call_options options) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (current_) return current_;
@@ -54,7 +54,7 @@ std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms) {
                    sent = now_ns();
                    return m.lease->LeaseGrant(&context, request, &response);
                },
-               call_options{true, 0});
+               options);
     if (!response.error().empty() || response.id() == 0 || response.ttl() <= 0)
         fail(DLOCK_BACKEND, fmt::format("etcd: the lease grant was refused: {}", response.error().empty() ? "no lease in the answer" : response.error()));
     auto s = std::make_shared<session>();
@@ -172,7 +172,7 @@ void session_keeper::reader_loop() {
             continue;
         }
         grpc::ClientContext context;
-        conn_.prepare(context, 0);
+        conn_.prepare_stream(context);
         std::unique_ptr<grpc::ClientReaderWriter<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse>> stream =
             m.lease->LeaseKeepAlive(&context);
         lock.lock();

@@ -61,8 +61,9 @@ public:
     session_keeper& operator=(const session_keeper&) = delete;
 
     // The live session, granting one with `ttl_ms` (rounded up to whole seconds; settings'
-    // session_ttl_ms wins when set) when there is none. Throws failure.
-    std::shared_ptr<session> obtain(int64_t ttl_ms);
+    // session_ttl_ms wins when set) when there is none; the grant is made with `options` (an
+    // acquire's: cancellable, ending by its deadline). Throws failure.
+    std::shared_ptr<session> obtain(int64_t ttl_ms, call_options options);
 
     // For renew: confirms `s` and writes its deadline. When the last confirmation is older than a
     // quarter of the TTL, sends a keepalive on the stream now and waits for its answer (at most

@@ -88,7 +88,7 @@ void watcher::reader_loop() {
             continue;
         }
         grpc::ClientContext context;
-        conn_.prepare(context, 0);
+        conn_.prepare_stream(context);
         std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream = m.watch->Watch(&context);
         lock.lock();
         {

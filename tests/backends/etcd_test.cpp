@@ -5,11 +5,16 @@
 //   10 leader killed or paused: held locks survive, waiters proceed; majority lost: never a false success;
 //   12 waiter's lease expires or is revoked while queued: an error, never success; own key deleted: LOST;
 //   14 permission denied, bad credentials, auth required: clear errors; an expired token is renewed;
+// requests that reach a member late or get no answer: any failure after the put leaves no key, a
+// put carried out after the clean-up leaves no ghost key, the acquire's deadline bounds its calls, a
+// release retried after an unanswered attempt is RELEASED; streams on a member cut off from the
+// leader move on (hasleader); an empty key prefix;
 // and the backend's own claims: one keepalive stream per client, the granted TTL read back, SUSPECT
 // while keepalives fail, escaped names, and O(1) server operations per handoff with 100 waiters.
 #include "backend_test.hpp"
 #include "support.hpp"
 
+#include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/proxy.hpp"
 
@@ -28,6 +33,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -507,6 +513,332 @@ TEST_F(EtcdFaults, ExpiredAuthTokenIsRenewed) {
     auto next = c.acquire("faults/token", dlock::acquire_options().with_wait(5s), ec);
     release.join();
     EXPECT_FALSE(ec) << dlock_last_error();
+}
+
+// ---- requests in doubt, deadlines, members without a leader --------------------------------------
+
+// A proxy in front of each member of the lab's cluster, in member order, so a test can delay or cut
+// the client's traffic to one member while the members still talk to each other.
+struct proxied_cluster {
+    std::vector<std::unique_ptr<dlock::lab::tcp_proxy>> proxies;
+    explicit proxied_cluster(dlock::lab::etcd_cluster& cluster) {
+        for (size_t i = 0; i < cluster.size(); ++i)
+            proxies.push_back(std::make_unique<dlock::lab::tcp_proxy>(cluster.member(i).client_endpoint()));
+    }
+    dlock::lab::tcp_proxy& operator[](size_t i) { return *proxies.at(i); }
+    std::vector<dlock::lab::endpoint> endpoints() const {
+        std::vector<dlock::lab::endpoint> out;
+        for (const auto& p : proxies) out.push_back(p->listen_endpoint());
+        return out;
+    }
+    // Makes `client` connect to every member (gRPC connects to a member only when a call goes
+    // there, and a connection through a slow proxy would not be ready within dial_timeout): each
+    // member in turn stops answering while the client reads, so the read moves on to the next one.
+    // The client starts on member 0 again afterwards.
+    void connect_all(dlock::client& client) {
+        for (auto& p : proxies) {
+            p->blackhole();
+            client.inspect("faults/connect-all");
+            p->heal();
+        }
+    }
+    void heal_all() {
+        for (auto& p : proxies) {
+            p->set_delay(0us);
+            p->heal();
+        }
+    }
+};
+
+// The keys under `dir`, read from `member` with etcdctl.
+std::vector<std::string> keys_under(const dlock::lab::endpoint& member, const std::string& dir) {
+    std::vector<std::string> keys;
+    for (const auto& k : etcdctl(member.to_string(), {"get", "--prefix", dir, "--keys-only"}))
+        if (!k.empty()) keys.push_back(k);
+    return keys;
+}
+
+// The acquire's put reaches member 0, but its answer never comes back; the retry on member 1 finds
+// the key (a repeated request) and then the read of the queue fails on every member. The key, first
+// in its queue and on the client's live session lease, must not stay: it would keep the lock taken
+// until the client closes.
+TEST_F(EtcdFaults, FailureAfterARetriedPutLeavesNoKey) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 1s", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    client.acquire("faults/retried-put", dlock::acquire_options().with_wait(0ms)).release();  // session ready
+    proxies.connect_all(client);
+    proxies[0].blackhole(dlock::lab::direction::downstream);  // member 0 carries out requests, answers nothing
+    proxies[1].set_delay(500ms, 0us);                         // the retry reaches member 1 late, but in time
+    proxies[2].blackhole();
+    const uint64_t before_retry = proxies[1].stats().bytes_upstream;
+    std::thread cutter([&] {
+        // Member 1 goes silent once the retry has reached it: the queue read that follows fails.
+        eventually([&] { return proxies[1].stats().bytes_upstream > before_retry; }, 10s);
+        std::this_thread::sleep_for(250ms);
+        proxies[1].blackhole(dlock::lab::direction::upstream);
+    });
+    std::error_code ec;
+    auto lease = client.acquire("faults/retried-put", dlock::acquire_options().with_wait(20s), ec);
+    cutter.join();
+    std::cout << "[etcd-cluster] acquire after a retried put: " << ec.message() << ": " << dlock_last_error() << "\n";
+    EXPECT_TRUE(ec) << "no member could read the queue: the acquire cannot have succeeded";
+    proxies.heal_all();
+    const auto member1 = cluster.member(1).client_endpoint();
+    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fretried-put/").empty(); }, 5s))
+        << "the failed acquire left its key on the live session lease";
+    auto other = dlock::client::from_yaml(yaml({member1}));
+    EXPECT_TRUE(other.acquire("faults/retried-put", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+}
+
+// Every member answers later than request_timeout: the acquire tries each in turn and gives up; its
+// puts are still on their way to members 1 and 2 when the client cleans up on member 0 (which
+// answers again by then). A put that lands after that clean-up must not create the key again: the
+// name's directory ends empty and the lock free.
+TEST_F(EtcdFaults, CleanupBeforeADelayedPutLeavesNoGhostKey) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 500ms", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    client.acquire("faults/ghost", dlock::acquire_options().with_wait(0ms)).release();  // session ready
+    proxies.connect_all(client);
+    for (size_t i = 0; i < 3; ++i) proxies[i].set_delay(1000ms, 0us);  // puts land 1 s after they are sent
+    std::thread healer([&] {
+        // After the put to member 0 left and before the acquire gives up (at 3 × 500 ms).
+        std::this_thread::sleep_for(750ms);
+        proxies[0].set_delay(0us);
+    });
+    std::error_code ec;
+    const auto start = clock_type::now();
+    auto lease = client.acquire("faults/ghost", dlock::acquire_options().with_wait(20s), ec);
+    healer.join();
+    std::cout << "[etcd-cluster] acquire with every member late: " << ec.message() << " after " << ms_since(start).count()
+              << " ms: " << dlock_last_error() << "\n";
+    EXPECT_EQ(ec, dlock::errc::unavailable) << dlock_last_error();
+    proxies.heal_all();
+    std::this_thread::sleep_for(start + 2500ms - clock_type::now());  // the last put (sent at ~1 s) has landed
+    const auto member1 = cluster.member(1).client_endpoint();
+    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fghost/").empty(); }, 3s))
+        << "a delayed put created the key again after the clean-up (a ghost on the live session lease)";
+    auto other = dlock::client::from_yaml(yaml({member1}));
+    EXPECT_TRUE(other.acquire("faults/ghost", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+}
+
+// No member answers: an acquire with a 1 s wait returns TIMEOUT at its deadline, and a try-once
+// returns UNAVAILABLE after one request_timeout — neither waits request_timeout on each member in
+// turn. Nothing is left behind once the members answer again.
+TEST_F(EtcdFaults, AcquireHonoursItsDeadlineWhenNoMemberAnswers) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 2s", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    client.acquire("faults/deadline", dlock::acquire_options().with_wait(0ms)).release();  // session ready
+    for (size_t i = 0; i < 3; ++i) proxies[i].blackhole();
+    std::error_code ec;
+    auto start = clock_type::now();
+    client.acquire("faults/deadline", dlock::acquire_options().with_wait(1s), ec);
+    const auto waited = ms_since(start);
+    std::cout << "[etcd-cluster] 1 s acquire, no member answering: " << ec.message() << " after " << waited.count()
+              << " ms: " << dlock_last_error() << "\n";
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    EXPECT_LT(waited, 1s + 1500ms) << "the acquire overran its deadline";
+    start = clock_type::now();
+    client.acquire("faults/deadline", dlock::acquire_options().with_wait(0ms), ec);
+    const auto tried = ms_since(start);
+    std::cout << "[etcd-cluster] try-once, no member answering: " << ec.message() << " after " << tried.count()
+              << " ms: " << dlock_last_error() << "\n";
+    EXPECT_EQ(ec, dlock::errc::unavailable) << dlock_last_error();
+    EXPECT_LT(tried, 2s + 1500ms) << "a try-once takes one request_timeout, not one per member";
+    proxies.heal_all();
+    const auto member1 = cluster.member(1).client_endpoint();
+    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fdeadline/").empty(); }, 5s))
+        << "a failed attempt left its key";
+}
+
+// The release's delete reaches member 0 and is carried out, but its answer never comes back; the
+// retry on member 1 finds the key gone. The first attempt released the lock: RELEASED, not
+// ALREADY_LOST.
+TEST_F(EtcdFaults, RetriedReleaseAfterAnUnansweredDeleteIsReleased) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 1s", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    auto lease = client.acquire("faults/release-retried", dlock::acquire_options().with_wait(0ms));
+    proxies[0].blackhole(dlock::lab::direction::downstream);
+    const auto outcome = lease.release();
+    EXPECT_EQ(outcome, dlock::release_outcome::released) << dlock_last_error();
+    proxies.heal_all();
+    auto other = dlock::client::from_yaml(yaml({cluster.member(1).client_endpoint()}));
+    std::error_code ec;
+    EXPECT_TRUE(other.acquire("faults/release-retried", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+}
+
+// No member answers a release: every attempt goes unanswered (the one to member 0 deleted the key)
+// and the release is UNKNOWN. Retried once the members answer again, it is RELEASED — whether the
+// retry or the holder's own-key watch learns first that the key is gone — and never reported LOST.
+TEST_F(EtcdFaults, ReleaseRetriedAfterUnknownIsReleased) {
+    auto& cluster = lab_->etcd_cluster();
+    cluster_restorer restore{cluster};
+    cluster.wait_for_leader();
+    proxied_cluster proxies(cluster);
+    auto client = dlock::client::from_yaml(
+        yaml(proxies.endpoints(), {"request_timeout: 1s", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    auto lease = client.acquire("faults/release-unknown", dlock::acquire_options().with_wait(0ms));
+    std::atomic<int> lost{0};
+    lease.on_lost([&] { ++lost; });
+    std::this_thread::sleep_for(300ms);  // the holder watches its own key by now (after at most 100 ms)
+    for (size_t i = 0; i < 3; ++i) proxies[i].blackhole(dlock::lab::direction::downstream);
+    std::error_code ec;
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << "no member answered";
+    proxies.heal_all();
+    std::this_thread::sleep_for(500ms);  // the deletion's event reaches the own-key watch
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::released) << dlock_last_error();
+    EXPECT_EQ(lost.load(), 0) << "our own unanswered release was reported as a loss";
+    auto other = dlock::client::from_yaml(yaml({cluster.member(1).client_endpoint()}));
+    EXPECT_TRUE(other.acquire("faults/release-unknown", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+}
+
+// `key_prefix: ""` puts dlock's keys at the top of the keyspace: the client opens, locks exclude
+// each other and a waiter is woken.
+TEST_F(EtcdFaults, EmptyKeyPrefixPutsKeysAtTheTop) {
+    const std::string text = yaml({single()}, {"key_prefix: \"\""});
+    auto client = dlock::client::from_yaml(text);
+    auto other = dlock::client::from_yaml(text);
+    auto lease = client.acquire("faults/top", dlock::acquire_options().with_wait(0ms));
+    const auto keys = keys_under(single(), "faults%2Ftop/");
+    ASSERT_EQ(keys.size(), 1u);
+    EXPECT_EQ(etcdctl(single().to_string(), {"get", keys[0], "--print-value-only"}).at(0), lease.owner());
+    std::error_code ec;
+    other.acquire("faults/top", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    std::thread release([&] {
+        std::this_thread::sleep_for(200ms);
+        lease.release();
+    });
+    auto next = other.acquire("faults/top", dlock::acquire_options().with_wait(5s), ec);
+    release.join();
+    EXPECT_FALSE(ec) << dlock_last_error();
+    next.release();
+    EXPECT_TRUE(keys_under(single(), "faults%2Ftop/").empty());
+}
+
+// iptables rules in network namespace `ns` that cut the etcd member running there off from its
+// peers (its own peer port and theirs, both ways) while its clients still reach it; removed when
+// the guard ends, however the test ends.
+struct peer_cut {
+    dlock::lab::network_namespace& ns;
+    std::vector<std::vector<std::string>> rules;
+    peer_cut(dlock::lab::network_namespace& n, uint16_t own_peer_port, const std::vector<uint16_t>& other_peer_ports) : ns(n) {
+        std::string others;
+        for (uint16_t p : other_peer_ports) others += (others.empty() ? "" : ",") + std::to_string(p);
+        const std::string own = std::to_string(own_peer_port);
+        rules = {{"INPUT", "-p", "tcp", "--dport", own, "-j", "DROP"},
+                 {"INPUT", "-p", "tcp", "-m", "multiport", "--sports", others, "-j", "DROP"},
+                 {"OUTPUT", "-p", "tcp", "--sport", own, "-j", "DROP"},
+                 {"OUTPUT", "-p", "tcp", "-m", "multiport", "--dports", others, "-j", "DROP"}};
+        for (const auto& rule : rules) {
+            std::vector<std::string> argv = {"iptables", "-A"};
+            argv.insert(argv.end(), rule.begin(), rule.end());
+            std::string output;
+            EXPECT_EQ(ns.run(argv, &output), 0) << output;
+        }
+    }
+    ~peer_cut() {
+        for (const auto& rule : rules) {
+            std::vector<std::string> argv = {"iptables", "-D"};
+            argv.insert(argv.end(), rule.begin(), rule.end());
+            ns.run(argv);
+        }
+    }
+};
+
+// A member cut off from the leader keeps its clients' streams open and silent unless they ask for
+// a leader (etcd's `hasleader`), as etcd's own client does. Here member x of a 3-member cluster
+// runs in a network namespace and loses its peers, while the clients, whose streams are on x,
+// still reach it. A waiter must still get the lock its holder released (through y), and a holder
+// must still learn that its key was deleted — both within seconds, not when a keepalive next
+// stalls (up to TTL/3 + request_timeout, 15 s here).
+TEST_F(EtcdFaults, StreamsOnAMemberCutOffFromTheLeaderMoveOn) {
+    std::unique_ptr<dlock::lab::network_namespace> ns;
+    try {
+        ns = std::make_unique<dlock::lab::network_namespace>();
+    } catch (const dlock::lab::fault_error& e) {
+        if (dlock::lab::running_in_ci()) FAIL() << "network namespaces are needed: " << e.what();
+        GTEST_SKIP() << "no network namespaces here: " << e.what();
+    }
+    const auto ports = dlock::lab::reserve_loopback_ports(6);
+    const dlock::lab::endpoint x{ns->namespace_address(), ports[0]}, y{ns->host_address(), ports[2]},
+        z{ns->host_address(), ports[4]};
+    const std::vector<std::pair<std::string, dlock::lab::endpoint>> peers = {
+        {"x", {ns->namespace_address(), ports[1]}}, {"y", {ns->host_address(), ports[3]}}, {"z", {ns->host_address(), ports[5]}}};
+    std::string initial_cluster;
+    for (const auto& [name, peer] : peers) initial_cluster += (initial_cluster.empty() ? "" : ",") + name + "=http://" + peer.to_string();
+    const std::string d = scratch_.path() + "/cut";
+    std::vector<std::unique_ptr<child_process>> servers;
+    const dlock::lab::endpoint clients[] = {x, y, z};
+    for (size_t i = 0; i < 3; ++i) {
+        std::vector<std::string> argv;
+        if (i == 0) argv = {"ip", "netns", "exec", ns->name()};
+        const std::string& name = peers[i].first;
+        const std::string client_url = "http://" + clients[i].to_string(), peer_url = "http://" + peers[i].second.to_string();
+        const std::vector<std::string> etcd = {
+            "etcd", "--name", name, "--data-dir", d + "/" + name, "--listen-client-urls", client_url, "--advertise-client-urls",
+            client_url, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url, "--initial-cluster",
+            initial_cluster, "--initial-cluster-token", "dlock-cut-" + std::to_string(getpid()), "--heartbeat-interval", "50",
+            "--election-timeout", "500", "--logger", "zap", "--log-outputs", d + "/" + name + ".log"};
+        argv.insert(argv.end(), etcd.begin(), etcd.end());
+        std::filesystem::create_directories(d);
+        servers.push_back(std::make_unique<child_process>(argv));
+    }
+    ASSERT_TRUE(eventually([&] { return dlock::lab::etcd_client(x).healthy() && dlock::lab::etcd_client(y).healthy(); }, 30s))
+        << "the namespace cluster did not start";
+
+    auto blocker_client = dlock::client::from_yaml(yaml({y}));
+    auto blocker = blocker_client.acquire("faults/cut-wait", dlock::acquire_options().with_wait(0ms));
+    // x first: these clients' keepalive and watch streams are on x. A 30 s session sends a
+    // keepalive every 10 s, so only the streams themselves can tell them of the cut in time.
+    const std::string on_x = yaml({x, y, z}, {"session_ttl: 30s"});
+    auto holder_client = dlock::client::from_yaml(on_x);
+    auto held = holder_client.acquire("faults/cut-own", dlock::acquire_options().with_wait(0ms));
+    std::atomic<int> lost{0};
+    held.on_lost([&] { ++lost; });
+    auto waiter_client = dlock::client::from_yaml(on_x);
+    std::error_code waiter_ec;
+    clock_type::time_point got;
+    std::thread waiter([&] {
+        auto l = waiter_client.acquire("faults/cut-wait", dlock::acquire_options().with_wait(12s), waiter_ec);
+        got = clock_type::now();
+    });
+    EXPECT_TRUE(eventually([&] { return keys_under(y, "dlock/faults%2Fcut-wait/").size() == 2; }, 5s)) << "the waiter queued";
+    std::this_thread::sleep_for(300ms);  // the holder has its own-key watch (after at most 100 ms)
+    {
+        peer_cut cut(*ns, peers[0].second.port, {peers[1].second.port, peers[2].second.port});
+        const auto cut_at = clock_type::now();
+        // y and z keep (or elect) a leader and serve.
+        EXPECT_TRUE(eventually([&] { return dlock::lab::etcd_client(y).healthy(); }, 10s));
+        EXPECT_EQ(blocker.release(), dlock::release_outcome::released);
+        EXPECT_EQ(dlock::lab::etcd_client(y).delete_prefix("dlock/faults%2Fcut-own/"), 1);
+        const auto changed = clock_type::now();
+        waiter.join();
+        std::cout << "[etcd-cut] waiter on the cut-off member: " << (waiter_ec ? waiter_ec.message() : "acquired") << " "
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(got - changed).count()
+                  << " ms after the release (" << std::chrono::duration_cast<std::chrono::milliseconds>(changed - cut_at).count()
+                  << " ms after the cut)\n";
+        EXPECT_FALSE(waiter_ec) << dlock_last_error();
+        EXPECT_LT(got - changed, 6s) << "the waiter's watch stayed on the member without a leader";
+        EXPECT_TRUE(eventually([&] { return lost.load() == 1; }, 6s)) << "the holder's own-key watch stayed on the member without a leader";
+        std::cout << "[etcd-cut] holder LOST " << (lost.load() ? "reported " : "not reported ") << ms_since(changed).count()
+                  << " ms after its key was deleted\n";
+    }
 }
 
 // ---- the backend's own claims -----------------------------------------------------------------
