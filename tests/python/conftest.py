@@ -1,0 +1,109 @@
+"""pytest fixtures of the dlock Python tests: a lab of real servers for the whole session, and one
+dlock config per backend.
+
+The session starts its own lab with `dlock-lab up` (in a private state directory) and stops it with
+`dlock-lab down` at the end. Where to find things:
+  --dlock-lab PATH / $DLOCK_LAB_BIN   the dlock-lab binary (default: <checkout>/build/release/bin/dlock-lab)
+  $DLOCK_LIBRARY                      the libdlock the package loads (see python/dlock/_native.py)
+  $DLOCK_PYTHON_BACKENDS              comma-separated subset of file,redis,redlock,zookeeper,etcd,sql
+With CI=true a backend whose servers cannot start FAILS its tests; elsewhere they are skipped with
+the reason."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(CHECKOUT / "python"))  # the package under test, from this checkout
+
+ALL_BACKENDS = ["file", "redis", "redlock", "zookeeper", "etcd", "sql"]
+SERVER_BACKENDS = [b for b in ALL_BACKENDS if b != "file"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--dlock-lab", default=os.environ.get("DLOCK_LAB_BIN",
+                                                           str(CHECKOUT / "build" / "release" / "bin" / "dlock-lab")),
+                     help="the dlock-lab binary that starts the servers")
+
+
+def selected_backends() -> list:
+    wanted = os.environ.get("DLOCK_PYTHON_BACKENDS")
+    return [b.strip() for b in wanted.split(",") if b.strip()] if wanted else ALL_BACKENDS
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", selected_backends())
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+class Lab:
+    """The servers of one `dlock-lab up`, or why they could not start."""
+
+    def __init__(self, binary: str, state_dir: Path, backends: list) -> None:
+        self.binary, self.state_dir = binary, state_dir
+        self.configs: Dict[str, str] = {}
+        self.error = ""
+        if not backends:
+            return
+        try:
+            up = subprocess.run([binary, "--state-dir", str(state_dir), "up", *backends, "--timeout", "120"],
+                                capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.error = f"cannot run {binary}: {e}"
+            return
+        if up.returncode != 0:
+            self.error = f"dlock-lab up failed (exit {up.returncode}): {up.stdout[-2000:]} {up.stderr[-2000:]}"
+            return
+        sys.stderr.write(up.stdout)
+        env = subprocess.run([binary, "--state-dir", str(state_dir), "env"], capture_output=True, text=True,
+                             timeout=60, check=True)
+        for line in env.stdout.splitlines():
+            if line.startswith("export DLOCK_LAB_") and line.split("=", 1)[0].endswith("_CONFIG"):
+                key, value = line[len("export DLOCK_LAB_"):].split("=", 1)
+                self.configs[key[:-len("_CONFIG")].lower().replace("_", "-")] = value.strip("'")
+
+    def down(self) -> None:
+        if self.state_dir.exists():
+            subprocess.run([self.binary, "--state-dir", str(self.state_dir), "down"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    servers = [b for b in selected_backends() if b in SERVER_BACKENDS]
+    started = Lab(request.config.getoption("--dlock-lab"), tmp_path_factory.mktemp("lab-state"), servers)
+    try:
+        yield started
+    finally:
+        started.down()
+
+
+@pytest.fixture
+def config(backend: str, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The path of a dlock config for `backend`: the lab's for servers, a fresh directory for `file`."""
+    if backend == "file":
+        directory = tmp_path_factory.mktemp("file-locks")
+        path = directory / "file.yaml"
+        path.write_text(f'backend: file\noptions:\n  directory: "{directory}"\n')
+        return str(path)
+    if backend not in lab.configs:
+        reason = lab.error or f"the lab has no {backend} config"
+        if in_ci():
+            pytest.fail(f"{backend}: servers did not start under CI: {reason}")
+        pytest.skip(f"{backend}: {reason}")
+    return lab.configs[backend]
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name no other test uses (the lab is not reset between tests)."""
+    return f"py/{uuid.uuid4().hex}"
