@@ -108,14 +108,32 @@ _lost_lock = threading.Lock()
 _lost_keys = iter(range(1, 2**62))
 
 
+_callback_thread = threading.local()
+
+
 def _on_lost_trampoline(_lease_handle: int, user_data: int) -> None:
     with _lost_lock:
         entry = _lost_handlers.get(user_data)
     if entry is None:
         return
     lease = entry[0]()
-    if lease is not None:
+    if lease is None:
+        return
+    _callback_thread.inside = True
+    try:
         entry[1](lease)
+        del lease  # may drop the last reference: its finalizer then defers the destroy (below)
+    finally:
+        _callback_thread.inside = False
+
+
+def _outside_lost_callbacks(action: Callable[[], None]) -> None:
+    """Runs `action` (a lease destroy or client close) now, or, inside a lost callback, where the C
+    ABI forbids both, on a short-lived thread once the callback has returned."""
+    if getattr(_callback_thread, "inside", False):
+        threading.Thread(target=action, name="dlock-deferred-close", daemon=True).start()
+    else:
+        action()
 
 
 _ON_LOST = _native.LOST_CALLBACK(_on_lost_trampoline)
@@ -213,8 +231,9 @@ class Lease:
     def on_lost(self, callback: Optional[LostCallback]) -> None:
         """Registers `callback(lease)`, called once when the lease becomes LOST (replacing any earlier
         one; None removes it). It runs on the client's keeper thread — or at once, in this thread, if
-        the lease is already LOST. It must not close the client; exceptions it raises are printed and
-        ignored (they cannot cross into the C library)."""
+        the lease is already LOST. It may close the lease or the client (the C ABI forbids that inside
+        the callback, so the close is carried out on another thread once the callback has returned);
+        exceptions it raises are printed and ignored (they cannot cross into the C library)."""
         ptr = self._ptr
         if callback is None:
             _lib.dlock_lease_on_lost(ptr, _native.LOST_CALLBACK(), None)
@@ -257,7 +276,7 @@ class Lease:
         dlock_lease_destroy). Idempotent; every other method raises InvalidArgument afterwards."""
         ptr = self._handle.take()
         if ptr is not None:
-            _lib.dlock_lease_destroy(ptr)
+            _outside_lost_callbacks(lambda: _lib.dlock_lease_destroy(ptr))
         self._forget_lost_handler()
 
     def _forget_lost_handler(self) -> None:
@@ -479,11 +498,11 @@ class Client:
         """Closes the client (dlock_client_close): acquires waiting in other threads raise Cancelled,
         every lease still held is released (its state becomes RELEASED, or LOST if the backend had
         lost it), the keeper stops. Lease objects stay usable for their read-only properties.
-        Idempotent. Must not be called from a lost callback."""
+        Idempotent. Called from a lost callback, the close happens once the callback has returned."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
             _open_clients.discard(self)
-            _lib.dlock_client_close(ptr)
+            _outside_lost_callbacks(lambda: _lib.dlock_client_close(ptr))
 
     def __enter__(self) -> "Client":
         return self

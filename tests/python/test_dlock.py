@@ -238,6 +238,24 @@ def test_lost_callback_registered_on_a_lease_already_lost_runs_at_once_in_this_t
     assert lease.release() is dlock.ReleaseOutcome.ALREADY_LOST
 
 
+def test_a_lost_callback_may_close_its_lease(client, open_client, name):
+    if not has(client, dlock.Capability.TTL):
+        pytest.skip(f"{client.backend} has no TTL capability")
+    closed = threading.Event()
+    kept: List[dlock.Lease] = []
+
+    def close_it(lease: dlock.Lease) -> None:
+        lease.close()
+        kept.clear()  # the last reference outside the callback: the lease is finalized in it
+        closed.set()
+
+    kept.append(client.acquire(name, wait=0, ttl=0.3, renew=False, on_lost=close_it))
+    assert closed.wait(5), "the lost callback never ran"
+    with open_client().acquire(name, wait=5) as next_holder:
+        assert next_holder.state is dlock.LeaseState.HELD
+    client.try_acquire(name).release()  # the client still works: nothing deadlocked in the callback
+
+
 def test_renewed_lease_outlives_its_ttl(client, open_client, name):
     if not has(client, dlock.Capability.TTL):
         pytest.skip(f"{client.backend} has no TTL capability")
