@@ -400,6 +400,10 @@ class Client:
             lease.on_lost(on_lost)
         return lease
 
+    # Shared (reader) and semaphore (N holders) modes: acquire_shared() and acquire_semaphore() go
+    # here, over the C entry points and DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE bits that dlock.h will
+    # add; until then the C ABI has neither, and this package declares nothing the library lacks.
+
     def _acquire(self, name: Union[str, bytes], wait: Optional[Duration], ttl: Optional[Duration],
                  renew: Optional[bool], fair: Optional[bool], reentrant: Optional[bool],
                  interruptible: Optional[bool]) -> Optional[Lease]:
