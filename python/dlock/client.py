@@ -67,12 +67,17 @@ class LockInfo(NamedTuple):
     ttl_left: Optional[float]  #: seconds until the holder's lease expires; None if no ttl or unknown
 
 
+_FINITE_MS_LIMIT_S = (_native.WAIT_FOREVER - 1) // 1000
+
+
 def _milliseconds(value: Optional[Duration], what: str, *, allow_forever: bool) -> int:
     """A duration argument as the C ABI's milliseconds (rounded up, so a positive wait never becomes
     a try-once); None -> DLOCK_DEFAULT. Negative, NaN and non-numbers are refused here because the
     C sentinels (-1 = default) would otherwise give them a meaning."""
     if value is None:
         return _native.DEFAULT
+    if type(value) in (int, float) and 0 <= value < _FINITE_MS_LIMIT_S:  # the common case, checked cheaply
+        return math.ceil(value * 1000)
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -276,8 +281,12 @@ class Lease:
         dlock_lease_destroy). Idempotent; every other method raises InvalidArgument afterwards."""
         ptr = self._handle.take()
         if ptr is not None:
-            _outside_lost_callbacks(lambda: _lib.dlock_lease_destroy(ptr))
-        self._forget_lost_handler()
+            if getattr(_callback_thread, "inside", False):
+                _outside_lost_callbacks(lambda: _lib.dlock_lease_destroy(ptr))
+            else:
+                _lib.dlock_lease_destroy(ptr)
+        if self._lost_key:
+            self._forget_lost_handler()
 
     def _forget_lost_handler(self) -> None:
         if self._lost_key:
