@@ -360,6 +360,31 @@ def test_ctrl_c_interrupts_a_blocking_acquire_and_leaves_nothing_behind(config, 
         child.wait(30)
 
 
+def test_ctrl_c_as_the_lock_frees_never_leaves_it_held(config, client, open_client, name):
+    # The interrupt and the release race: whichever wins, an interrupted process holds nothing.
+    for _ in range(3):
+        holder = client.try_acquire(name)
+        child = subprocess.Popen([sys.executable, WORKER, "interrupt", config, name, "30"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "waiting"
+            time.sleep(0.3)
+            holder.release()
+            child.send_signal(signal.SIGINT)
+            line = child.stdout.readline().split()
+            assert line and line[0] in ("interrupted", "acquired"), child.stderr.read()
+            other = open_client()
+            lease = other.try_acquire(name)
+            if line[0] == "interrupted":
+                assert lease is not None, "the interrupted process left the lock held"
+                lease.release()
+            else:
+                assert lease is None, "the child reported the lock, so nobody else may have it"
+        finally:
+            child.stdin.close()
+            child.wait(30)
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 def test_bad_input_gets_precise_errors(client, name):

@@ -10,6 +10,7 @@ usage:
       seconds). On KeyboardInterrupt prints "interrupted <seconds since the wait began>"; on success
       prints "acquired <fence>" and keeps the lease. Then stays alive until stdin closes, so the
       test can check what the process holds while it still runs."""
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,9 +44,12 @@ def interrupt(config, name, wait):
     held = None
     try:
         held = client.acquire(name, **kwargs)
-        print("acquired", held.fencing_token, flush=True)
     except KeyboardInterrupt:
         print(f"interrupted {time.monotonic() - began:.3f}", flush=True)
+    else:
+        # A Ctrl-C after this point must not end the process: the test checks that it holds the lock.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("acquired", held.fencing_token, flush=True)
     sys.stdin.read()
     return held
 
