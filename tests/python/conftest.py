@@ -4,7 +4,7 @@ dlock config per backend.
 The session starts its own lab with `dlock-lab up` (in a private state directory) and stops it with
 `dlock-lab down` at the end. Where to find things:
   --dlock-lab PATH / $DLOCK_LAB_BIN   the dlock-lab binary (default: <checkout>/build/release/bin/dlock-lab)
-  $DLOCK_LIBRARY                      the libdlock the package loads (see python/dlock/_native.py)
+  $DLOCK_LIBRARY                      the libdlock the package loads (default: <checkout>/build/release/lib)
   $DLOCK_PYTHON_BACKENDS              comma-separated subset of file,redis,redlock,zookeeper,etcd,sql
 With CI=true a backend whose servers cannot start FAILS its tests; elsewhere they are skipped with
 the reason."""
@@ -21,6 +21,9 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(CHECKOUT / "python"))  # the package under test, from this checkout
+# Without $DLOCK_LIBRARY, this checkout's release build (inherited by the processes tests start).
+if not os.environ.get("DLOCK_LIBRARY") and (CHECKOUT / "build/release/lib/libdlock.so.0").exists():
+    os.environ["DLOCK_LIBRARY"] = str(CHECKOUT / "build/release/lib/libdlock.so.0")
 
 ALL_BACKENDS = ["file", "redis", "redlock", "zookeeper", "etcd", "sql"]
 SERVER_BACKENDS = [b for b in ALL_BACKENDS if b != "file"]

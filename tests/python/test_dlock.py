@@ -3,6 +3,7 @@ servers (the lab): mutual exclusion across processes, timeouts, fencing order, t
 outcomes, the lost callback, Ctrl-C during a blocking acquire, and precise errors for bad input."""
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import subprocess
@@ -426,3 +427,27 @@ def test_capabilities_and_backend(client, backend):
         assert caps & dlock.Capability.QUORUM and not caps & dlock.Capability.FENCING
     if backend in ("file", "redis", "zookeeper", "etcd", "sql"):
         assert caps & dlock.Capability.FENCING
+
+
+# ---- installing ----------------------------------------------------------------------------------
+
+def test_the_package_installs_offline_and_works_from_the_install(tmp_path):
+    """`pip install --no-build-isolation --no-index ./python` into a venv: nothing fetched, only
+    Debian's setuptools; the installed package then loads libdlock and takes a lock."""
+    source = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parent.parent.parent / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-index", str(source)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    locks = tmp_path / "locks"
+    script = ("import dlock, sys\n"
+              "assert dlock.__file__.startswith(sys.prefix), dlock.__file__\n"
+              f"with dlock.Client.open('file://{locks}') as c, c.acquire('installed', wait=1) as lease:\n"
+              "    print(lease.fencing_token)\n")
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "1"
