@@ -3,6 +3,7 @@ servers (the lab): mutual exclusion across processes, timeouts, fencing order, t
 outcomes, the lost callback, Ctrl-C during a blocking acquire, and precise errors for bad input."""
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import signal
@@ -341,6 +342,32 @@ def test_release_through_a_cut_connection_reports_unknown_and_keeps_the_lease(co
             assert direct.inspect(name).holder in ("", lease.owner)
         except dlock.NotSupported:
             pass
+
+
+def test_lost_callback_fires_when_the_backend_becomes_unreachable(config, backend, name, tmp_path):
+    """The keeper cannot renew (or the session cannot be kept) once every connection is cut: the
+    lease goes LOST by valid_until (TTL backends) or the session timeout (zookeeper), and the
+    callback says so."""
+    if backend == "file":
+        pytest.skip("the file backend has no transport to fail")
+    text = Path(config).read_text()
+    proxies = []
+    for port in sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text))):
+        proxies.append(_CuttableProxy(("127.0.0.1", int(port))))
+        text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxies[-1].port}")
+    proxied = tmp_path / "proxied.yaml"
+    proxied.write_text(text)
+    lost = threading.Event()
+    with dlock.Client.open(str(proxied)) as through_proxy:
+        lease = through_proxy.acquire(name, wait=5, ttl=1, on_lost=lambda _: lost.set())
+        cut = time.monotonic()
+        for proxy in proxies:
+            proxy.cut()
+        assert lost.wait(15), f"no lost callback within 15 s; state {lease.state.name}"
+        print(f"[{backend}] lost callback {time.monotonic() - cut:.2f} s after the cut")
+        assert lease.state is dlock.LeaseState.LOST
+        assert time.monotonic() >= lease.valid_until or lease.valid_until == math.inf
+        assert lease.release() in (dlock.ReleaseOutcome.ALREADY_LOST, dlock.ReleaseOutcome.UNKNOWN)
 
 
 # ---- Ctrl-C --------------------------------------------------------------------------------------
