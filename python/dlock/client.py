@@ -5,12 +5,14 @@ policy or the config's defaults (DLOCK_DEFAULT). Times on the lease (valid_until
 time.monotonic() clock, which is CLOCK_MONOTONIC on Linux: the clock dlock itself uses."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import enum
 import math
 import os
 import threading
 import time
+import traceback
 import weakref
 from datetime import timedelta
 from typing import Callable, Dict, NamedTuple, Optional, Union
@@ -117,17 +119,20 @@ _callback_thread = threading.local()
 
 
 def _on_lost_trampoline(_lease_handle: int, user_data: int) -> None:
-    with _lost_lock:
-        entry = _lost_handlers.get(user_data)
-    if entry is None:
-        return
-    lease = entry[0]()
-    if lease is None:
-        return
+    # Everything Python does on the keeper thread happens with `inside` set, so that a finalizer
+    # run here (the user's callback dropping the last reference to its lease or client, or a
+    # garbage collection) defers the destroy or close instead of calling it on the keeper thread.
     _callback_thread.inside = True
     try:
-        entry[1](lease)
-        del lease  # may drop the last reference: its finalizer then defers the destroy (below)
+        with _lost_lock:
+            entry = _lost_handlers.get(user_data)
+        lease = entry[0]() if entry is not None else None
+        if lease is not None:
+            try:
+                entry[1](lease)  # type: ignore[index]
+            except BaseException:  # noqa: BLE001 - nothing may cross into the C library
+                traceback.print_exc()
+        del lease, entry
     finally:
         _callback_thread.inside = False
 
@@ -152,8 +157,6 @@ def _close_all_clients() -> None:
     for client in list(_open_clients):
         client.close()
 
-
-import atexit  # noqa: E402 - registered once the function exists
 
 atexit.register(_close_all_clients)
 
@@ -238,7 +241,7 @@ class Lease:
         one; None removes it). It runs on the client's keeper thread — or at once, in this thread, if
         the lease is already LOST. It may close the lease or the client (the C ABI forbids that inside
         the callback, so the close is carried out on another thread once the callback has returned);
-        exceptions it raises are printed and ignored (they cannot cross into the C library)."""
+        exceptions it raises are printed to stderr and dropped (they cannot cross into the C library)."""
         ptr = self._ptr
         if callback is None:
             _lib.dlock_lease_on_lost(ptr, _native.LOST_CALLBACK(), None)

@@ -259,6 +259,23 @@ def test_a_lost_callback_may_close_its_lease(client, open_client, name):
     client.try_acquire(name).release()  # the client still works: nothing deadlocked in the callback
 
 
+def test_a_lost_callback_that_raises_is_reported_and_the_keeper_goes_on(client, name, capfd):
+    if not has(client, dlock.Capability.TTL):
+        pytest.skip(f"{client.backend} has no TTL capability")
+    kept: List[dlock.Lease] = []
+    second = threading.Event()
+
+    def raise_after_dropping(_lease: dlock.Lease) -> None:
+        kept.clear()  # the lease's last reference then lives in the exception's traceback
+        raise RuntimeError("callback failure on purpose")
+
+    kept.append(client.acquire(name, wait=0, ttl=0.3, renew=False, on_lost=raise_after_dropping))
+    later = client.acquire(name + "/2", wait=0, ttl=0.6, renew=False, on_lost=lambda _: second.set())
+    assert second.wait(5), "the keeper stopped calling lost callbacks after one raised"
+    assert "callback failure on purpose" in capfd.readouterr().err
+    assert later.state is dlock.LeaseState.LOST
+
+
 def test_renewed_lease_outlives_its_ttl(client, open_client, name):
     if not has(client, dlock.Capability.TTL):
         pytest.skip(f"{client.backend} has no TTL capability")
