@@ -142,6 +142,40 @@ def test_closing_the_client_cancels_its_waiters(client, open_client, name):
     holder.release()
 
 
+def test_a_blocked_acquire_releases_the_gil(client, open_client, name):
+    holder = client.try_acquire(name)
+    other = open_client()
+    waiter = threading.Thread(target=lambda: pytest.raises(dlock.Timeout, other.acquire, name, wait=2))
+    waiter.start()
+    time.sleep(0.3)  # the waiter is inside the C call now
+    start = time.monotonic()
+    total = sum(i for i in range(300_000))  # pure Python work: needs the GIL
+    took = time.monotonic() - start
+    assert total > 0
+    assert waiter.is_alive(), "the Python work could only run after the blocked acquire returned"
+    assert took < 2.0
+    waiter.join(10)
+    holder.release()
+
+
+def test_reentrant_acquisitions_count_holds(client, open_client, name):
+    if not has(client, dlock.Capability.REENTRANT):
+        pytest.skip(f"{client.backend} has no REENTRANT capability")
+    outer = client.acquire(name, wait=0, reentrant=True)
+    inner = client.acquire(name, wait=0, reentrant=True)
+    assert inner.fencing_token == outer.fencing_token, "the same hold"
+    other = open_client()
+    assert inner.release() is dlock.ReleaseOutcome.RELEASED
+    assert other.try_acquire(name) is None, "still held by the outer acquisition"
+    assert outer.release() is dlock.ReleaseOutcome.RELEASED
+    assert other.try_acquire(name) is not None
+
+
+def test_a_second_acquire_in_one_client_contends_unless_reentrant(client, name):
+    with client.try_acquire(name):
+        assert client.try_acquire(name) is None
+
+
 # ---- mutual exclusion across processes ----------------------------------------------------------
 
 def test_mutual_exclusion_across_processes(config, client, name, tmp_path):
