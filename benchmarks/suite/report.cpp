@@ -408,7 +408,10 @@ std::string scenario_tables(const json& report) {
                << us(num(p.value("dlock_around", none), "p50_us")) << " | " << ratio(num(p, "ratio_p50")) << " | "
                << us(num(p.value("handoff", none), "p50_us")) << " | " << (p.value("ok", false) ? "ok" : "**failed**: " + str(p, "error")) << " |\n";
 
-    md << "\n### " << dlock_python_peer << " beside the Python peers\n\nEach Python peer ran between two blocks of dlock's Python "
+    bool any_python_around = false;
+    for (const auto& t : targets)
+        for (const auto& p : t.value("peers", json::array())) any_python_around = any_python_around || p.contains("dlock_python_around");
+    if (any_python_around) md << "\n### " << dlock_python_peer << " beside the Python peers\n\nEach Python peer ran between two blocks of dlock's Python "
           "package's S1 on the same target (benchmarks/peers/dlock_python.py); ratio = peer p50 / dlock (Python) p50 (> 1: dlock (Python) faster).\n\n"
           "| backend | peer | settings | peer p50 µs | dlock (Python) p50 around µs | ratio | note |\n|---|---|---|---|---|---|---|\n";
     for (const auto& t : targets)
