@@ -47,8 +47,14 @@ def interrupt(config, name, wait):
     except KeyboardInterrupt:
         print(f"interrupted {time.monotonic() - began:.3f}", flush=True)
     else:
-        # A Ctrl-C after this point must not end the process: the test checks that it holds the lock.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A Ctrl-C from here on must not end the process: the test checks that it holds the lock.
+        # It may still land while the handler is being replaced; then the lease is ours all the same.
+        while True:
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                break
+            except KeyboardInterrupt:
+                continue
         print("acquired", held.fencing_token, flush=True)
     sys.stdin.read()
     return held
