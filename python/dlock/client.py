@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Callable, Dict, NamedTuple, Optional, Union
 
 from . import _native
-from .errors import DlockError, InvalidArgument, Timeout, from_status
+from .errors import InvalidArgument, Timeout, from_status
 
 _lib = _native.lib
 
@@ -536,5 +536,5 @@ class Client:
         return f"<dlock.Client {self._backend}{' closed' if self._ptr is None else ''}>"
 
 
-__all__ = ["Capability", "Client", "DlockError", "FOREVER", "INTERRUPT_SLICE_S", "Lease", "LeaseState",
+__all__ = ["Capability", "Client", "FOREVER", "INTERRUPT_SLICE_S", "Lease", "LeaseState",
            "LockInfo", "ReleaseOutcome"]
