@@ -56,6 +56,7 @@ class Lab:
         self.binary, self.state_dir = binary, state_dir
         self.configs: Dict[str, str] = {}
         self.error = ""
+        self.started = False
         if not backends:
             return
         try:
@@ -64,6 +65,7 @@ class Lab:
         except (OSError, subprocess.TimeoutExpired) as e:
             self.error = f"cannot run {binary}: {e}"
             return
+        self.started = True  # `down` is idempotent and also cleans up after a failed `up`
         if up.returncode != 0:
             self.error = f"dlock-lab up failed (exit {up.returncode}): {up.stdout[-2000:]} {up.stderr[-2000:]}"
             return
@@ -76,7 +78,7 @@ class Lab:
                 self.configs[key[:-len("_CONFIG")].lower().replace("_", "-")] = value.strip("'")
 
     def down(self) -> None:
-        if self.state_dir.exists():
+        if self.started:
             subprocess.run([self.binary, "--state-dir", str(self.state_dir), "down"], capture_output=True, timeout=120)
 
 
