@@ -1,8 +1,8 @@
 """pytest fixtures of the dlock Python tests: a lab of real servers for the whole session, and one
 dlock config per backend.
 
-The session starts its own lab with `dlock-lab up` (in a private state directory) and stops it with
-`dlock-lab down` at the end. Where to find things:
+The session starts its own lab with `dlock-lab up --foreground` (a child process, in a private state
+directory) and stops it with SIGTERM at the end; if pytest dies first, the kernel sends that SIGTERM. Where to find things:
   --dlock-lab PATH / $DLOCK_LAB_BIN   the dlock-lab binary (default: <checkout>/build/release/bin/dlock-lab)
   $DLOCK_LIBRARY                      the libdlock the package loads (default: <checkout>/build/release/lib)
   $DLOCK_PYTHON_BACKENDS              comma-separated subset of file,redis,redlock,zookeeper,etcd,sql
@@ -10,12 +10,15 @@ With CI=true a backend whose servers cannot start FAILS its tests; elsewhere the
 the reason."""
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -49,37 +52,60 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def _die_with_this_process() -> None:
+    """In the lab supervisor's child, before exec: SIGTERM it when the pytest process dies, however
+    it dies, so that its servers never outlive the tests (the supervisor stops them on SIGTERM)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Lab:
-    """The servers of one `dlock-lab up`, or why they could not start."""
+    """The servers of one `dlock-lab up --foreground`, a child of this process, or why they could
+    not start."""
 
     def __init__(self, binary: str, state_dir: Path, backends: list) -> None:
         self.binary, self.state_dir = binary, state_dir
         self.configs: Dict[str, str] = {}
         self.error = ""
-        self.started = False
+        self.supervisor: Optional[subprocess.Popen] = None
         if not backends:
             return
+        log = state_dir / "supervisor.out"
         try:
-            up = subprocess.run([binary, "--state-dir", str(state_dir), "up", *backends, "--timeout", "120"],
-                                capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            with open(log, "wb") as out:
+                self.supervisor = subprocess.Popen(
+                    [binary, "--state-dir", str(state_dir), "up", *backends, "--timeout", "120", "--foreground"],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=_die_with_this_process)
+        except OSError as e:
             self.error = f"cannot run {binary}: {e}"
             return
-        self.started = True  # `down` is idempotent and also cleans up after a failed `up`
-        if up.returncode != 0:
-            self.error = f"dlock-lab up failed (exit {up.returncode}): {up.stdout[-2000:]} {up.stderr[-2000:]}"
-            return
-        sys.stderr.write(up.stdout)
-        env = subprocess.run([binary, "--state-dir", str(state_dir), "env"], capture_output=True, text=True,
-                             timeout=60, check=True)
+        # The supervisor writes its state (read by `env`) once every server answers.
+        deadline = time.monotonic() + 300
+        while True:
+            env = subprocess.run([binary, "--state-dir", str(state_dir), "env"], capture_output=True, text=True, timeout=60)
+            if env.returncode == 0 and "_CONFIG=" in env.stdout:
+                break
+            if self.supervisor.poll() is not None or time.monotonic() > deadline:
+                self.error = (f"dlock-lab up {'exited with ' + str(self.supervisor.returncode) if self.supervisor.returncode is not None else 'timed out'}: "
+                              + log.read_text(errors="replace")[-3000:])
+                return
+            time.sleep(0.1)
+        sys.stderr.write(log.read_text(errors="replace"))
         for line in env.stdout.splitlines():
             if line.startswith("export DLOCK_LAB_") and line.split("=", 1)[0].endswith("_CONFIG"):
                 key, value = line[len("export DLOCK_LAB_"):].split("=", 1)
                 self.configs[key[:-len("_CONFIG")].lower().replace("_", "-")] = value.strip("'")
 
     def down(self) -> None:
-        if self.started:
-            subprocess.run([self.binary, "--state-dir", str(self.state_dir), "down"], capture_output=True, timeout=120)
+        if self.supervisor is None:
+            return
+        self.supervisor.terminate()  # the supervisor tears its servers down on SIGTERM
+        try:
+            self.supervisor.wait(120)
+        except subprocess.TimeoutExpired:
+            self.supervisor.kill()
+            self.supervisor.wait()
 
 
 @pytest.fixture(scope="session")
