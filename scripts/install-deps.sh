@@ -22,6 +22,8 @@ packages=(
   default-jdk-headless
   # the benchmark report's plots
   python3-matplotlib
+  # the Python package's tests (tests/python) and its offline install (pip, setuptools, venv)
+  python3-pytest python3-pip python3-setuptools python3-venv
 )
 
 missing=()

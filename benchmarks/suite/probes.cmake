@@ -15,10 +15,13 @@ add_library(dlock_bench_probes STATIC
   ${dlock_probes_dir}/probes_redis.cpp
   ${dlock_probes_dir}/probes_zookeeper.cpp
   ${dlock_probes_dir}/probes_etcd.cpp
-  ${dlock_probes_dir}/probes_sql.cpp)
+  ${dlock_probes_dir}/probes_sql.cpp
+  ${dlock_probes_dir}/probes_python.cpp)
 target_include_directories(dlock_bench_probes PUBLIC ${dlock_probes_dir})
 target_link_libraries(dlock_bench_probes PUBLIC dlock::cpp dlock::lab PRIVATE fmt::fmt nlohmann_json::nlohmann_json Threads::Threads)
 target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_BENCH_PEERS_DIR="${dlock_peers_dir}")
+# dlock (Python) loads the libdlock of this build.
+target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_BENCH_LIBDLOCK="$<TARGET_FILE:dlock>")
 
 # redis, redlock: dlock's own hiredis connection code.
 if(TARGET dlock_redis_common)

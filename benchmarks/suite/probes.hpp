@@ -84,7 +84,16 @@ struct peer_result {
     // dlock's S1 on the same target measured right around this peer (so load from elsewhere falls
     // on both); the report's ratio is peer.s1.p50 / dlock_around.p50.
     distribution dlock_around;
+    // For a Python peer (a Debian python3-* package): dlock's own Python package's S1 on the same
+    // target, run right before and right after the peer (benchmarks/peers/dlock_python.py), so
+    // the binding is compared with the peer in the same window; empty when not measured.
+    distribution dlock_python_around;
+    std::string dlock_python_error;
 };
 std::vector<peer_result> run_peers(const target& t, dlock::lab::lab& lab, run_size size);
+
+// The name of the S8 row of dlock's own Python package (python/): not a peer to beat but the
+// binding measured beside the Python peers; the report compares it with each of them.
+inline constexpr const char* dlock_python_peer = "dlock (Python)";
 
 }  // namespace dlock::bench

@@ -151,12 +151,26 @@ void read_peer_json(const nlohmann::json& j, peer_result& r) {
 // on a shared machine falls on both sides of the ratio alike; dlock_around is both blocks merged.
 peer_result peer_with_dlock_around(peer_result r, const std::filesystem::path& config, int cycles,
                                    const std::function<nlohmann::json()>& peer) {
+    // A Python peer is also bracketed by dlock's Python package (probes_python.cpp).
+    const bool python_peer = r.version.rfind("python3-", 0) == 0;
+    std::vector<distribution> python_blocks;
+    auto python_block = [&] {
+        if (!python_peer || !r.dlock_python_error.empty()) return;
+        try {
+            python_blocks.push_back(dlock_python_s1(config, cycles, config.parent_path() / "peer-dlock-python-around.log"));
+        } catch (const std::exception& e) {
+            r.dlock_python_error = e.what();
+        }
+    };
     try {
         auto client = dlock::client::open(config.string());
+        python_block();
         const distribution before = dlock_s1(client, "bench/s8-around", cycles, std::min(cycles, 500));
         const nlohmann::json j = peer();
         const distribution after = dlock_s1(client, "bench/s8-around", cycles, 0);
+        python_block();
         r.dlock_around = merged({before, after});
+        if (r.dlock_python_error.empty() && !python_blocks.empty()) r.dlock_python_around = merged(python_blocks);
         read_peer_json(j, r);
     } catch (const std::exception& e) {
         r.ok = false;
@@ -199,13 +213,21 @@ command_count count_server_commands(const target& t, dlock::lab::lab& lab,
     throw std::invalid_argument("count_server_commands: unknown target " + t.name);
 }
 
-std::vector<peer_result> run_peers(const target& t, dlock::lab::lab& lab, run_size size) {
+namespace {
+std::vector<peer_result> family_peers(const target& t, dlock::lab::lab& lab, run_size size) {
     if (t.name == "file") return family::peers_file(t, size);
     if (is_redis_family(t.name)) return family::peers_redis(t, lab, size);
     if (t.name == "zookeeper") return family::peers_zookeeper(t, lab, size);
     if (t.name == "etcd") return family::peers_etcd(t, lab, size);
     if (is_sql_family(t.name)) return family::peers_sql(t, lab, size);
     throw std::invalid_argument("run_peers: unknown target " + t.name);
+}
+}  // namespace
+
+std::vector<peer_result> run_peers(const target& t, dlock::lab::lab& lab, run_size size) {
+    std::vector<peer_result> out = family_peers(t, lab, size);
+    for (auto& p : family::peers_dlock_python(t, size)) out.push_back(std::move(p));
+    return out;
 }
 
 }  // namespace dlock::bench

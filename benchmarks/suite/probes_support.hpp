@@ -33,6 +33,8 @@ std::vector<peer_result> peers_redis(const target& t, dlock::lab::lab& lab, run_
 std::vector<peer_result> peers_zookeeper(const target& t, dlock::lab::lab& lab, run_size size);
 std::vector<peer_result> peers_etcd(const target& t, dlock::lab::lab& lab, run_size size);
 std::vector<peer_result> peers_sql(const target& t, dlock::lab::lab& lab, run_size size);
+// dlock's own Python package on any target (probes_python.cpp); named dlock_python_peer in reports.
+std::vector<peer_result> peers_dlock_python(const target& t, run_size size);
 }  // namespace dlock::bench::family
 
 namespace dlock::bench::support {
@@ -50,6 +52,9 @@ void read_peer_json(const nlohmann::json& j, peer_result& r);
 peer_result peer_with_dlock_around(peer_result r, const std::filesystem::path& config, int cycles,
                                    const std::function<nlohmann::json()>& peer);
 std::string peers_dir();
+// dlock's Python package's S1 (`cycles` try-once acquire+release cycles) on `config`, in a fresh
+// /usr/bin/python3 process (probes_python.cpp); throws with the driver's error.
+distribution dlock_python_s1(const std::filesystem::path& config, int cycles, const std::filesystem::path& log);
 const char* debian_python();
 int peer_cycles(run_size size);
 int peer_handoffs(run_size size);

@@ -101,6 +101,11 @@ json to_json(const peer_result& p) {
            {"error", p.error}, {"s1", to_json(p.s1)}, {"dlock_around", to_json(p.dlock_around)},
            {"ratio_p50", p.ok && !p.s1.empty() && !p.dlock_around.empty() ? p.s1.p50 / p.dlock_around.p50 : NAN}};
     if (p.handoff) j["handoff"] = to_json(*p.handoff);
+    if (!p.dlock_python_around.empty() || !p.dlock_python_error.empty()) {
+        j["dlock_python_around"] = to_json(p.dlock_python_around);
+        j["dlock_python_error"] = p.dlock_python_error;
+        j["ratio_python_p50"] = p.ok && !p.dlock_python_around.empty() ? p.s1.p50 / p.dlock_python_around.p50 : NAN;
+    }
     return j;
 }
 
@@ -221,6 +226,7 @@ json evaluate_targets(const json& t, const json& run) {
         rows.push_back(target_row("Redlock N=5 p50 ≤ 1.3 × single redis p50", ratio(r), checked(r, r <= 1.3)));
     }
     for (const auto& p : t.value("peers", json::array())) {
+        if (str(p, "peer") == dlock_python_peer) continue;  // the binding, not a peer to beat: compared with the Python peers below
         const std::string label = "faster than " + str(p, "peer") + ", " + str(p, "settings");
         if (!p.value("ok", false)) {
             rows.push_back(target_row(label.c_str(), "peer failed", nullptr, str(p, "error")));
@@ -228,6 +234,19 @@ json evaluate_targets(const json& t, const json& run) {
         }
         const double r = num(p, "ratio_p50");
         rows.push_back(target_row(label.c_str(), ratio(r) + " (peer p50 / dlock p50)", checked(r, r > 1.0)));
+    }
+    // dlock (Python) against each Python peer: its S1 measured right before and after the peer
+    // (dlock_python_around), so both sides of the ratio saw the same load.
+    for (const auto& p : t.value("peers", json::array())) {
+        if (!p.contains("dlock_python_around")) continue;
+        const std::string label = std::string(dlock_python_peer) + " faster than " + str(p, "peer") + ", " + str(p, "settings");
+        const double r = num(p, "ratio_python_p50");
+        if (std::isnan(r)) {
+            rows.push_back(target_row(label.c_str(), "not measured", nullptr,
+                                      str(p, "dlock_python_error").empty() ? "the peer failed" : str(p, "dlock_python_error")));
+            continue;
+        }
+        rows.push_back(target_row(label.c_str(), ratio(r) + " (peer p50 / dlock (Python) p50 around it)", checked(r, r > 1.0)));
     }
     return rows;
 }
@@ -253,6 +272,10 @@ std::string summary_table(const json& targets) {
         std::string peers;
         for (const auto& p : t.value("peers", json::array())) {
             if (!peers.empty()) peers += "; ";
+            if (str(p, "peer") == dlock_python_peer) {  // the binding: its cost over C++, not a peer ratio
+                peers += str(p, "peer") + ": " + (p.value("ok", false) ? ratio(num(p, "ratio_p50")) + " the C++ p50" : "failed");
+                continue;
+            }
             peers += str(p, "peer") + " " + settings_word(str(p, "settings")) + ": " + (p.value("ok", false) ? ratio(num(p, "ratio_p50")) : "failed");
         }
         if (peers.empty()) peers = "—";
@@ -373,7 +396,9 @@ std::string scenario_tables(const json& report) {
                << " | " << ratio(num(r.value("s1", none), "p50_us") / single) << " | " << str(r, "error") << " |\n";
     }
 
-    md << "\n## S8 peers on the same servers\n\nRatio = peer p50 / dlock p50 measured right around the peer (> 1: dlock faster).\n\n"
+    md << "\n## S8 peers on the same servers\n\nRatio = peer p50 / dlock p50 measured right around the peer (> 1: dlock faster). "
+          "The row `" << dlock_python_peer << "` is dlock's own Python package (python/, ctypes over the C ABI): its ratio is the "
+          "binding's cost over C++; the next table compares it with each Python peer.\n\n"
           "| backend | peer | settings | version | p50 µs | p99 µs | dlock p50 around | ratio | handoff p50 µs | status |\n"
           "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& t : targets)
@@ -382,6 +407,19 @@ std::string scenario_tables(const json& report) {
                << us(num(p.value("s1", none), "p50_us")) << " | " << us(num(p.value("s1", none), "p99_us")) << " | "
                << us(num(p.value("dlock_around", none), "p50_us")) << " | " << ratio(num(p, "ratio_p50")) << " | "
                << us(num(p.value("handoff", none), "p50_us")) << " | " << (p.value("ok", false) ? "ok" : "**failed**: " + str(p, "error")) << " |\n";
+
+    bool any_python_around = false;
+    for (const auto& t : targets)
+        for (const auto& p : t.value("peers", json::array())) any_python_around = any_python_around || p.contains("dlock_python_around");
+    if (any_python_around) md << "\n### " << dlock_python_peer << " beside the Python peers\n\nEach Python peer ran between two blocks of dlock's Python "
+          "package's S1 on the same target (benchmarks/peers/dlock_python.py); ratio = peer p50 / dlock (Python) p50 (> 1: dlock (Python) faster).\n\n"
+          "| backend | peer | settings | peer p50 µs | dlock (Python) p50 around µs | ratio | note |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& t : targets)
+        for (const auto& p : t.value("peers", json::array()))
+            if (p.contains("dlock_python_around"))
+                md << "| " << str(t, "name") << " | " << str(p, "peer") << " | " << str(p, "settings") << " | " << us(num(p.value("s1", none), "p50_us"))
+                   << " | " << us(num(p.value("dlock_python_around", none), "p50_us")) << " | " << ratio(num(p, "ratio_python_p50")) << " | "
+                   << str(p, "dlock_python_error") << " |\n";
 
     md << "\n## Targets (BENCHMARKS.md), per backend\n\n| backend | target | value | result | note |\n|---|---|---|---|---|\n";
     for (const auto& t : targets)
