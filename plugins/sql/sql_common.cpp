@@ -64,57 +64,6 @@ void drain_fd(int fd) {
     [[maybe_unused]] ssize_t n = ::read(fd, &value, sizeof value);
 }
 
-// A connection policy for libpqxx that connects with PQconnectStart/PQconnectPoll, waiting for the
-// socket with poll() no later than a deadline.
-class deadline_connect : public pqxx::connectionpolicy {
-public:
-    deadline_connect(const std::string& conninfo, int64_t deadline_ns) : pqxx::connectionpolicy(conninfo), deadline_ns_(deadline_ns) {}
-
-    PGconn* raw() const { return raw_; }
-
-    handle do_startconnect(handle orig) override {
-        if (orig) return orig;
-        PGconn* c = PQconnectStart(options().c_str());
-        if (!c) throw std::bad_alloc();
-        PostgresPollingStatusType state = PGRES_POLLING_WRITING;
-        while (state != PGRES_POLLING_OK) {
-            if (state == PGRES_POLLING_FAILED || PQstatus(c) == CONNECTION_BAD) {
-                const std::string why = PQerrorMessage(c);
-                PQfinish(c);
-                throw pqxx::broken_connection(why);
-            }
-            const int64_t left_ns = deadline_ns_ - now_ns();
-            pollfd p{PQsocket(c), short(state == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
-            const int ready = left_ns <= 0 ? 0 : ::poll(&p, 1, int(std::min<int64_t>((left_ns + 999'999) / 1'000'000, INT_MAX)));
-            if (ready < 0 && errno == EINTR) continue;
-            if (ready == 0) {
-                PQfinish(c);
-                throw no_answer("no answer to the connection attempt before the client's deadline");
-            }
-            state = PQconnectPoll(c);  // also after a poll() error: libpq reports it
-        }
-        raw_ = c;
-        return c;
-    }
-
-private:
-    int64_t deadline_ns_;
-    PGconn* raw_ = nullptr;
-};
-
-class bounded_connection : public pqxx::connection_base {
-public:
-    bounded_connection(const std::string& conninfo, int64_t deadline_ns)
-        : pqxx::connection_base(policy_), policy_(conninfo, deadline_ns) {
-        init();
-    }
-    ~bounded_connection() { close(); }
-    PGconn* raw() const { return policy_.raw(); }
-
-private:
-    deadline_connect policy_;  // used by the base only from init() on, once it is built
-};
-
 failure classify_connect_error(const settings& s, const std::exception& e) {
     const std::string why = one_line(e.what());
     if (dynamic_cast<const no_answer*>(&e))
@@ -131,7 +80,37 @@ failure classify_connect_error(const settings& s, const std::exception& e) {
 
 }  // namespace
 
-std::unique_ptr<pqxx::connection_base> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw) {
+deadline_connect::handle deadline_connect::do_startconnect(handle orig) {
+    if (orig) return orig;
+    PGconn* c = PQconnectStart(options().c_str());
+    if (!c) throw std::bad_alloc();
+    PostgresPollingStatusType state = PGRES_POLLING_WRITING;
+    while (state != PGRES_POLLING_OK) {
+        if (state == PGRES_POLLING_FAILED || PQstatus(c) == CONNECTION_BAD) {
+            const std::string why = PQerrorMessage(c);
+            PQfinish(c);
+            throw pqxx::broken_connection(why);
+        }
+        const int64_t left_ns = deadline_ns_ - now_ns();
+        pollfd p{PQsocket(c), short(state == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+        const int ready = left_ns <= 0 ? 0 : ::poll(&p, 1, int(std::min<int64_t>((left_ns + 999'999) / 1'000'000, INT_MAX)));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) {
+            PQfinish(c);
+            throw no_answer("no answer to the connection attempt before the client's deadline");
+        }
+        state = PQconnectPoll(c);  // also after a poll() error: libpq reports it
+    }
+    raw_ = c;
+    return c;
+}
+
+bounded_connection::bounded_connection(const std::string& conninfo, int64_t deadline_ns)
+    : pqxx::connection_base(policy_), policy_(conninfo, deadline_ns) {
+    init();
+}
+
+std::unique_ptr<bounded_connection> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw) {
     std::unique_ptr<bounded_connection> c;
     {
         libpqxx_call_scope scope;
@@ -620,7 +599,7 @@ void listener::notified(const std::string& channel) {
 }
 
 void listener::run() {
-    std::unique_ptr<pqxx::connection_base> conn;
+    std::unique_ptr<bounded_connection> conn;
     std::map<std::string, std::unique_ptr<receiver>> receivers;
     int64_t retry_at_ns = 0, backoff_ms = 0;
     bool fresh = false;

@@ -170,13 +170,36 @@ public:
     explicit no_answer(const std::string& what) : pqxx::broken_connection(what) {}
 };
 
-// A libpqxx connection made by PQconnectStart/PQconnectPoll under a deadline (libpq's own
-// connect_timeout counts whole seconds per address and waits out each one). Throws no_answer when
-// the deadline passes, broken_connection for libpq's own errors. Automatic reconnection
-// ("reactivation") is off: a reconnected session would silently have lost its session locks and
-// LISTENs.
-// `raw`, when given, receives libpq's handle of the connection (owned by the connection).
-std::unique_ptr<pqxx::connection_base> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw = nullptr);
+// A libpqxx connection policy that connects with PQconnectStart/PQconnectPoll, waiting for the
+// socket with poll() no later than a deadline (libpq's own connect_timeout counts whole seconds per
+// address and waits each one out). Throws no_answer when the deadline passes, broken_connection for
+// libpq's own errors.
+class deadline_connect : public pqxx::connectionpolicy {
+public:
+    deadline_connect(const std::string& conninfo, int64_t deadline_ns) : pqxx::connectionpolicy(conninfo), deadline_ns_(deadline_ns) {}
+    handle do_startconnect(handle orig) override;
+    PGconn* raw() const { return raw_; }
+
+private:
+    int64_t deadline_ns_;
+    PGconn* raw_ = nullptr;
+};
+
+// A libpqxx connection through deadline_connect. Always held and destroyed as this type:
+// pqxx::connection_base's destructor is not virtual.
+class bounded_connection : public pqxx::connection_base {
+public:
+    bounded_connection(const std::string& conninfo, int64_t deadline_ns);
+    ~bounded_connection() { close(); }
+    PGconn* raw() const { return policy_.raw(); }  // libpq's handle, owned by the connection
+
+private:
+    deadline_connect policy_;  // used by the base only from init() on, once it is built
+};
+
+// A bounded_connection whose automatic reconnection ("reactivation") is off: a reconnected session
+// would silently have lost its session locks and LISTENs. `raw`, when given, receives libpq's handle.
+std::unique_ptr<bounded_connection> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw = nullptr);
 
 // One server connection: a connection from connect_until() that has run session_setup_sql(), plus
 // the prepared statements of the mode. Used by one thread at a time. With a deadline_watch, the
@@ -234,7 +257,7 @@ public:
 private:
     static std::string no_answer_message(int64_t waited_ns);
 
-    std::unique_ptr<pqxx::connection_base> connection_;
+    std::unique_ptr<bounded_connection> connection_;
     std::unique_ptr<pqxx::nontransaction> autocommit_;  // destroyed before the connection
     deadline_watch* watch_ = nullptr;
     PGconn* raw_ = nullptr;

@@ -849,6 +849,26 @@ TEST_F(SqlFaults, DsnQueryKeysSelectModeAndTable) {
         << "libpq keys in the DSN still reach libpq";
 }
 
+// Closing a client closes every connection it opened — pooled sessions, held advisory sessions,
+// the LISTEN connection — so the server keeps no session of it.
+TEST_F(SqlFaults, ClosedClientLeavesNoServerSession) {
+    for (const char* mode : {"lease", "advisory"}) {
+        const std::string app = std::string("dlock-close-") + mode;
+        const auto sessions = [&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'"); };
+        {
+            auto client = dlock::client::from_yaml(yaml(mode, "", dsn() + "?application_name=" + app), "sql_test");
+            auto other = open(mode);
+            auto held = other.acquire("close/held", dlock::acquire_options().with_wait(0ms));
+            std::error_code ec;
+            client.acquire("close/held", dlock::acquire_options().with_wait(300ms), ec);  // a wait: lease mode LISTENs
+            EXPECT_EQ(ec, dlock::errc::timeout) << mode;
+            auto mine = client.acquire("close/mine", dlock::acquire_options().with_wait(0ms));
+            EXPECT_GE(sessions(), 1) << mode;
+        }
+        EXPECT_TRUE(eventually([&] { return sessions() == 0; }, 3s)) << mode << ": " << sessions() << " sessions left";
+    }
+}
+
 // Renewal: every lease of a client extended by one statement per keeper round.
 TEST_F(SqlFaults, ManyLeasesAreRenewedTogether) {
     auto client = open("lease");
