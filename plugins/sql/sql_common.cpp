@@ -211,9 +211,12 @@ void deadline_watch::run() {
                 next = std::min(next, e.deadline_ns);
             }
         }
-        wakes_at_ns_ = next;
-        if (next == INT64_MAX) wake_.wait(lock);
-        else wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next)));
+        // With nothing pending, sleep on until the wake already planned: statements usually end
+        // before this thread runs, and forgetting that plan would make the next arm() wake it again
+        // — one context switch per statement. So it wakes at most once per client limit.
+        if (next != INT64_MAX || wakes_at_ns_ <= now) wakes_at_ns_ = next;
+        if (wakes_at_ns_ == INT64_MAX) wake_.wait(lock);
+        else wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wakes_at_ns_)));
     }
 }
 
