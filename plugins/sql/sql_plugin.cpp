@@ -599,8 +599,10 @@ void scrub(dlock_backend* b, session& s) {
     }
 }
 
+// `unanswered` is set when the server gave no answer within the client limit (then a retry would
+// only wait as long again).
 int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h,
-                          dlock_grant* grant) {
+                          dlock_grant* grant, bool& unanswered) {
     const bool wait = req->deadline_ns != 0;
     auto s = b->sessions->borrow(req->deadline_ns, true);
     {
@@ -632,6 +634,7 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
     } catch (const std::exception& e) {
         const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
         if (dynamic_cast<const no_answer*>(&e)) {
+            unanswered = true;
             s->mark_broken();  // the session ends, and with it anything it may have been granted
             fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the advisory acquire of `{}` got {}", b->where(), req->name, e.what()));
         }
@@ -657,13 +660,14 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
 
 int acquire_advisory(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
     h->key = b->key_for(h->name);
+    bool unanswered = false;
     try {
-        return acquire_advisory_once(b, req, h, grant);
+        return acquire_advisory_once(b, req, h, grant, unanswered);
     } catch (const failure& f) {
         // A session the server ended while idle in the pool fails at once; the session is gone, and
         // anything it might have been granted with it, so one retry on a fresh session is safe.
-        if (f.status != DLOCK_UNAVAILABLE || b->interrupted || f.message.find("no answer within") != std::string::npos) throw;
-        return acquire_advisory_once(b, req, h, grant);
+        if (f.status != DLOCK_UNAVAILABLE || b->interrupted || unanswered) throw;
+        return acquire_advisory_once(b, req, h, grant, unanswered);
     }
 }
 
