@@ -87,7 +87,6 @@ void partitioned_lease_round(context& ctx, const std::string& suffix) {
         if (waited.returned_ns < *lost)
             ctx.violation(violation_kind::overlap, "B acquired " + ms_text(ms_between(waited.returned_ns, *lost)) +
                                                        " before the partitioned holder reported LOST");
-        ctx.record_liveness(milliseconds(int64_t(ms_between(cut_ns, waited.returned_ns))));
         ctx.note("lease: LOST " + ms_text(ms_between(cut_ns, *lost)) + " after the cut (ttl 2 s), B acquired " +
                  ms_text(ms_between(cut_ns, waited.returned_ns)) + " after it");
     }
