@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,19 +64,12 @@ void drain_fd(int fd) {
     [[maybe_unused]] ssize_t n = ::read(fd, &value, sizeof value);
 }
 
-std::unique_ptr<pqxx::connection> connect_raw(const settings& s) {
-    auto c = std::make_unique<pqxx::connection>(s.conninfo);
-    // A broken connection must stay broken: libpqxx would otherwise reconnect on next use, and a
-    // new session does not hold the old one's advisory locks nor its LISTENs.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    c->inhibit_reactivation(true);
-#pragma GCC diagnostic pop
-    return c;
-}
-
 failure classify_connect_error(const settings& s, const std::exception& e) {
     const std::string why = one_line(e.what());
+    if (dynamic_cast<const no_answer*>(&e))
+        return {DLOCK_UNAVAILABLE, fmt::format("sql backend: postgres {} did not answer the connection attempt within {} ms "
+                                               "(client-side limit: statement_timeout + 1/4); the server or the network path "
+                                               "to it is not answering; retry", s.server, s.client_limit_ms())};
     if (contains(why, "authentication failed") || contains(why, "password") || contains(why, "no pg_hba.conf entry") ||
         (contains(why, "does not exist") && (contains(why, "role") || contains(why, "database"))))
         return {DLOCK_CONFIG, fmt::format("sql backend: postgres {} refused the connection: {}; check the user, password and "
@@ -84,6 +79,146 @@ failure classify_connect_error(const settings& s, const std::exception& e) {
 }
 
 }  // namespace
+
+deadline_connect::handle deadline_connect::do_startconnect(handle orig) {
+    if (orig) return orig;
+    PGconn* c = PQconnectStart(options().c_str());
+    if (!c) throw std::bad_alloc();
+    PostgresPollingStatusType state = PGRES_POLLING_WRITING;
+    while (state != PGRES_POLLING_OK) {
+        if (state == PGRES_POLLING_FAILED || PQstatus(c) == CONNECTION_BAD) {
+            const std::string why = PQerrorMessage(c);
+            PQfinish(c);
+            throw pqxx::broken_connection(why);
+        }
+        const int64_t left_ns = deadline_ns_ - now_ns();
+        pollfd p{PQsocket(c), short(state == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+        const int ready = left_ns <= 0 ? 0 : ::poll(&p, 1, int(std::min<int64_t>((left_ns + 999'999) / 1'000'000, INT_MAX)));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) {
+            PQfinish(c);
+            throw no_answer("no answer to the connection attempt before the client's deadline");
+        }
+        state = PQconnectPoll(c);  // also after a poll() error: libpq reports it
+    }
+    raw_ = c;
+    return c;
+}
+
+bounded_connection::bounded_connection(const std::string& conninfo, int64_t deadline_ns)
+    : pqxx::connection_base(policy_), policy_(conninfo, deadline_ns) {
+    init();
+}
+
+std::unique_ptr<bounded_connection> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw) {
+    std::unique_ptr<bounded_connection> c;
+    {
+        libpqxx_call_scope scope;
+        c = std::make_unique<bounded_connection>(s.conninfo, deadline_ns);
+    }
+    if (raw) *raw = c->raw();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    c->inhibit_reactivation(true);
+#pragma GCC diagnostic pop
+    return c;
+}
+
+void check_server_version(const settings& s, int server_version_num) {
+    if (server_version_num >= 110000) return;
+    // server_version_num: major * 10000 + minor from version 10 on, major * 10000 + minor * 100 + patch before.
+    const std::string version = server_version_num >= 100000
+                                    ? fmt::format("{}.{}", server_version_num / 10000, server_version_num % 10000)
+                                    : fmt::format("{}.{}.{}", server_version_num / 10000, server_version_num / 100 % 100,
+                                                  server_version_num % 100);
+    fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} is version {}; dlock needs PostgreSQL 11 or newer",
+                                    s.server, version));
+}
+
+std::string session_setup_sql(const settings& s, int server_version_num) {
+    const auto user_sets = [&](const char* name) { return s.user_options.find(name) != std::string::npos; };
+    const int64_t server_peer_ms = 2 * std::max<int64_t>(s.peer_timeout_ms / 1000, 3) * 1000;
+    std::string sql;
+    if (server_version_num >= 120000 && !user_sets("tcp_user_timeout"))
+        sql += fmt::format("SET tcp_user_timeout = {}; ", server_peer_ms);
+    if (server_version_num >= 140000 && !user_sets("idle_session_timeout")) sql += "SET idle_session_timeout = 0; ";
+    return sql;
+}
+
+std::string redact_conninfo_error(const std::string& message) {
+    std::string out;
+    size_t i = 0;
+    while (i < message.size()) {
+        const size_t open = message.find('"', i);
+        const size_t close = open == std::string::npos ? std::string::npos : message.find('"', open + 1);
+        if (close == std::string::npos) {
+            out += message.substr(i);
+            break;
+        }
+        const size_t length = close - open - 1;
+        out += message.substr(i, open - i + 1);
+        out += length == 1 ? message.substr(open + 1, 1) : std::string("...");
+        out += '"';
+        i = close + 1;
+    }
+    return out;
+}
+
+// ---- deadline_watch -----------------------------------------------------------------------------
+
+deadline_watch::deadline_watch() { thread_ = std::thread([this] { run(); }); }
+
+deadline_watch::~deadline_watch() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+uint64_t deadline_watch::arm(int fd, int64_t deadline_ns) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t ticket = next_ticket_++;
+    entries_.emplace(ticket, entry{fd, deadline_ns, false});
+    if (deadline_ns < wakes_at_ns_) {
+        wakes_at_ns_ = deadline_ns;
+        wake_.notify_one();
+    }
+    return ticket;
+}
+
+bool deadline_watch::disarm(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(ticket);
+    if (it == entries_.end()) return false;
+    const bool fired = it->second.fired;
+    entries_.erase(it);
+    return fired;
+}
+
+void deadline_watch::run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+        const int64_t now = now_ns();
+        int64_t next = INT64_MAX;
+        for (auto& [ticket, e] : entries_) {
+            if (e.fired) continue;
+            if (e.deadline_ns <= now) {
+                ::shutdown(e.fd, SHUT_RDWR);  // under the mutex: never after disarm() returned
+                e.fired = true;
+            } else {
+                next = std::min(next, e.deadline_ns);
+            }
+        }
+        // With nothing pending, sleep on until the wake already planned: statements usually end
+        // before this thread runs, and forgetting that plan would make the next arm() wake it again
+        // — one context switch per statement. So it wakes at most once per client limit.
+        if (next != INT64_MAX || wakes_at_ns_ <= now) wakes_at_ns_ = next;
+        if (wakes_at_ns_ == INT64_MAX) wake_.wait(lock);
+        else wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wakes_at_ns_)));
+    }
+}
 
 std::string strip_query_keys(const std::string& dsn, const std::vector<std::string>& drop) {
     const size_t q = dsn.find('?');
@@ -151,7 +286,7 @@ void resolve(settings& s) {
         char* error = nullptr;
         PQconninfoOption* parsed = PQconninfoParse(s.dsn.c_str(), &error);
         if (!parsed) {
-            const std::string why = error ? one_line(error) : "out of memory";
+            const std::string why = error ? redact_conninfo_error(one_line(error)) : "out of memory";
             if (error) PQfreemem(error);
             fail(DLOCK_CONFIG, fmt::format("sql backend: option `dsn` is not a libpq connection string ({}); use "
                                            "postgresql://user@host:port/database or `host=… port=… dbname=…`", why));
@@ -172,12 +307,14 @@ void resolve(settings& s) {
 
     // Server-side settings of every session. The server's own dead-peer detection is twice as slow
     // as the client's, so a client always gives up a session (reports LOST) before the server ends
-    // it and frees its advisory locks.
+    // it and frees its advisory locks. Only parameters PostgreSQL 11 knows: the startup packet is
+    // read before the version check can run (session_setup_sql() adds the newer ones).
     const int64_t server_peer_s = 2 * peer_s;
     std::string options = fmt::format("-c statement_timeout={} -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} "
-                                      "-c tcp_keepalives_count=2 -c tcp_user_timeout={}",
+                                      "-c tcp_keepalives_count=2",
                                       s.mode == lock_mode::lease ? s.statement_timeout_ms : 0, server_peer_s / 2,
-                                      std::max<int64_t>(server_peer_s / 4, 1), server_peer_s * 1000);
+                                      std::max<int64_t>(server_peer_s / 4, 1));
+    s.user_options = user_options;
     if (!user_options.empty()) options += " " + user_options;
     set("options", options);
 
@@ -244,10 +381,25 @@ failure classify(const settings& s, const std::exception& e, const std::string& 
 
 // ---- session ------------------------------------------------------------------------------------
 
-session::session(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements) {
-    connection_ = connect_raw(s);
+session::session(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements,
+                 deadline_watch* watch, int64_t connect_deadline_ns)
+    : watch_(watch) {
+    connection_ = connect_until(s, watch ? connect_deadline_ns : INT64_MAX, &raw_);
     backend_pid_ = connection_->backendpid();
+    check_server_version(s, connection_->server_version());
+    if (const std::string setup = session_setup_sql(s, connection_->server_version()); !setup.empty()) {
+        within(connect_deadline_ns, [&] {
+            libpqxx_call_scope scope;
+            pqxx::nontransaction tx(*connection_);
+            return tx.exec(setup);
+        });
+    }
     for (const auto& [name, text] : statements) connection_->prepare(name, text);
+}
+
+std::string session::no_answer_message(int64_t waited_ns) {
+    return fmt::format("no answer within {} ms; the client gave the connection up (the server, or the network path to it, "
+                       "is not answering)", waited_ns / 1'000'000);
 }
 
 bool session::alive() {
@@ -308,15 +460,25 @@ pool::lease pool::borrow(int64_t deadline_ns, bool cancellable) {
                                                        (retry_after_ns_ - now) / 1'000'000 + 1));
             ++open_;
             lock.unlock();
+            const int64_t connect_by = deadline_ns == 0 || deadline_ns == INT64_MAX
+                                           ? now + std::max<int64_t>(settings_.client_limit_ms(), 5000) * 1'000'000
+                                           : std::max(deadline_ns, now + 250'000'000);
             try {
-                auto s = std::make_unique<session>(settings_, statements_);
+                auto s = std::make_unique<session>(settings_, statements_, &watch_, connect_by);
                 lock.lock();
                 backoff_ms_ = 0;
                 retry_after_ns_ = 0;
                 lock.unlock();
                 return lease(this, std::move(s));
-            } catch (const std::exception& e) {
-                const failure f = classify_connect_error(settings_, e);
+            } catch (...) {
+                failure f{DLOCK_INTERNAL, "sql backend: unexpected exception while connecting"};
+                try {
+                    throw;
+                } catch (const failure& thrown) {
+                    f = thrown;  // a server dlock refuses (its version)
+                } catch (const std::exception& e) {
+                    f = classify_connect_error(settings_, e);
+                }
                 lock.lock();
                 --open_;
                 backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
@@ -361,7 +523,7 @@ void pool::interrupt() {
 
 class listener::receiver : public pqxx::notification_receiver {
 public:
-    receiver(pqxx::connection& c, const std::string& channel, listener* owner)
+    receiver(pqxx::connection_base& c, const std::string& channel, listener* owner)
         : pqxx::notification_receiver(c, channel), owner_(owner) {}
     void operator()(const std::string&, int) override { owner_->notified(channel()); }
 
@@ -369,7 +531,7 @@ private:
     listener* owner_;
 };
 
-listener::listener(const settings& s) : settings_(s) {
+listener::listener(const settings& s, deadline_watch& watch) : settings_(s), watch_(watch) {
     wake_fd_ = make_wake_fd();
     thread_ = std::thread([this] { run(); });
 }
@@ -440,7 +602,7 @@ void listener::notified(const std::string& channel) {
 }
 
 void listener::run() {
-    std::unique_ptr<pqxx::connection> conn;
+    std::unique_ptr<bounded_connection> conn;
     std::map<std::string, std::unique_ptr<receiver>> receivers;
     int64_t retry_at_ns = 0, backoff_ms = 0;
     bool fresh = false;
@@ -457,7 +619,7 @@ void listener::run() {
     while (!stopping_) {
         if (!conn && now_ns() >= retry_at_ns) {
             try {
-                conn = connect_raw(settings_);
+                conn = connect_until(settings_, now_ns() + settings_.client_limit_ms() * 1'000'000);
                 backoff_ms = 0;
                 fresh = true;
             } catch (const std::exception&) {
@@ -474,14 +636,26 @@ void listener::run() {
                     for (const auto& [name, state] : channels_) wanted.push_back(name);
                 }
                 for (auto it = receivers.begin(); it != receivers.end();) {
-                    if (std::find(wanted.begin(), wanted.end(), it->first) == wanted.end()) it = receivers.erase(it);
-                    else ++it;
+                    if (std::find(wanted.begin(), wanted.end(), it->first) != wanted.end()) {
+                        ++it;
+                        continue;
+                    }
+                    const uint64_t ticket = watch_.arm(conn->sock(), now_ns() + settings_.client_limit_ms() * 1'000'000);
+                    it = receivers.erase(it);  // runs UNLISTEN (its errors are only noticed)
+                    if (watch_.disarm(ticket) || !conn->is_open()) throw no_answer("UNLISTEN got no answer");
                 }
                 for (const auto& name : wanted) {
                     if (receivers.count(name)) continue;
                     {
                         libpqxx_call_scope scope;
-                        receivers[name] = std::make_unique<receiver>(*conn, name, this);  // runs LISTEN
+                        const uint64_t ticket = watch_.arm(conn->sock(), now_ns() + settings_.client_limit_ms() * 1'000'000);
+                        try {
+                            receivers[name] = std::make_unique<receiver>(*conn, name, this);  // runs LISTEN
+                        } catch (...) {
+                            watch_.disarm(ticket);
+                            throw;
+                        }
+                        if (watch_.disarm(ticket)) throw no_answer("LISTEN got no answer");
                     }
                     if (!conn->is_open()) throw pqxx::broken_connection("LISTEN failed");
                 }
@@ -517,12 +691,14 @@ void listener::run() {
             }
         }
     }
+    if (conn) ::shutdown(conn->sock(), SHUT_RDWR);  // stopping: no UNLISTEN, which could wait on a partitioned server
     receivers.clear();
 }
 
 // ---- monitor ------------------------------------------------------------------------------------
 
-monitor::monitor(std::function<void(void*)> on_dead) : on_dead_(std::move(on_dead)) {
+monitor::monitor(std::function<void(void*)> on_dead, int64_t probe_interval_ns)
+    : on_dead_(std::move(on_dead)), probe_interval_ns_(probe_interval_ns) {
     wake_fd_ = make_wake_fd();
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("sql backend: epoll_create1 failed: {}", std::strerror(errno)));
@@ -573,11 +749,15 @@ void monitor::add(void* cookie, session* s) {
     const uint64_t id = next_id_++;
     ids_[cookie] = id;
     entry& e = entries_[id];
-    e = entry{cookie, s, s->socket(), phase::idle, false};
+    e = entry{cookie, s, s->socket(), phase::idle, false, now_ns() + probe_interval_ns_, 0};
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = id;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+    if (e.probe_at_ns < wakes_at_ns_) {
+        wakes_at_ns_ = e.probe_at_ns;
+        signal_fd(wake_fd_);
+    }
 }
 
 bool monitor::take(void* cookie) {
@@ -598,6 +778,7 @@ bool monitor::begin_use(void* cookie) {
     auto it = find(cookie);
     if (it == entries_.end() || it->second.dead) return false;
     it->second.state = phase::in_use;
+    it->second.probe_deadline_ns = 0;  // the caller's statement eats a pending probe's answer first
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);  // its reply must not look like a death
     return true;
 }
@@ -607,19 +788,58 @@ void monitor::end_use(void* cookie, bool still_alive) {
     auto it = find(cookie);
     if (it == entries_.end()) return;
     it->second.state = phase::idle;
+    it->second.probe_at_ns = now_ns() + probe_interval_ns_;  // just heard from
     if (!still_alive) it->second.dead = true;
     else watch(it->second, true);
     settled_.notify_all();
 }
 
+bool monitor::read_probe(entry& e, int64_t now) {
+    PGconn* c = e.s->raw();
+    if (!PQconsumeInput(c)) return false;
+    while (!PQisBusy(c)) {
+        PGresult* r = PQgetResult(c);
+        if (!r) {
+            e.probe_deadline_ns = 0;
+            e.probe_at_ns = now + probe_interval_ns_;
+            break;
+        }
+        PQclear(r);
+    }
+    return PQstatus(c) != CONNECTION_BAD;
+}
+
+int64_t monitor::next_probe_event() const {
+    int64_t next = INT64_MAX;
+    for (const auto& [id, e] : entries_)
+        if (e.state == phase::idle && !e.dead) next = std::min(next, e.probe_deadline_ns ? e.probe_deadline_ns : e.probe_at_ns);
+    return next;
+}
+
 void monitor::run() {
     epoll_event events[64];
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-        const int ready = epoll_wait(epoll_fd_, events, 64, -1);
-        std::unique_lock<std::mutex> lock(mutex_);
         if (stopping_) return;
-        if (ready <= 0) continue;
+        // Sleep until the next probe event; with none, until the last one planned (so that add()
+        // need not wake this thread for every session), then indefinitely.
+        const int64_t next = next_probe_event();
+        const int64_t before = now_ns();
+        if (next != INT64_MAX || wakes_at_ns_ <= before) wakes_at_ns_ = next;
+        const int timeout_ms =
+            wakes_at_ns_ == INT64_MAX ? -1 : int(std::min<int64_t>(std::max<int64_t>((wakes_at_ns_ - before) / 1'000'000 + 1, 0), INT_MAX));
+        lock.unlock();
+        const int ready = epoll_wait(epoll_fd_, events, 64, timeout_ms);
+        lock.lock();
+        if (stopping_) return;
+        const int64_t now = now_ns();
         std::vector<std::pair<uint64_t, session*>> to_check;
+        std::vector<uint64_t> dead;
+        auto give_up = [&](uint64_t id, entry& e) {
+            e.state = phase::checking;
+            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            dead.push_back(id);
+        };
         for (int i = 0; i < ready; ++i) {
             if (events[i].data.u64 == 0) {
                 drain_fd(wake_fd_);
@@ -627,24 +847,43 @@ void monitor::run() {
             }
             auto it = entries_.find(events[i].data.u64);
             if (it == entries_.end() || it->second.state != phase::idle || it->second.dead) continue;
-            it->second.state = phase::checking;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
-            to_check.emplace_back(it->first, it->second.s);
+            entry& e = it->second;
+            if (e.probe_deadline_ns) {
+                if (!read_probe(e, now)) give_up(it->first, e);  // the probe's answer, or the session's end
+                continue;
+            }
+            e.state = phase::checking;
+            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            to_check.emplace_back(it->first, e.s);
         }
-        if (to_check.empty()) continue;
+        for (auto& [id, e] : entries_) {
+            if (e.state != phase::idle || e.dead) continue;
+            if (e.probe_deadline_ns && now >= e.probe_deadline_ns) {
+                ::shutdown(e.fd, SHUT_RDWR);  // unanswered: a partition; the session is given up
+                give_up(id, e);
+            } else if (!e.probe_deadline_ns && now >= e.probe_at_ns) {
+                if (PQsendQuery(e.s->raw(), "") == 1) e.probe_deadline_ns = now + probe_interval_ns_;
+                else give_up(id, e);
+            }
+        }
+        if (to_check.empty() && dead.empty()) continue;
         lock.unlock();
-        std::vector<uint64_t> dead;
         for (auto& [id, s] : to_check)
             if (!s->alive()) dead.push_back(id);  // a notice is read and the session kept
         lock.lock();
         std::vector<void*> report;
         for (auto& [id, s] : to_check) {
             auto it = entries_.find(id);
-            const bool is_dead = std::find(dead.begin(), dead.end(), id) != dead.end();
-            it->second.dead = is_dead;
-            it->second.state = is_dead ? phase::reporting : phase::idle;
-            if (is_dead) report.push_back(it->second.cookie);
-            else watch(it->second, true);
+            if (std::find(dead.begin(), dead.end(), id) != dead.end()) continue;
+            it->second.state = phase::idle;
+            watch(it->second, true);
+        }
+        for (uint64_t id : dead) {
+            auto it = entries_.find(id);
+            it->second.s->mark_broken();
+            it->second.dead = true;
+            it->second.state = phase::reporting;
+            report.push_back(it->second.cookie);
         }
         lock.unlock();
         for (void* cookie : report) on_dead_(cookie);  // no monitor lock held: the host may block

@@ -1,7 +1,8 @@
 // sql_common.hpp — the machinery of the `sql` backend (PostgreSQL over libpqxx) that both of its modes
 // use: settings and the libpq connection string built from them, error classification, sessions
-// (one libpqxx connection each) and their pool, the LISTEN connection that wakes lease-mode waiters,
-// and the monitor that notices, without a query, when a connection holding an advisory lock dies.
+// (one libpqxx connection each) and their pool, the client-side time limits on connects and
+// statements, the LISTEN connection that wakes lease-mode waiters, and the monitor that notices,
+// without a query, when a connection holding an advisory lock dies.
 //
 // Errors are thrown as sql::failure {status, message}; the plugin turns them into dlock_status codes
 // at its C entry points. Messages name the backend and the server (host:port/database, never the
@@ -11,8 +12,10 @@
 #include <dlock/plugin.h>
 #include <dlock/plugin_support.hpp>
 
+#include <libpq-fe.h>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -41,6 +44,7 @@ struct settings {
     std::string schema = "public";
     std::string table = "dlock_locks";
     std::string password;  // overrides the DSN's when set
+    std::string user_options;  // the DSN's own libpq `options` (server settings), if any
     std::string sslmode, sslrootcert, sslcert, sslkey;
     int64_t statement_timeout_ms = 5000;
     int64_t handoff_grace_ms = 50;
@@ -52,16 +56,40 @@ struct settings {
     // messages name it ("postgres 127.0.0.1:5432/postgres").
     std::string conninfo;
     std::string server;
+
+    // How long the client waits for the server's answer to one statement (or for a connect) before
+    // it gives the connection up: statement_timeout plus a quarter of it (at least 100 ms), so that
+    // a server that is merely slow cancels the statement itself first, with a precise error.
+    int64_t client_limit_ms() const { return statement_timeout_ms + std::max<int64_t>(statement_timeout_ms / 4, 100); }
 };
 
 // Builds settings.conninfo and settings.server from the DSN and the options (throws
-// failure(DLOCK_CONFIG) for a DSN libpq cannot parse). Connection defaults dlock sets unless the DSN
-// says otherwise: application_name=dlock, connect_timeout=5, client_encoding=UTF8, TCP keepalives and
-// tcp_user_timeout derived from peer_timeout. Session settings always added (libpq `options`):
-// statement_timeout (lease mode; 0 in advisory mode, whose waits are bounded by lock_timeout) and the
-// server's own keepalive / tcp_user_timeout at twice peer_timeout, so the client gives a session up
-// before the server frees what it held.
+// failure(DLOCK_CONFIG) for a DSN libpq cannot parse; the message quotes no piece of the DSN, which
+// may hold a password). Connection defaults dlock sets unless the DSN says otherwise:
+// application_name=dlock, connect_timeout=5, client_encoding=UTF8, TCP keepalives and
+// tcp_user_timeout derived from peer_timeout. Session settings always added (libpq `options`, sent
+// in the startup packet): only parameters every supported server (PostgreSQL 11+) knows, since a
+// server refuses the whole connection for one it does not — statement_timeout (lease mode; 0 in
+// advisory mode, whose waits are bounded by lock_timeout) and the server's own keepalives.
+// Newer ones follow once the server's version is known: session_setup_sql().
 void resolve(settings& s);
+
+// Refuses a server older than PostgreSQL 11 (failure DLOCK_BACKEND naming its version), from the
+// version libpq reports at connect (`server_version_num`, e.g. 110022), before any statement.
+void check_server_version(const settings& s, int server_version_num);
+
+// The SET statements a new session runs right after connecting, for the settings that depend on the
+// server's version (empty when none applies): the server's tcp_user_timeout (PostgreSQL 12+) at
+// twice peer_timeout, so the client gives a session up before the server frees what it held; and
+// idle_session_timeout = 0 (PostgreSQL 14+), because dlock's sessions are idle by design — an
+// advisory lock lives exactly as long as its idle session — and dlock closes the ones it no longer
+// needs itself. A setting the DSN's own `options` name is left as the user set it.
+std::string session_setup_sql(const settings& s, int server_version_num);
+
+// libpq's message about a connection string it cannot parse, with every quoted piece of the string
+// replaced by "…" (libpq quotes tokens, whole URIs and percent-encoded user:password pieces), so a
+// password can never appear in it. Quoted single characters (`missing "=" after …`) are kept.
+std::string redact_conninfo_error(const std::string& message);
 
 // A URL DSN with the query keys in `drop` removed (those are dlock options, unknown to libpq).
 std::string strip_query_keys(const std::string& dsn, const std::vector<std::string>& drop);
@@ -98,24 +126,127 @@ struct libpqxx_call_scope {
     libpqxx_call_scope& operator=(const libpqxx_call_scope&) = delete;
 };
 
-// One server connection: a libpqxx connection whose automatic reconnection ("reactivation") is
-// off — a reconnected session would silently have lost its session locks — plus the prepared
-// statements of the mode. Used by one thread at a time.
+// Client-side deadlines for blocking libpq calls. A proxy, pooler or load balancer in front of the
+// server keeps acknowledging TCP for a server it can no longer reach, so neither TCP keepalives nor
+// tcp_user_timeout notice such a partition, and libpq would wait for an answer forever. A socket
+// still armed at its deadline is shut down by the watch's thread: libpq's blocked poll/read returns
+// at once and the call fails as on a lost connection. One thread per watch; it sleeps until the
+// earliest deadline it knows of and is not woken when a statement finishes first.
+class deadline_watch {
+public:
+    deadline_watch();
+    ~deadline_watch();
+    deadline_watch(const deadline_watch&) = delete;
+    deadline_watch& operator=(const deadline_watch&) = delete;
+
+    // Shuts `fd` down (both directions) at `deadline_ns` unless disarmed before. The caller keeps
+    // `fd` open until disarm() returns. Returns a ticket for disarm().
+    uint64_t arm(int fd, int64_t deadline_ns);
+    // Stops watching; true when the deadline had passed and the socket was shut down. After it
+    // returns the fd is never touched again.
+    bool disarm(uint64_t ticket);
+
+private:
+    struct entry {
+        int fd;
+        int64_t deadline_ns;
+        bool fired;
+    };
+    void run();
+
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::map<uint64_t, entry> entries_;
+    uint64_t next_ticket_ = 1;
+    int64_t wakes_at_ns_ = INT64_MAX;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+// Thrown (as libpqxx's broken_connection, which it is) when the client gave a statement or connect
+// up at its deadline: the connection is closed; a statement's outcome is unknown.
+class no_answer : public pqxx::broken_connection {
+public:
+    explicit no_answer(const std::string& what) : pqxx::broken_connection(what) {}
+};
+
+// A libpqxx connection policy that connects with PQconnectStart/PQconnectPoll, waiting for the
+// socket with poll() no later than a deadline (libpq's own connect_timeout counts whole seconds per
+// address and waits each one out). Throws no_answer when the deadline passes, broken_connection for
+// libpq's own errors.
+class deadline_connect : public pqxx::connectionpolicy {
+public:
+    deadline_connect(const std::string& conninfo, int64_t deadline_ns) : pqxx::connectionpolicy(conninfo), deadline_ns_(deadline_ns) {}
+    handle do_startconnect(handle orig) override;
+    PGconn* raw() const { return raw_; }
+
+private:
+    int64_t deadline_ns_;
+    PGconn* raw_ = nullptr;
+};
+
+// A libpqxx connection through deadline_connect. Always held and destroyed as this type:
+// pqxx::connection_base's destructor is not virtual.
+class bounded_connection : public pqxx::connection_base {
+public:
+    bounded_connection(const std::string& conninfo, int64_t deadline_ns);
+    ~bounded_connection() { close(); }
+    PGconn* raw() const { return policy_.raw(); }  // libpq's handle, owned by the connection
+
+private:
+    deadline_connect policy_;  // used by the base only from init() on, once it is built
+};
+
+// A bounded_connection whose automatic reconnection ("reactivation") is off: a reconnected session
+// would silently have lost its session locks and LISTENs. `raw`, when given, receives libpq's handle.
+std::unique_ptr<bounded_connection> connect_until(const settings& s, int64_t deadline_ns, PGconn** raw = nullptr);
+
+// One server connection: a connection from connect_until() that has run session_setup_sql(), plus
+// the prepared statements of the mode. Used by one thread at a time. With a deadline_watch, the
+// connect and the setup end by `connect_deadline_ns` and run_until() enforces its deadline; without
+// one (benchmarks), calls wait as long as libpq does.
 class session {
 public:
-    session(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements);
-    // For setup statements in transactions of their own; only before the first run().
-    pqxx::connection& connection() { return *connection_; }
+    session(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements,
+            deadline_watch* watch = nullptr, int64_t connect_deadline_ns = INT64_MAX);
+    // For setup statements in transactions of their own; only before the first run(). Bound them
+    // with within().
+    pqxx::connection_base& connection() { return *connection_; }
     int socket() const { return connection_->sock(); }
+    // libpq's handle, for the monitor's probes of an idle session (never while libpqxx uses it).
+    PGconn* raw() const { return raw_; }
     int backend_pid() const { return backend_pid_; }
     // Runs a prepared statement in autocommit (one round trip; the first use of each statement on a
     // session adds the PREPARE). Exceptions are libpqxx's. Every run() goes through one long-lived
     // libpqxx nontransaction (autocommit: it never sends BEGIN), which saves building one per call.
+    // No client-side limit: the plugin uses run_until().
     template <typename... Args>
     pqxx::result run(const std::string& statement, Args&&... args) {
         libpqxx_call_scope scope;
         if (!autocommit_) autocommit_ = std::make_unique<pqxx::nontransaction>(*connection_);
         return autocommit_->exec_prepared(statement, std::forward<Args>(args)...);
+    }
+    // run(), given up at `deadline_ns` (CLOCK_MONOTONIC; INT64_MAX: never): then the session is
+    // broken and no_answer is thrown.
+    template <typename... Args>
+    pqxx::result run_until(int64_t deadline_ns, const std::string& statement, Args&&... args) {
+        return within(deadline_ns, [&] { return run(statement, std::forward<Args>(args)...); });
+    }
+    // Runs `body` (libpqxx calls on this session) under a deadline, as run_until() does.
+    template <typename F>
+    auto within(int64_t deadline_ns, F&& body) -> decltype(body()) {
+        if (!watch_ || deadline_ns == INT64_MAX) return body();
+        const int64_t start = now_ns();
+        const uint64_t ticket = watch_->arm(socket(), deadline_ns);
+        try {
+            auto result = body();
+            if (watch_->disarm(ticket)) broken_ = true;  // answered just as the socket was shut down
+            return result;
+        } catch (...) {
+            if (!watch_->disarm(ticket)) throw;
+            broken_ = true;
+            throw no_answer(no_answer_message(deadline_ns - start));
+        }
     }
     // Without blocking: reads whatever the server sent while the session was idle (a notice, or the
     // FATAL message and EOF of a terminated session) and says whether the session is still usable.
@@ -124,8 +255,12 @@ public:
     bool broken() const { return broken_; }
 
 private:
-    std::unique_ptr<pqxx::connection> connection_;
+    static std::string no_answer_message(int64_t waited_ns);
+
+    std::unique_ptr<bounded_connection> connection_;
     std::unique_ptr<pqxx::nontransaction> autocommit_;  // destroyed before the connection
+    deadline_watch* watch_ = nullptr;
+    PGconn* raw_ = nullptr;
     int backend_pid_ = 0;
     bool broken_ = false;
 };
@@ -134,9 +269,12 @@ private:
 // — advisory mode — keeping a held lock). An idle session is checked (alive()) before it is handed
 // out, so sessions a server restart ended are replaced instead of failing a statement. After a failed
 // connect, new connects wait out a growing backoff (10 ms doubling to 1 s) rather than hammer the server.
+// The pool's deadline_watch bounds every connect and every run_until() of its sessions.
 class pool {
 public:
     pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements);
+
+    deadline_watch& watch() { return watch_; }
 
     class lease {
     public:
@@ -157,8 +295,10 @@ public:
     };
 
     // A usable session, waiting for one to be free until `deadline_ns` (then failure
-    // DLOCK_UNAVAILABLE naming pool_size), or failure(DLOCK_UNAVAILABLE / DLOCK_CONFIG) when the
-    // server cannot be reached or refuses us. A `cancellable` borrow (for acquires) fails with
+    // DLOCK_UNAVAILABLE naming pool_size), or failure(DLOCK_UNAVAILABLE / DLOCK_CONFIG /
+    // DLOCK_BACKEND) when the server cannot be reached, refuses us or is too old. A new connection
+    // must be ready by `deadline_ns` too (at least 250 ms from now); with 0 or INT64_MAX, within the
+    // larger of client_limit_ms() and 5 s (libpq's connect_timeout that dlock sets). A `cancellable` borrow (for acquires) fails with
     // DLOCK_CANCELLED after interrupt(); releases, which closing the client still makes, are not.
     lease borrow(int64_t deadline_ns, bool cancellable = false);
     // Returns a session (closed if broken); frees its slot.
@@ -168,6 +308,7 @@ public:
 private:
     settings settings_;
     std::vector<std::pair<std::string, std::string>> statements_;
+    deadline_watch watch_;  // declared before the sessions it watches, so it outlives them
     std::mutex mutex_;
     std::condition_variable available_;
     std::vector<std::unique_ptr<session>> idle_;
@@ -184,9 +325,12 @@ private:
 // channel's generation, so a release between the retry and the wait is never missed. While the
 // connection is down, waiters fall back to their timed retry at the holder's expiry; when it comes
 // back every channel's generation is bumped (notifications may have been missed meanwhile).
+//
+// Its connects and LISTENs are bounded by settings.client_limit_ms() through `watch` (which must
+// outlive the listener), so stopping it never waits on a partitioned server.
 class listener {
 public:
-    explicit listener(const settings& s);
+    listener(const settings& s, deadline_watch& watch);
     ~listener();
     listener(const listener&) = delete;
     listener& operator=(const listener&) = delete;
@@ -212,6 +356,7 @@ private:
     void notified(const std::string& channel);
 
     settings settings_;
+    deadline_watch& watch_;
     std::mutex mutex_;
     std::condition_variable changed_;
     std::map<std::string, channel_state> channels_;
@@ -221,15 +366,25 @@ private:
     std::thread thread_;
 };
 
-// Watches the sockets of idle sessions that keep advisory locks — a readiness wait (epoll), not a
-// query — and reports a session that the server ended (pg_terminate_backend, restart, a network
-// failure noticed by keepalives / tcp_user_timeout) through `on_dead`, from its own thread, holding
-// no lock that begin_use(), end_use() or take() take. Adding, using and taking a session are
-// epoll_ctl calls: the monitor thread is not woken for them, so an uncontended acquire+release costs
-// it nothing. After take() returns, `on_dead` is never called for that cookie again.
+// Watches the sockets of idle sessions that keep advisory locks — a readiness wait (epoll) — and
+// reports a session that the server ended (pg_terminate_backend, restart, a network failure noticed
+// by keepalives / tcp_user_timeout) through `on_dead`, from its own thread, holding no lock that
+// begin_use(), end_use() or take() take. After take() returns, `on_dead` is never called for that
+// cookie again.
+//
+// A partition behind a proxy that acknowledges TCP (pgbouncer, HAProxy, the lab's proxy) leaves the
+// socket open and silent, which no readiness wait tells from an idle session. So each idle session
+// is also probed: `probe_interval_ns` after it was last heard from, the monitor sends an empty query
+// (libpq's asynchronous API, without blocking) that must be answered within another
+// `probe_interval_ns`; unanswered, the session is reported dead and its socket shut down (the
+// server ends it, and frees its locks, when it hears of it). A silent failure is thus reported
+// within 2 × probe_interval_ns. A statement run between begin_use() and end_use() eats a pending
+// probe's answer first (libpq discards unread results before a new query) and counts as being heard
+// from. Adding, using and taking a session are epoll_ctl calls; the monitor thread is woken for an
+// add only when it sleeps past the new session's first probe (at most once per interval).
 class monitor {
 public:
-    explicit monitor(std::function<void(void* cookie)> on_dead);
+    monitor(std::function<void(void* cookie)> on_dead, int64_t probe_interval_ns);
     ~monitor();
     monitor(const monitor&) = delete;
     monitor& operator=(const monitor&) = delete;
@@ -251,19 +406,28 @@ private:
         int fd = -1;
         phase state = phase::idle;
         bool dead = false;
+        int64_t probe_at_ns = 0;        // when to send the next probe (idle, none pending)
+        int64_t probe_deadline_ns = 0;  // a probe is pending: its answer is due by then; 0: none
     };
     void run();
+    // For an idle entry with a probe pending: reads what arrived without blocking. False when the
+    // session is gone.
+    bool read_probe(entry& e, int64_t now);
+    // The next time a probe is due or overdue (INT64_MAX: none).
+    int64_t next_probe_event() const;
     void watch(entry& e, bool on);
     std::map<uint64_t, entry>::iterator find(void* cookie);
     void wait_settled(std::unique_lock<std::mutex>& lock, void* cookie);
 
     std::function<void(void*)> on_dead_;
+    const int64_t probe_interval_ns_;
     std::mutex mutex_;
     std::condition_variable settled_;
     std::map<uint64_t, entry> entries_;  // by id: an event for a removed entry finds nothing
     std::map<void*, uint64_t> ids_;
     uint64_t next_id_ = 1;
     bool stopping_ = false;
+    int64_t wakes_at_ns_ = INT64_MAX;  // when the monitor thread's wait ends by itself
     int epoll_fd_ = -1;
     int wake_fd_ = -1;
     std::thread thread_;

@@ -20,8 +20,10 @@
 //   statement bumps the name's fence counter row. Waiting is the server's lock queue
 //   (pg_advisory_lock with lock_timeout set to the time left, in the same statement); closing the
 //   client shuts the waiting sockets down, which ends those sessions and anything they were granted.
-//   A monitor thread waits on the held sessions' sockets (epoll, no query) and reports LOST as soon
-//   as the server ends one (pg_terminate_backend, restart, keepalive/tcp_user_timeout expiry).
+//   A monitor thread waits on the held sessions' sockets (epoll) and reports LOST as soon as the
+//   server ends one (pg_terminate_backend, restart, keepalive/tcp_user_timeout expiry); it also
+//   probes each idle held session every peer_timeout/3 with an empty query, so a partition that a
+//   proxy hides from TCP is reported within 2/3 of peer_timeout.
 //
 // Every statement is prepared and parameterized: lock names are only ever parameters. Only the
 // configured schema and table names (quoted identifiers) and dlock's own channel names (hex) are in
@@ -94,13 +96,16 @@ const dlock_option_desc sql_options[] = {
     {"sslcert", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "Client certificate file."},
     {"sslkey", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr, "Client key file."},
     {"statement_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "5s",
-     "Server-side limit of each lease-mode statement (advisory waits are bounded by lock_timeout instead)."},
+     "Server-side limit of each lease-mode statement (advisory waits are bounded by lock_timeout instead). The client "
+     "gives up any statement or connect unanswered after this + 1/4 (at least 100 ms): a partition behind a proxy that "
+     "acknowledges TCP blocks no call longer than that."},
     {"handoff_grace", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "50ms",
      "Lease mode: for this long after a release, a lock with registered waiters goes to one of them, not to a "
      "newcomer or to the releaser coming straight back (0 disables this anti-barging)."},
     {"peer_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "10s",
-     "A silent network failure is noticed by the client within this time (TCP keepalives, tcp_user_timeout); the "
-     "server is told to wait twice as long before it ends the session. At least 3s."},
+     "A silent network failure is noticed by the client within this time (TCP keepalives, tcp_user_timeout, and in "
+     "advisory mode an empty query on each held session every third of it); the server is told to wait twice as long "
+     "before it ends the session. At least 3s."},
     {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "32",
      "Most connections a client opens; in advisory mode each held lease and each wait keeps one."},
     {"allow_session_pooler", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false",
@@ -119,6 +124,12 @@ struct dlock_hold {
     int64_t key = 0;      // advisory mode
     void* host_lease = nullptr;
     std::unique_ptr<session> held;  // advisory mode: the session whose lock this is
+    // Lease mode: the end of validity last granted (the host's valid_until), which bounds renewals.
+    int64_t valid_until_ns = 0;
+    // Lease mode: a release whose outcome is unknown was sent while the lease was still valid. If
+    // a retry then finds the row no longer ours, that attempt released it (or the lease ran out
+    // after the holder had finished with it): either way RELEASED, not ALREADY_LOST.
+    bool release_sent_while_valid = false;
 };
 
 struct dlock_backend {
@@ -134,7 +145,7 @@ struct dlock_backend {
     std::unique_ptr<listener> waker;
     listener& listener_for_waits() {
         std::lock_guard<std::mutex> lock(listener_mutex);
-        if (!waker) waker = std::make_unique<listener>(config);
+        if (!waker) waker = std::make_unique<listener>(config, sessions->watch());
         if (interrupted) waker->interrupt();
         return *waker;
     }
@@ -148,14 +159,20 @@ struct dlock_backend {
     monitor& monitor_for_holds() {
         std::lock_guard<std::mutex> lock(monitor_mutex);
         if (!watcher)
-            watcher = std::make_unique<monitor>([this](void* cookie) {
-                auto* h = static_cast<dlock_hold*>(cookie);
-                if (host.hold_state_changed) host.hold_state_changed(host.context, h->host_lease, DLOCK_LEASE_LOST, 0);
-            });
+            // Probed every peer_timeout/3, so a silent session is reported within 2/3 of peer_timeout,
+            // as TCP keepalives report a dead peer when nothing acknowledges in its place.
+            watcher = std::make_unique<monitor>(
+                [this](void* cookie) {
+                    auto* h = static_cast<dlock_hold*>(cookie);
+                    if (host.hold_state_changed) host.hold_state_changed(host.context, h->host_lease, DLOCK_LEASE_LOST, 0);
+                },
+                config.peer_timeout_ms * 1'000'000 / 3);
         return *watcher;
     }
 
     std::string where() const { return "postgres " + config.server; }
+    // When a statement sent now must have been answered (client-side limit).
+    int64_t statement_deadline() const { return now_ns() + config.client_limit_ms() * 1'000'000; }
     std::string channel_for(const std::string& name) const {
         return fmt::format("dlock_{:016x}", hash64(sql.lease_table + '\0' + name));
     }
@@ -181,10 +198,11 @@ namespace {
 // unlock on different sessions and leave locks on sessions other clients then use).
 void check_server(dlock_backend& b, session& s) {
     libpqxx_call_scope scope;
-    pqxx::nontransaction tx(s.connection());
-    const pqxx::result r = tx.exec(
-        "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), pg_backend_pid(), "
-        "current_setting('server_version_num')::int, current_setting('server_encoding')");
+    const pqxx::result r = s.within(b.statement_deadline(), [&] {
+        pqxx::nontransaction tx(s.connection());
+        return tx.exec("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), pg_backend_pid(), "
+                       "current_setting('server_encoding')");
+    });
     if (r[0][0].as<bool>())
         fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} is a hot standby (in recovery, read-only): dlock must "
                                         "write its lock rows; point `dsn` at the primary (target_session_attrs=read-write)",
@@ -208,13 +226,11 @@ void check_server(dlock_backend& b, session& s) {
                                "session mode; in transaction mode its prepared statements fail",
                                b.config.server)
                        .c_str());
-    if (r[0][3].as<int>() < 110000)
-        fail(DLOCK_BACKEND, fmt::format("sql backend: postgres {} is version {}; dlock needs PostgreSQL 11 or newer",
-                                        b.config.server, r[0][3].as<int>()));
-    if (r[0][4].as<std::string>() != "UTF8" && b.host.log)
+    // The server's version was checked at connect (check_server_version), before any statement.
+    if (r[0][3].as<std::string>() != "UTF8" && b.host.log)
         b.host.log(b.host.context, 2,
                    fmt::format("postgres {} stores text as {}: names that encoding cannot represent are refused",
-                               b.config.server, r[0][4].as<std::string>())
+                               b.config.server, r[0][3].as<std::string>())
                        .c_str());
 }
 
@@ -224,27 +240,29 @@ void ensure_schema(dlock_backend& b, session& s) {
     libpqxx_call_scope scope;
     const settings& c = b.config;
     const std::string schema_q = quote_identifier(c.schema);
-    {
+    s.within(b.statement_deadline(), [&] {
         pqxx::nontransaction tx(s.connection());
         const pqxx::result r = tx.exec_params("SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND "
                                               "to_regclass($3) IS NOT NULL",
                                               b.sql.lease_table, b.sql.advisory_table, b.sql.version_table);
-        if (!r[0][0].as<bool>()) {
-            tx.commit();
-            pqxx::work ddl(s.connection());
-            ddl.exec("SELECT pg_advisory_xact_lock(7428178217163315313)");  // "dlock DDL", any constant
-            const pqxx::result ns = ddl.exec_params("SELECT to_regnamespace($1) IS NOT NULL", schema_q);
-            if (!ns[0][0].as<bool>()) ddl.exec("CREATE SCHEMA IF NOT EXISTS " + schema_q);
-            for (const std::string& create : b.sql.tables()) ddl.exec(create);
-            ddl.commit();
-        }
-    }
-    pqxx::nontransaction tx(s.connection());
-    const pqxx::result v = tx.exec_params(
-        fmt::format("WITH ins AS (INSERT INTO {0} (component, version) VALUES ('dlock', $1) ON CONFLICT (component) "
-                    "DO NOTHING RETURNING version) SELECT version FROM ins UNION ALL SELECT version FROM {0} "
-                    "WHERE component = 'dlock'", b.sql.version_table),
-        schema_version);
+        if (r[0][0].as<bool>()) return 0;
+        tx.commit();
+        pqxx::work ddl(s.connection());
+        ddl.exec("SELECT pg_advisory_xact_lock(7428178217163315313)");  // "dlock DDL", any constant
+        const pqxx::result ns = ddl.exec_params("SELECT to_regnamespace($1) IS NOT NULL", schema_q);
+        if (!ns[0][0].as<bool>()) ddl.exec("CREATE SCHEMA IF NOT EXISTS " + schema_q);
+        for (const std::string& create : b.sql.tables()) ddl.exec(create);
+        ddl.commit();
+        return 0;
+    });
+    const pqxx::result v = s.within(b.statement_deadline(), [&] {
+        pqxx::nontransaction tx(s.connection());
+        return tx.exec_params(
+            fmt::format("WITH ins AS (INSERT INTO {0} (component, version) VALUES ('dlock', $1) ON CONFLICT (component) "
+                        "DO NOTHING RETURNING version) SELECT version FROM ins UNION ALL SELECT version FROM {0} "
+                        "WHERE component = 'dlock'", b.sql.version_table),
+            schema_version);
+    });
     const int found = v.empty() ? schema_version : v[0][0].as<int>();
     if (found > schema_version)
         fail(DLOCK_CONFIG, fmt::format("sql backend: the tables at {} on postgres {} use dlock schema version {}, newer "
@@ -361,9 +379,10 @@ enum attempt_role { try_only = 0, first_of_a_wait = 1, waiter_retry = 2 };
 // Reads our row back after a connection loss left an acquire's outcome unknown: a row with our
 // owner token and a future expiry is the only proof that we hold the lock.
 bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
-    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
     try {
-        const pqxx::result r = s->run("read_back", h.name, h.owner);
+        const pqxx::result r = s->run_until(deadline, "read_back", h.name, h.owner);
         if (r.empty()) return false;
         a.acquired = true;
         a.fence = r[0][0].as<uint64_t>();
@@ -374,13 +393,19 @@ bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
     }
 }
 
-attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us) {
+// `acquire_deadline_ns`: the request's (0: try once; INT64_MAX: none). The statement is given up at
+// the client-side limit, or at that deadline if sooner; the read-back that follows a statement given
+// up has the full limit, so a server that answers again resolves the outcome.
+attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
+                          int64_t acquire_deadline_ns) {
     attempt a;
-    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000, true);
+    int64_t deadline = b->statement_deadline();
+    if (acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns()) deadline = std::min(deadline, acquire_deadline_ns);
+    auto s = b->sessions->borrow(deadline, true);
     a.sent_ns = now_ns();
     try {
-        const pqxx::result r = s->run("acquire", h.name, h.owner, ttl_ms, b->holder, int(role), b->config.handoff_grace_ms,
-                                      registered_at_us);
+        const pqxx::result r = s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role),
+                                            b->config.handoff_grace_ms, registered_at_us);
         if (!r.empty() && !r[0][0].is_null()) {
             a.acquired = true;
             a.fence = r[0][0].as<uint64_t>();
@@ -417,6 +442,7 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         grant->fencing_token = a.fence;
         grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
         grant->ttl_ms = req->ttl_ms;
+        h->valid_until_ns = grant->valid_until_ns;
         return DLOCK_OK;
     };
     auto held_message = [&](const attempt& a) {
@@ -434,9 +460,10 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         ~registration() {
             if (!active) return;
             try {
-                auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+                const int64_t deadline = b->statement_deadline();
+                auto s = b->sessions->borrow(deadline);
                 try {
-                    s->run("unwait", name);
+                    s->run_until(deadline, "unwait", name);
                 } catch (const std::exception&) {
                     s->mark_broken();
                 }
@@ -445,7 +472,7 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         }
     } waiting{b, h->name};
     auto next_try = [&](attempt_role role) {
-        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0);
+        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0, req->deadline_ns);
         if (a.registered) {
             waiting.active = true;
             waiting.at_us = a.registered_at_us;
@@ -502,12 +529,16 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
 }
 
 int release_lease(dlock_backend* b, dlock_hold* h) {
-    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
+    const int64_t sent = now_ns();
     try {
-        const pqxx::result r = s->run("release", h->name, h->owner, h->channel);
-        return r.empty() ? DLOCK_LOST : DLOCK_OK;
+        const pqxx::result r = s->run_until(deadline, "release", h->name, h->owner, h->channel);
+        if (!r.empty() || h->release_sent_while_valid) return DLOCK_OK;
+        return DLOCK_LOST;
     } catch (const std::exception& e) {
         if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        if (sent < h->valid_until_ns) h->release_sent_while_valid = true;
         const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
         fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
     }
@@ -520,11 +551,18 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
         owners.push_back(renewals[i].hold->owner);
         ttls.push_back(std::to_string(renewals[i].ttl_ms));
     }
-    auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+    // Given up at the client-side limit, or when the first lease of the batch runs out if sooner: a
+    // renewal answered after that cannot save it, and the host's keeper, waiting here, must be free
+    // to report it (and every other lease of the client) LOST on time.
+    int64_t deadline = b->statement_deadline();
+    for (size_t i = 0; i < count; ++i)
+        if (renewals[i].hold->valid_until_ns > 0) deadline = std::min(deadline, renewals[i].hold->valid_until_ns);
+    auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
     pqxx::result r;
     try {
-        r = s->run("renew", text_array(names), text_array(owners), "{" + fmt::format("{}", fmt::join(ttls, ",")) + "}");
+        r = s->run_until(deadline, "renew", text_array(names), text_array(owners),
+                         "{" + fmt::format("{}", fmt::join(ttls, ",")) + "}");
     } catch (const std::exception& e) {
         if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
         const failure f = classify(b->config, e, fmt::format("renewing {} leases", count), true);
@@ -536,6 +574,7 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
         const bool ours = extended.count(renewals[i].hold->owner) > 0;
         renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
         renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
+        if (ours) renewals[i].hold->valid_until_ns = renewals[i].valid_until_ns;
     }
     return DLOCK_OK;
 }
@@ -552,16 +591,18 @@ std::string lock_timeout_for(int64_t deadline_ns) {
 // After a failed statement that may have been granted the lock before failing (the fence bump
 // failed, a cancel arrived late), the session gives every advisory lock back; if it cannot, it is
 // closed, which does the same on the server.
-void scrub(session& s) {
+void scrub(dlock_backend* b, session& s) {
     try {
-        s.run("unlock_all");
+        s.run_until(b->statement_deadline(), "unlock_all");
     } catch (const std::exception&) {
         s.mark_broken();
     }
 }
 
+// `unanswered` is set when the server gave no answer within the client limit (then a retry would
+// only wait as long again).
 int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h,
-                          dlock_grant* grant) {
+                          dlock_grant* grant, bool& unanswered) {
     const bool wait = req->deadline_ns != 0;
     auto s = b->sessions->borrow(req->deadline_ns, true);
     {
@@ -579,18 +620,30 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
             b->waiting.pop_back();
         }
     } registered{b, &*s};
+    // A wait is bounded by lock_timeout on the server; the client gives it up a client-side limit
+    // later (a wait without a deadline cannot tell a long queue from a partition: only closing the
+    // client ends it).
+    const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
+    const int64_t deadline = !wait ? now_ns() + limit_ns
+                             : req->deadline_ns == forever_ns ? forever_ns
+                                                              : std::max(req->deadline_ns, now_ns()) + limit_ns;
     pqxx::result r;
     try {
-        r = wait ? s->run("lock", h->key, h->name, h->owner, b->holder, lock_timeout_for(req->deadline_ns))
-                 : s->run("try_lock", h->key, h->name, h->owner, b->holder);
+        r = wait ? s->run_until(deadline, "lock", h->key, h->name, h->owner, b->holder, lock_timeout_for(req->deadline_ns))
+                 : s->run_until(deadline, "try_lock", h->key, h->name, h->owner, b->holder);
     } catch (const std::exception& e) {
         const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+        if (dynamic_cast<const no_answer*>(&e)) {
+            unanswered = true;
+            s->mark_broken();  // the session ends, and with it anything it may have been granted
+            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the advisory acquire of `{}` got {}", b->where(), req->name, e.what()));
+        }
         if (broken) s->mark_broken();  // the session is gone, and with it anything it was granted
         if (b->interrupted) {
             s->mark_broken();
             fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         }
-        if (!broken) scrub(*s);
+        if (!broken) scrub(b, *s);
         if (sqlstate_of(e) == "55P03")
             fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (waited in the server's lock queue)", req->name, b->where()));
         const failure f = classify(b->config, e, fmt::format("the advisory acquire of `{}`", req->name), false);
@@ -607,13 +660,14 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
 
 int acquire_advisory(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
     h->key = b->key_for(h->name);
+    bool unanswered = false;
     try {
-        return acquire_advisory_once(b, req, h, grant);
+        return acquire_advisory_once(b, req, h, grant, unanswered);
     } catch (const failure& f) {
         // A session the server ended while idle in the pool fails at once; the session is gone, and
         // anything it might have been granted with it, so one retry on a fresh session is safe.
-        if (f.status != DLOCK_UNAVAILABLE || b->interrupted) throw;
-        return acquire_advisory_once(b, req, h, grant);
+        if (f.status != DLOCK_UNAVAILABLE || b->interrupted || unanswered) throw;
+        return acquire_advisory_once(b, req, h, grant, unanswered);
     }
 }
 
@@ -634,7 +688,7 @@ int release_advisory(dlock_backend* b, dlock_hold* h) {
     }
     bool unlocked = false;
     try {
-        unlocked = h->held->run("unlock", h->key)[0][0].as<bool>();
+        unlocked = h->held->run_until(b->statement_deadline(), "unlock", h->key)[0][0].as<bool>();
     } catch (const std::exception& e) {
         retire_session(b, h, false);
         if (dynamic_cast<const pqxx::broken_connection*>(&e))
@@ -658,7 +712,8 @@ int renew_advisory(dlock_backend* b, dlock_renewal* renewals, size_t count) {
             continue;
         }
         try {
-            renewals[i].status = h->held->run("check", h->key)[0][0].as<int64_t>() == 1 ? DLOCK_OK : DLOCK_LOST;
+            renewals[i].status =
+                h->held->run_until(b->statement_deadline(), "check", h->key)[0][0].as<int64_t>() == 1 ? DLOCK_OK : DLOCK_LOST;
             m.end_use(h, true);
         } catch (const std::exception& e) {
             const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
@@ -718,11 +773,12 @@ int sql_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plu
 
 int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
-        auto s = b->sessions->borrow(now_ns() + b->config.statement_timeout_ms * 1'000'000);
+        const int64_t deadline = b->statement_deadline();
+        auto s = b->sessions->borrow(deadline);
         pqxx::result r;
         try {
-            r = b->config.mode == lock_mode::lease ? s->run("inspect", std::string(name))
-                                                   : s->run("inspect", b->key_for(name), std::string(name));
+            r = b->config.mode == lock_mode::lease ? s->run_until(deadline, "inspect", std::string(name))
+                                                   : s->run_until(deadline, "inspect", b->key_for(name), std::string(name));
         } catch (const std::exception& e) {
             if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
             throw classify(b->config, e, fmt::format("inspecting `{}`", name), false);

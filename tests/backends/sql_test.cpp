@@ -2,10 +2,13 @@
 // PostgreSQL 15: 2 (holder killed: advisory frees at once, lease after its ttl), 3 (holder paused:
 // lease holders are fenced off; advisory holders keep the lock), 13 (pg_terminate_backend, server
 // restart, a connection lost while an acquire commits), 14 (hot standby, read-only database,
-// transaction pooler, missing table, no privileges, statement timeout, newer schema) and 15 (names
-// shaped like SQL injections, NUL, 1 MiB). Where a mode breaks safety by design the test
-// demonstrates it (EV) and asserts that it happened, so docs/backends/sql.md stays true.
+// transaction pooler, missing table, no privileges, statement timeout, newer schema), 15 (names
+// shaped like SQL injections, NUL, 1 MiB), and a partition behind something that acknowledges TCP
+// (the lab proxy blackholing). Where a mode breaks safety by design the test demonstrates it (EV)
+// and asserts that it happened, so docs/backends/sql.md stays true. The SqlSettings tests call the
+// plugin's session code (sql_common.cpp, compiled in) directly.
 #include "backend_test.hpp"
+#include "sql_common.hpp"
 
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
@@ -15,11 +18,16 @@
 
 #include <gtest/gtest.h>
 
+#include <libpq-fe.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <pwd.h>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -340,6 +348,223 @@ TEST_F(SqlFaults, UnconfirmedAcquireIsNeverReportedHeld) {
     EXPECT_TRUE(next) << "the orphaned row expires after its ttl";
 }
 
+// ---- a partition behind something that acknowledges TCP --------------------------------------
+
+// Runs `call` on a thread and waits at most `limit` for it; then `unblock()` (healing the fault) lets
+// a call that would otherwise hang finish, so a failing test still ends. Returns the call's time in
+// ms, or -1 when it had not returned within `limit`.
+template <typename F, typename U>
+int64_t bounded_call(F&& call, std::chrono::milliseconds limit, U&& unblock) {
+    const auto start = clock_type::now();
+    auto done = std::async(std::launch::async, std::forward<F>(call));
+    const bool in_time = done.wait_for(limit) == std::future_status::ready;
+    const int64_t took = ms_since(start);
+    if (!in_time) unblock();
+    done.get();
+    return in_time ? took : -1;
+}
+
+// The lab proxy blackholes both directions: every connection stays open and silent, TCP keepalives
+// and tcp_user_timeout see a live peer (the proxy's kernel answers them), as behind pgbouncer or
+// HAProxy. Only the client's own time limits can notice. Every lease of the client must be reported
+// LOST by the end of its validity (within ttl + ttl/3 of the partition), its release must return
+// within the statement limit, and another client's acquire must honour its deadline.
+TEST_F(SqlFaults, LeaseBlackholeReportsEveryLeaseLostAndBoundsEveryCall) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const int64_t ttl_ms = 2000;
+    const int64_t statement_timeout_ms = 1000;
+    const int64_t client_limit_ms = statement_timeout_ms + statement_timeout_ms / 4;  // docs/backends/sql.md
+    const std::string options = "  statement_timeout: 1s\n";
+    auto client = dlock::client::from_yaml(yaml("lease", options, dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    auto other = dlock::client::from_yaml(yaml("lease", options, dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    std::vector<dlock::lease> leases;
+    std::vector<std::unique_ptr<std::atomic<int64_t>>> lost_after;
+    const auto partitioned = clock_type::now();
+    for (const char* name : {"blackhole/a", "blackhole/b"}) {
+        leases.push_back(client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(std::chrono::milliseconds(ttl_ms))));
+        lost_after.push_back(std::make_unique<std::atomic<int64_t>>(-1));
+        leases.back().on_lost([&, slot = lost_after.back().get()] { *slot = ms_since(partitioned); });
+    }
+    proxy.blackhole(dlock::lab::direction::both);
+
+    EXPECT_TRUE(eventually([&] { return *lost_after[0] >= 0 && *lost_after[1] >= 0; }, std::chrono::milliseconds(ttl_ms + 3000)))
+        << "the keeper is stuck in a renewal nobody answers";
+    for (size_t i = 0; i < leases.size(); ++i) {
+        std::cout << "[sql lease] blackhole: lease " << i << " reported LOST " << lost_after[i]->load()
+                  << " ms after the partition (ttl " << ttl_ms << " ms)\n";
+        EXPECT_GE(*lost_after[i], 0);
+        EXPECT_LE(*lost_after[i], ttl_ms + ttl_ms / 3);
+        EXPECT_EQ(leases[i].state(), dlock::lease_state::lost);
+    }
+
+    const auto heal = [&] { proxy.heal(); };
+    std::error_code release_ec;
+    dlock::release_outcome outcome{};
+    const int64_t release_ms = bounded_call([&] { outcome = leases[0].release(release_ec); }, 10s, heal);
+    std::cout << "[sql lease] blackhole: release returned after " << release_ms << " ms (client limit " << client_limit_ms
+              << " ms)\n";
+    EXPECT_GE(release_ms, 0) << "release blocked on a partitioned server";
+    EXPECT_LE(release_ms, client_limit_ms + 1000);
+    EXPECT_NE(outcome, dlock::release_outcome::released) << "nothing confirmed the release";
+
+    proxy.blackhole(dlock::lab::direction::both);  // again, in case the release had to be unblocked
+    std::error_code acquire_ec;
+    const int64_t acquire_ms = bounded_call(
+        [&] { other.acquire("blackhole/c", dlock::acquire_options().with_wait(1s), acquire_ec); }, 10s, heal);
+    std::cout << "[sql lease] blackhole: an acquire with a 1 s deadline returned after " << acquire_ms << " ms ("
+              << acquire_ec.message() << ")\n";
+    EXPECT_GE(acquire_ms, 0) << "acquire ignored its deadline";
+    EXPECT_LE(acquire_ms, 1000 + 2 * client_limit_ms + 1000);
+    EXPECT_TRUE(acquire_ec) << "nothing was confirmed, so nothing is held";
+    proxy.heal();
+}
+
+// Advisory mode under the same partition: the session holding the lock is open and silent. The lock
+// must be reported LOST within peer_timeout (the documented bound for a silent network failure) and
+// release, and another client's acquire, must return within their bounds.
+TEST_F(SqlFaults, AdvisoryBlackholeReportsLostWithinPeerTimeoutAndBoundsEveryCall) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const int64_t peer_timeout_ms = 3000;
+    const int64_t client_limit_ms = 1250;
+    const std::string options = "  statement_timeout: 1s\n  peer_timeout: 3s\n";
+    auto client = dlock::client::from_yaml(yaml("advisory", options, dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    auto other = dlock::client::from_yaml(yaml("advisory", options, dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    auto lease = client.acquire("blackhole/advisory", dlock::acquire_options().with_wait(0ms));
+    std::atomic<int64_t> lost_after{-1};
+    const auto partitioned = clock_type::now();
+    lease.on_lost([&] { lost_after = ms_since(partitioned); });
+    proxy.blackhole(dlock::lab::direction::both);
+
+    EXPECT_TRUE(eventually([&] { return lost_after >= 0; }, std::chrono::milliseconds(peer_timeout_ms + 3000)))
+        << "a silent session was never noticed";
+    std::cout << "[sql advisory] blackhole: LOST reported " << lost_after.load() << " ms after the partition (peer_timeout "
+              << peer_timeout_ms << " ms)\n";
+    EXPECT_GE(lost_after, 0);
+    EXPECT_LE(lost_after, peer_timeout_ms);
+
+    const auto heal = [&] { proxy.heal(); };
+    std::error_code release_ec;
+    const int64_t release_ms = bounded_call([&] { lease.release(release_ec); }, 10s, heal);
+    std::cout << "[sql advisory] blackhole: release returned after " << release_ms << " ms\n";
+    EXPECT_GE(release_ms, 0) << "release blocked on a partitioned server";
+    EXPECT_LE(release_ms, client_limit_ms + 1000);
+
+    proxy.blackhole(dlock::lab::direction::both);  // again, in case the release had to be unblocked
+    std::error_code acquire_ec;
+    const int64_t acquire_ms = bounded_call(
+        [&] { other.acquire("blackhole/advisory-2", dlock::acquire_options().with_wait(1s), acquire_ec); }, 10s, heal);
+    std::cout << "[sql advisory] blackhole: an acquire with a 1 s deadline returned after " << acquire_ms << " ms ("
+              << acquire_ec.message() << ")\n";
+    EXPECT_GE(acquire_ms, 0) << "acquire ignored its deadline";
+    EXPECT_LE(acquire_ms, 1000 + 2 * client_limit_ms + 1000);
+    EXPECT_TRUE(acquire_ec);
+    proxy.heal();
+}
+
+// EV for advisory mode: the server ends the holder's session (pg_terminate_backend here; equally
+// idle_session_timeout set by an administrator, or the server's own tcp_user_timeout) while the
+// holder is partitioned from it. The lock is free at once, but the news cannot reach the holder:
+// it learns from its probes, within 2/3 of peer_timeout. Meanwhile a second holder gets the lock
+// while the first still believes it holds it; only the fencing token tells their writes apart.
+TEST_F(SqlFaults, AdvisorySessionEndedDuringAPartitionFreesTheLockBeforeItsHolderKnows) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const int64_t peer_timeout_ms = 3000;
+    auto partitioned_client = dlock::client::from_yaml(
+        yaml("advisory", "  peer_timeout: 3s\n", dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    auto a = partitioned_client.acquire("partition/ended", dlock::acquire_options().with_wait(0ms));
+    std::atomic<int64_t> lost_after{-1};
+    const auto ended = clock_type::now();
+    a.on_lost([&] { lost_after = ms_since(ended); });
+    proxy.blackhole(dlock::lab::direction::both);
+    raw().execute("SELECT pg_terminate_backend(holder_pid) FROM dlock_locks_advisory WHERE name = 'partition/ended'");
+
+    auto client = open("advisory");
+    auto b = client.acquire("partition/ended", dlock::acquire_options().with_wait(2s));
+    const int64_t second_holder_ms = ms_since(ended);
+    EXPECT_EQ(a.state(), dlock::lease_state::held) << "the partitioned holder cannot know yet";
+    std::cout << "[sql advisory] EV demonstrated: a second holder got the lock " << second_holder_ms
+              << " ms after the server ended the partitioned holder's session, which still believed it held it\n";
+    fenced_resource resource;
+    EXPECT_TRUE(resource.write(b.fencing_token()));
+    EXPECT_FALSE(resource.write(a.fencing_token())) << "the first holder's older token must be refused";
+
+    EXPECT_TRUE(eventually([&] { return lost_after >= 0; }, std::chrono::milliseconds(peer_timeout_ms + 3000)));
+    std::cout << "[sql advisory] the partitioned holder learned it lost the lock " << lost_after.load()
+              << " ms after its session ended (peer_timeout " << peer_timeout_ms << " ms)\n";
+    EXPECT_GE(lost_after, 0);
+    EXPECT_LE(lost_after, peer_timeout_ms) << "2/3 of peer_timeout expected; asserted with a margin for load";
+    EXPECT_EQ(client.inspect("partition/ended").holder, b.owner());
+    proxy.heal();
+    EXPECT_EQ(a.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(client.inspect("partition/ended").holder, b.owner()) << "the stale release touched the new holder";
+}
+
+// The server runs a release but its answer is lost (the proxy blackholes server → client): the
+// client reports UNKNOWN. The retry finds the row no longer ours — because the first attempt,
+// sent while the lease was valid, released it — and must say RELEASED, not ALREADY_LOST.
+TEST_F(SqlFaults, RetriedReleaseAfterAnUnansweredFirstAttemptReportsReleased) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    auto client = dlock::client::from_yaml(yaml("lease", "  statement_timeout: 500ms\n", dsn_at(proxy.listen_endpoint().port)),
+                                           "sql_test");
+    // The client's one session prepares `release` first, so the release below is one message the
+    // server runs at once (a first use would wait for the PREPARE's answer, blackholed, and never run).
+    client.acquire("release/warm-up", dlock::acquire_options().with_wait(0ms)).release();
+    auto lease = client.acquire("release/unanswered", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    proxy.blackhole(dlock::lab::direction::downstream);
+    std::error_code ec;
+    dlock::release_outcome first{};
+    const int64_t first_ms = bounded_call([&] { first = lease.release(ec); }, 5s, [&] { proxy.heal(); });
+    EXPECT_GE(first_ms, 0) << "the unanswered release blocked";
+    EXPECT_EQ(first, dlock::release_outcome::unknown);
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks WHERE name = 'release/unanswered' AND owner IS NULL"), 1)
+        << "the server did run the first attempt";
+    proxy.heal();
+    const dlock::release_outcome retry = lease.release(ec);
+    EXPECT_EQ(retry, dlock::release_outcome::released) << dlock_last_error();
+    EXPECT_EQ(lease.state(), dlock::lease_state::released);
+}
+
+// A server (or database, or role) with idle_session_timeout would end the idle session that keeps an
+// advisory lock, freeing the lock under its holder. dlock's sessions turn it off for themselves.
+TEST_F(SqlFaults, IdleSessionTimeoutDoesNotEndAnIdleAdvisoryHold) {
+    auto admin = raw();
+    admin.execute("DROP DATABASE IF EXISTS dlock_idle");
+    admin.execute("CREATE DATABASE dlock_idle");
+    admin.execute("ALTER DATABASE dlock_idle SET idle_session_timeout = '300ms'");
+    const std::string dsn_idle = dsn_at(port(), "dlock_idle");
+    auto client = dlock::client::from_yaml(yaml("advisory", "", dsn_idle), "sql_test");
+    auto lease = client.acquire("idle/held", dlock::acquire_options().with_wait(0ms));
+    std::atomic<bool> lost{false};
+    lease.on_lost([&] { lost = true; });
+    std::this_thread::sleep_for(1500ms);  // five idle_session_timeouts
+    EXPECT_FALSE(lost) << "the server ended the idle session that holds the lock";
+    EXPECT_EQ(lease.state(), dlock::lease_state::held);
+    auto other = dlock::client::from_yaml(yaml("advisory", "", dsn_idle), "sql_test");
+    std::error_code ec;
+    other.acquire("idle/held", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the lock was freed under its holder";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+// The settings that need a newer server than PostgreSQL 11 are applied after connecting, where the
+// server's version is known; on this server (15) both are in force on dlock's sessions, even in a
+// database that sets idle_session_timeout.
+TEST_F(SqlFaults, VersionDependentSettingsAreInForceOnEverySession) {
+    auto admin = raw();
+    admin.execute("DROP DATABASE IF EXISTS dlock_idle");
+    admin.execute("CREATE DATABASE dlock_idle");
+    admin.execute("ALTER DATABASE dlock_idle SET idle_session_timeout = '300ms'");
+    dlock::sql::settings s;
+    s.dsn = dsn_at(port(), "dlock_idle");
+    s.mode = dlock::sql::lock_mode::advisory;
+    dlock::sql::resolve(s);
+    dlock::sql::deadline_watch watch;
+    dlock::sql::session session(s, {}, &watch, dlock::sql::now_ns() + 5'000'000'000);
+    pqxx::nontransaction tx(session.connection());
+    EXPECT_EQ(tx.exec("SHOW tcp_user_timeout")[0][0].as<std::string>(), "20000") << "ms: twice peer_timeout (10 s)";
+    EXPECT_EQ(tx.exec("SHOW idle_session_timeout")[0][0].as<std::string>(), "0");
+}
+
 // ---- FAULTS.md 14: setups dlock cannot lock on, server errors ---------------------------------
 
 // A real streaming replica of the lab's server (pg_basebackup -R), in hot standby.
@@ -528,6 +753,90 @@ TEST_F(SqlFaults, NulAndOversizedNamesNeverReachTheServer) {
     EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks") + scalar("SELECT count(*) FROM dlock_locks_advisory"), 0);
 }
 
+// ---- the plugin's settings, without a server ------------------------------------------------------
+
+// The options sent in the startup packet are read before anything can check the server's version;
+// a server refuses the whole connection for a parameter it does not know (PostgreSQL 11 does not
+// know tcp_user_timeout, 11-13 not idle_session_timeout). So they name only parameters PostgreSQL
+// 11 has. (Debian 12 ships only PostgreSQL 15: this shows by construction what a PostgreSQL 11 server
+// would be sent.)
+TEST(SqlSettings, StartupOptionsNameOnlyParametersPostgres11Knows) {
+    const std::set<std::string> postgres11 = {"statement_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval",
+                                              "tcp_keepalives_count"};
+    for (auto mode : {dlock::sql::lock_mode::lease, dlock::sql::lock_mode::advisory}) {
+        dlock::sql::settings s;
+        s.dsn = "postgresql://u@db.example:5432/app";
+        s.mode = mode;
+        dlock::sql::resolve(s);
+        char* error = nullptr;
+        PQconninfoOption* parsed = PQconninfoParse(s.conninfo.c_str(), &error);
+        ASSERT_NE(parsed, nullptr) << (error ? error : "");
+        std::string options;
+        for (PQconninfoOption* o = parsed; o->keyword; ++o)
+            if (std::string(o->keyword) == "options" && o->val) options = o->val;
+        PQconninfoFree(parsed);
+        std::istringstream words(options);
+        std::string word;
+        int parameters = 0;
+        while (words >> word) {
+            if (word == "-c") continue;
+            const std::string name = word.substr(0, word.find('='));
+            EXPECT_TRUE(postgres11.count(name)) << name << " in the startup options: " << options;
+            ++parameters;
+        }
+        EXPECT_EQ(parameters, 4) << options;
+    }
+}
+
+TEST(SqlSettings, NewerSettingsFollowTheServersVersion) {
+    dlock::sql::settings s;
+    dlock::sql::resolve(s);
+    EXPECT_EQ(dlock::sql::session_setup_sql(s, 110022), "") << "PostgreSQL 11 has neither";
+    const std::string on12 = dlock::sql::session_setup_sql(s, 120017);
+    EXPECT_NE(on12.find("tcp_user_timeout = 20000"), std::string::npos) << on12;
+    EXPECT_EQ(on12.find("idle_session_timeout"), std::string::npos) << on12;
+    const std::string on15 = dlock::sql::session_setup_sql(s, 150018);
+    EXPECT_NE(on15.find("tcp_user_timeout"), std::string::npos) << on15;
+    EXPECT_NE(on15.find("idle_session_timeout = 0"), std::string::npos) << on15;
+    // What the DSN's own `options` set stays as the user set it.
+    s.dsn = "postgresql://u@h/db?options=-c%20idle_session_timeout%3D5min";
+    dlock::sql::resolve(s);
+    EXPECT_EQ(dlock::sql::session_setup_sql(s, 150018).find("idle_session_timeout"), std::string::npos);
+}
+
+TEST(SqlSettings, OlderServerIsRefusedNamingItsVersion) {
+    dlock::sql::settings s;
+    s.dsn = "postgresql://u@db.example:5432/app";
+    dlock::sql::resolve(s);
+    EXPECT_NO_THROW(dlock::sql::check_server_version(s, 110000));
+    for (const auto& [number, text] : std::vector<std::pair<int, std::string>>{{100012, "10.12"}, {90624, "9.6.24"}}) {
+        try {
+            dlock::sql::check_server_version(s, number);
+            ADD_FAILURE() << number << " accepted";
+        } catch (const dlock::sql::failure& f) {
+            EXPECT_EQ(f.status, DLOCK_BACKEND);
+            EXPECT_NE(f.message.find("version " + text), std::string::npos) << f.message;
+            EXPECT_NE(f.message.find("PostgreSQL 11 or newer"), std::string::npos) << f.message;
+            EXPECT_NE(f.message.find("db.example:5432/app"), std::string::npos) << f.message;
+        }
+    }
+}
+
+// libpq quotes pieces of a connection string it cannot parse — a token, a percent-encoded
+// user:password, or the whole URI — so its message can carry the password.
+TEST(SqlSettings, UnparsableDsnErrorsQuoteNoPieceOfIt) {
+    const std::string secret = "s3cr3t-pw";
+    for (const std::string& dsn : {"postgresql://user:" + secret + "@[::1/db", "postgresql://user:" + secret + "%zz@host/db",
+                                   "host=db.example " + secret, "postgresql://user:" + secret + "@host/db?sslmode"}) {
+        dlock_client* c = nullptr;
+        const std::string config = "backend: sql\noptions:\n  dsn: \"" + dsn + "\"\n";
+        EXPECT_EQ(dlock_client_open_yaml(config.c_str(), "redact", &c), DLOCK_CONFIG) << dsn;
+        const std::string message = dlock_last_error();
+        EXPECT_EQ(message.find(secret), std::string::npos) << "the password is in the message: " << message;
+        EXPECT_NE(message.find("not a libpq connection string"), std::string::npos) << message;
+    }
+}
+
 // ---- configuration ------------------------------------------------------------------------------
 
 // DSN query keys that are dlock options choose the mode and table; libpq never sees them.
@@ -538,6 +847,26 @@ TEST_F(SqlFaults, DsnQueryKeysSelectModeAndTable) {
     EXPECT_EQ(scalar("SELECT count(*) FROM dsn_locks_advisory WHERE name = 'dsn/x'"), 1);
     EXPECT_GE(scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dsn-test'"), 1)
         << "libpq keys in the DSN still reach libpq";
+}
+
+// Closing a client closes every connection it opened — pooled sessions, held advisory sessions,
+// the LISTEN connection — so the server keeps no session of it.
+TEST_F(SqlFaults, ClosedClientLeavesNoServerSession) {
+    for (const char* mode : {"lease", "advisory"}) {
+        const std::string app = std::string("dlock-close-") + mode;
+        const auto sessions = [&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'"); };
+        {
+            auto client = dlock::client::from_yaml(yaml(mode, "", dsn() + "?application_name=" + app), "sql_test");
+            auto other = open(mode);
+            auto held = other.acquire("close/held", dlock::acquire_options().with_wait(0ms));
+            std::error_code ec;
+            client.acquire("close/held", dlock::acquire_options().with_wait(300ms), ec);  // a wait: lease mode LISTENs
+            EXPECT_EQ(ec, dlock::errc::timeout) << mode;
+            auto mine = client.acquire("close/mine", dlock::acquire_options().with_wait(0ms));
+            EXPECT_GE(sessions(), 1) << mode;
+        }
+        EXPECT_TRUE(eventually([&] { return sessions() == 0; }, 3s)) << mode << ": " << sessions() << " sessions left";
+    }
 }
 
 // Renewal: every lease of a client extended by one statement per keeper round.
