@@ -443,21 +443,27 @@ void zk_hold_destroy(dlock_backend* b, dlock_hold* h) {
 }
 
 // Without a ttl there is nothing to extend: renewal confirms that each node still exists (one
-// pipelined `exists` per hold, one round trip for the batch).
+// pipelined `exists` per hold, one round trip for the batch), behind one `sync` per session, whose
+// answer needs the leader: on an ensemble only that moves the session's bound (an `exists` alone
+// may be answered by a follower cut off from the leader).
 int zk_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
     return guarded(error, "zookeeper", [&] {
         scoped_waiter w(*b);
         std::vector<std::shared_ptr<session>> sessions(count);
-        std::vector<call_ptr> checks(count);
+        std::vector<call_ptr> checks(count), syncs(count);
         for (size_t i = 0; i < count; ++i) {
             renewals[i].status = DLOCK_LOST;
             sessions[i] = b->session_of(renewals[i].hold->generation);
-            if (sessions[i]) checks[i] = b->exists(*sessions[i], renewals[i].hold->node_path);
+            if (!sessions[i]) continue;
+            const auto first = std::find(sessions.begin(), sessions.begin() + ptrdiff_t(i), sessions[i]);
+            syncs[i] = first == sessions.begin() + ptrdiff_t(i) ? b->sync(*sessions[i]) : syncs[size_t(first - sessions.begin())];
+            checks[i] = b->exists(*sessions[i], renewals[i].hold->node_path);
         }
         for (size_t i = 0; i < count; ++i) {
             if (!checks[i]) continue;
-            const bool done = b->await(w, {checks[i].get()}, now_ns() + sessions[i]->timeout_ms() * ns_per_ms, false);
-            const int rc = done ? checks[i]->rc : ZOPERATIONTIMEOUT;
+            const bool done = b->await(w, {syncs[i].get(), checks[i].get()}, now_ns() + sessions[i]->timeout_ms() * ns_per_ms, false);
+            int rc = done ? checks[i]->rc : ZOPERATIONTIMEOUT;
+            if (rc == ZOK && syncs[i]->rc != ZOK) rc = syncs[i]->rc;  // not confirmed through the leader
             if (rc == ZOK) {
                 renewals[i].status = DLOCK_OK;
                 renewals[i].valid_until_ns = sessions[i]->valid_until_ns();

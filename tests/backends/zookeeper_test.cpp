@@ -12,6 +12,7 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/port_cut.hpp"
 #include "dlock/lab/proxy.hpp"
 
 #include <dlock/dlock.hpp>
@@ -405,6 +406,86 @@ TEST_F(ZooKeeperEnsembleFaults, LeaderPausedHeldLocksSurviveAndWaitersProceed) {
             eventually([&] { return ensemble.leader_index().has_value() && *ensemble.leader_index() != leader; }, 20s, 50ms);
         },
         [&] { ensemble.member(leader).resume(); });
+}
+
+// Cuts ensemble member `index` from its peers (their quorum and election ports, and its own) while
+// its client port stays open: it keeps serving its clients from its own copy until it notices the
+// silence (syncLimit ticks), then stops serving until the cut heals. A cut that cannot be made
+// (no root, no iptables) throws, which fails the test.
+std::unique_ptr<dlock::lab::port_cut> cut_from_peers(dlock::lab::zookeeper_server& member) {
+    std::vector<std::uint16_t> own, peers;
+    for (const auto& peer : member.peers()) {
+        auto& ports = peer.id == member.my_id() ? own : peers;
+        ports.push_back(peer.quorum_port);
+        ports.push_back(peer.election_port);
+    }
+    return std::make_unique<dlock::lab::port_cut>(member.pid(), own, peers);
+}
+
+// Holder A talks to follower F only; F is cut from the leader and the other follower. F answers
+// reads from its own copy for syncLimit x tickTime (1 s here) after the cut, while the leader, which
+// hears of A's session only through F, expires it one session timeout after F's last report and
+// hands the lock to B. A keeps renewing throughout (as its keeper would), so every answer F gives
+// is a chance to push A's valid_until. Asserted: B's acquire returns no earlier than A's
+// valid_until — A's client never believes it holds the lock while B does.
+TEST_F(ZooKeeperEnsembleFaults, FollowerCutFromTheLeaderDoesNotExtendTheHolderPastItsSession) {
+    auto& ensemble = lab_->zookeeper_ensemble();
+    // Every member serving: while the cut lasts, no member can open a new connection to a peer (a
+    // member still rejoining after an earlier test would leave the leader without a quorum).
+    ensemble.wait_ready(clock_type::now() + 30s);
+    const size_t leader = ensemble.wait_for_leader();
+    const size_t follower = (leader + 1) % ensemble.size();
+    std::string others;
+    for (size_t i = 0; i < ensemble.size(); ++i)
+        if (i != follower) others += (others.empty() ? "" : ",") + ensemble.member(i).client_endpoint().to_string();
+    const std::string name = "faults/follower-cut";
+    auto a_client = dlock::client::open(config(ensemble.member(follower).client_endpoint().to_string(), {"session_timeout: 4s"}));
+    auto b_client = dlock::client::open(config(others, {"session_timeout: 4s"}));
+    auto a = a_client.acquire(name, dlock::acquire_options().with_wait(0ms));
+
+    std::promise<std::pair<int64_t, uint64_t>> b_acquired;  // (steady clock ns at acquire-ok, token)
+    std::thread b_thread([&] {
+        std::error_code ec;
+        auto lease = b_client.acquire(name, dlock::acquire_options().with_wait(40s), ec);
+        b_acquired.set_value({ec ? -1 : clock_type::now().time_since_epoch().count(), ec ? 0 : lease.fencing_token()});
+        if (!ec) lease.release();
+    });
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> last_renewed{0};
+    std::thread renewer([&] {
+        while (!stop) {
+            std::error_code ec;
+            const auto sent = clock_type::now();
+            a.renew(ec);  // fails once F stops serving: expected
+            if (!ec) last_renewed = sent.time_since_epoch().count();
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+    std::this_thread::sleep_for(2500ms);  // A's bound settles into its steady state
+
+    auto cut = cut_from_peers(ensemble.member(follower));
+    const auto cut_at = clock_type::now();
+    auto result = b_acquired.get_future();
+    const bool b_done = result.wait_for(30s) == std::future_status::ready;
+    stop = true;
+    renewer.join();
+    const auto a_valid_until = a.valid_until();
+    cut->heal();
+    b_thread.join();
+    ASSERT_TRUE(b_done) << "B never got the lock after A's follower was cut off";
+    const auto [b_at_ns, b_token] = result.get();
+    ASSERT_GT(b_at_ns, 0) << "B's acquire failed";
+    const auto b_at = clock_type::time_point(clock_type::duration(b_at_ns));
+    const auto margin = ms_between(a_valid_until, b_at);  // > 0: A's bound ended before B held
+    std::cout << "[zookeeper] follower cut: B acquired " << ms_between(cut_at, b_at) << " ms after the cut; A's valid_until "
+              << ms_between(cut_at, a_valid_until) << " ms after it (margin " << margin << " ms); A's last renewal sent "
+              << (last_renewed.load() - cut_at.time_since_epoch().count()) / 1'000'000 << " ms after it\n";
+    EXPECT_GE((b_at - a_valid_until).count(), 0) << "A's valid_until outlasted its session by " << -margin << " ms";
+    EXPECT_GT(b_token, a.fencing_token());
+    EXPECT_TRUE(eventually([&] { return a.state() == dlock::lease_state::lost; }, 10s));
+    // F rejoins once healed; the next test needs the whole ensemble.
+    ensemble.wait_ready(clock_type::now() + 30s);
+    ensemble.wait_for_leader(20s);
 }
 
 // Without a majority nothing is granted: an acquire fails (UNAVAILABLE) or times out, never
