@@ -135,6 +135,10 @@ struct dlock_hold {
     uint64_t generation = 0; // the session it lives in
     uint64_t fence = 0;      // its czxid
     void* host_lease = nullptr;
+    // Send time of an earlier release attempt whose outcome is unknown (connection lost), sent while
+    // the session's bound still held; 0 when there was none. Its delete may have happened, so a
+    // retry that finds the node gone has released it.
+    int64_t release_in_doubt_ns = 0;
     bool settled = false;    // deleted by a confirmed release, or known gone
 };
 

@@ -414,11 +414,18 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
         }
         // Past the session's bound the lease is lost by the client's own rule (the host has marked
         // it so), whatever the delete says; the node is still deleted in case the session lives.
-        const bool past_bound = now_ns() >= s->valid_until_ns();
+        const int64_t sent = now_ns();
+        const bool past_bound = sent >= s->valid_until_ns();
         const int rc = b->remove_now(*s, h->node_path);
         if (rc == ZOK) {
             h->settled = true;
             return past_bound ? DLOCK_LOST : DLOCK_OK;
+        }
+        if (rc == ZNONODE && h->release_in_doubt_ns != 0) {
+            // An earlier attempt, sent within the bound, deleted it: the session is still alive (a
+            // delete on an expired one fails with SESSIONEXPIRED), so the node was ours until then.
+            h->settled = true;
+            return DLOCK_OK;
         }
         if (rc == ZNONODE || session_gone(rc)) {  // expired, or deleted by someone else
             h->settled = true;
@@ -429,6 +436,7 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
             h->settled = true;
             return DLOCK_LOST;
         }
+        if (outcome_unknown(rc) && h->release_in_doubt_ns == 0) h->release_in_doubt_ns = sent;
         fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` failed: {}; retry the release", b->where(s.get()), h->node_path, zerror(rc)));
     });
 }

@@ -325,6 +325,44 @@ TEST_F(ZooKeeperFaults, AcquireTimingOutDuringConnectionLossLeavesNoNode) {
     EXPECT_TRUE(other.try_acquire("faults/orphan")) << "nothing may block the lock";
 }
 
+// The release's delete reaches the server but its reply is lost with the connection: the outcome is
+// unknown, and the caller retries, as UNKNOWN invites. The retry, on the same session once
+// reconnected, finds the node gone — deleted by the first attempt — and must report RELEASED: the
+// lock was ours until our own delete, not lost.
+TEST_F(ZooKeeperFaults, RetriedReleaseAfterALostReplyIsReleased) {
+    dlock::lab::tcp_proxy proxy(standalone());
+    auto client = dlock::client::open(config(proxy.listen_endpoint().to_string(), {"session_timeout: 4s"}));
+    const std::string name = "faults/release-retry", lock_node = "/dlock/faults%2Frelease-retry";
+    auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms));
+    ASSERT_EQ(queue_nodes(standalone().to_string(), lock_node).size(), 1u);
+    proxy.blackhole(dlock::lab::direction::downstream);
+    std::promise<dlock::release_outcome> first;
+    std::thread releaser([&] {
+        std::error_code ec;
+        first.set_value(lease.release(ec));
+    });
+    EXPECT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).empty(); }, 3s))
+        << "the delete should reach the server while its reply is held back";
+    proxy.cut_all();  // the reply is lost with the connection
+    proxy.heal();
+    auto outcome = first.get_future();
+    ASSERT_EQ(outcome.wait_for(10s), std::future_status::ready) << "the first release never returned";
+    releaser.join();
+    EXPECT_EQ(outcome.get(), dlock::release_outcome::unknown) << "the reply was lost: the outcome is unknown";
+
+    dlock::release_outcome retry = dlock::release_outcome::unknown;
+    EXPECT_TRUE(eventually(
+        [&] {
+            std::error_code ec;
+            retry = lease.release(ec);
+            return retry != dlock::release_outcome::unknown;
+        },
+        10s, 100ms));
+    EXPECT_EQ(retry, dlock::release_outcome::released) << dlock_last_error();
+    auto other = dlock::client::open(config(standalone().to_string()));
+    EXPECT_TRUE(other.try_acquire(name)) << "nothing of ours is left behind";
+}
+
 // ---- FAULTS.md 10: quorum ---------------------------------------------------------------------------
 
 class ZooKeeperEnsembleFaults : public ZooKeeperFaults {
