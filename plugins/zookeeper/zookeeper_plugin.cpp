@@ -144,6 +144,7 @@ public:
 private:
     bool enqueue(std::vector<queue_entry>& queue);
     bool find_by_guid(std::vector<queue_entry>& queue);
+    bool keep_one_of_ours(const std::vector<queue_entry>& queue);
     bool list(std::vector<queue_entry>& queue);
     void ensure_lock_node();
     bool wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head);
@@ -209,6 +210,10 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: our queue node under `{}` keeps vanishing", b_.where(s_.get()), lock_path_));
                 continue;
             }
+            if (keep_one_of_ours(queue)) {
+                if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: nodes of ours under `{}` could not be reduced to one", b_.where(s_.get()), lock_path_));
+                continue;
+            }
             if (mine == queue.begin()) return grant_hold(out_hold, grant);
             holder_ = queue.front().guid;
             if (deadline == 0) {
@@ -270,10 +275,14 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
     return retryable(created->rc, "creating a queue node under", lock_path_);
 }
 
-// After a create whose reply was lost: our node, if the create happened, carries our guid.
+// After a create whose reply was lost: our node, if the create happened, carries our guid. The
+// session may have moved to another server since, one that has not applied the create yet: a
+// `sync` first (pipelined) makes the listing reflect every write the leader committed before it.
 bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
+    auto synced = b_.sync(*s_);
     auto listed = b_.children(*s_, lock_path_);
-    if (!b_.await(w_, {listed.get()}, request_bound(), true)) return false;
+    if (!b_.await(w_, {synced.get(), listed.get()}, request_bound(), true)) return false;
+    if (synced->rc != ZOK && !retryable(synced->rc, "syncing before listing", lock_path_)) return false;
     if (listed->rc == ZNONODE) {  // no lock node, so no node of ours
         maybe_created_ = false;
         return true;
@@ -292,6 +301,39 @@ bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
     }
     fence_ = uint64_t(stat->stat.czxid);
     b_.log(1, fmt::format("{}: found our queue node `{}` again after a lost reply", b_.where(s_.get()), own_path()));
+    return true;
+}
+
+// More than one node carrying our guid — a create of ours that happened unseen and was missed by
+// find_by_guid — would make us wait behind our own ghost. The earliest is kept as ours (the better
+// place in the queue), the others are deleted; what cannot be deleted now goes to the monitor.
+// Returns true when the queue changed and must be listed again.
+bool acquisition::keep_one_of_ours(const std::vector<queue_entry>& queue) {
+    std::vector<const queue_entry*> ours;
+    for (const auto& e : queue)
+        if (e.guid == guid_) ours.push_back(&e);
+    if (ours.size() < 2) return false;
+    const queue_entry& earliest = *ours.front();
+    if (earliest.node != own_) {
+        auto stat = b_.exists(*s_, join_path(lock_path_, earliest.node));
+        if (!b_.await(w_, {stat.get()}, request_bound(), true)) return true;
+        if (stat->rc != ZOK) {
+            if (stat->rc != ZNONODE) retryable(stat->rc, "reading", join_path(lock_path_, earliest.node));
+            return true;  // gone meanwhile: list again
+        }
+        b_.log(2, fmt::format("{}: `{}` carries our guid ahead of our node `{}` (a create whose reply was lost); keeping it, deleting "
+                              "the later one",
+                              b_.where(s_.get()), earliest.node, own_));
+        own_ = earliest.node;
+        fence_ = uint64_t(stat->stat.czxid);
+    }
+    for (const queue_entry* e : ours) {
+        if (e->node == own_) continue;
+        const std::string path = join_path(lock_path_, e->node);
+        auto removed = b_.remove(*s_, path);
+        const bool done = b_.await(w_, {removed.get()}, request_bound(), true);
+        if (!done || outcome_unknown(removed->rc)) b_.add_orphan(s_->generation, lock_path_, path, guid_);
+    }
     return true;
 }
 

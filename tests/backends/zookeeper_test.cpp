@@ -95,6 +95,12 @@ public:
     }
     ~raw_session() { zookeeper_close(zh_); }
     int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+    // An ephemeral sequential node `prefix<sequence>`; returns its path ("" on failure).
+    std::string create_sequential(const std::string& prefix) {
+        char created[512];
+        if (zoo_create(zh_, prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created) != ZOK) return "";
+        return created;
+    }
     std::vector<std::string> children(const std::string& path) {
         String_vector names{};
         std::vector<std::string> out;
@@ -363,6 +369,56 @@ TEST_F(ZooKeeperFaults, RetriedReleaseAfterALostReplyIsReleased) {
     EXPECT_TRUE(other.try_acquire(name)) << "nothing of ours is left behind";
 }
 
+// A node carrying our guid ahead of our own is what a create whose reply was lost, and whose
+// lookup missed it, leaves behind: our second node would wait behind it forever (nobody deletes
+// it while the session lives). The acquirer must treat it as its own: keep the earlier one, delete
+// the later. Staged by hand on a single server: waiter A queues behind W behind holder H; a raw
+// session creates a node with A's guid, and A's first node is deleted, so that A queues again
+// behind its own "ghost" when W gives up. (The staged ghost belongs to the raw session, which stays
+// open until A released.)
+TEST_F(ZooKeeperFaults, NodeCarryingOurGuidAheadOfOursIsTreatedAsOurs) {
+    const std::string cfg = config(standalone().to_string());
+    const std::string name = "faults/own-ghost", lock_node = "/dlock/faults%2Fown-ghost";
+    auto h_client = dlock::client::open(cfg), w_client = dlock::client::open(cfg), a_client = dlock::client::open(cfg);
+    auto h = h_client.acquire(name, dlock::acquire_options().with_wait(0ms));
+    std::thread w_thread([&] {
+        std::error_code ec;
+        w_client.acquire(name, dlock::acquire_options().with_wait(1500ms), ec);  // gives up: TIMEOUT
+    });
+    ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).size() == 2; }, 5s));
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    dlock::lease a;
+    std::thread a_thread([&] {
+        std::error_code ec;
+        a = a_client.acquire(name, dlock::acquire_options().with_wait(8s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).size() == 3; }, 5s));
+    auto nodes = queue_nodes(standalone().to_string(), lock_node);
+    std::sort(nodes.begin(), nodes.end(), [](const std::string& x, const std::string& y) { return x.substr(x.size() - 10) < y.substr(y.size() - 10); });
+    const std::string a_first = nodes[2];  // "_c_<guid>-lock-<sequence>"
+    const std::string a_guid = a_first.substr(3, a_first.find("-lock-") - 3);
+    raw_session raw(standalone().to_string());
+    const std::string ghost = raw.create_sequential(lock_node + "/_c_" + a_guid + "-lock-");
+    ASSERT_FALSE(ghost.empty());
+    ASSERT_EQ(raw.remove(lock_node + "/" + a_first), ZOK);
+    w_thread.join();  // W gave up: A lists again, finds its node gone, and queues behind the ghost
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(h.release(), dlock::release_outcome::released);
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+    a_thread.join();
+    const auto [ec, message] = result.get();
+    ASSERT_FALSE(ec) << "A waited behind a node carrying its own guid: " << message;
+    EXPECT_EQ(std::string(a.owner()), a_guid);
+    EXPECT_GT(a.fencing_token(), h.fencing_token());
+    const auto left = queue_nodes(standalone().to_string(), lock_node);
+    ASSERT_EQ(left.size(), 1u) << "one node of A's: the earlier one kept, the later deleted";
+    EXPECT_EQ(lock_node + "/" + left[0], ghost);
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    EXPECT_TRUE(queue_nodes(standalone().to_string(), lock_node).empty());
+}
+
 // ---- FAULTS.md 10: quorum ---------------------------------------------------------------------------
 
 class ZooKeeperEnsembleFaults : public ZooKeeperFaults {
@@ -524,6 +580,51 @@ TEST_F(ZooKeeperEnsembleFaults, FollowerCutFromTheLeaderDoesNotExtendTheHolderPa
     // F rejoins once healed; the next test needs the whole ensemble.
     ensemble.wait_ready(clock_type::now() + 30s);
     ensemble.wait_for_leader(20s);
+}
+
+// FAULTS.md 11 on the ensemble: the create's reply is lost with the connection to follower F1
+// (committed by the leader meanwhile), and the session moves to another member F2, which may not
+// have applied that create yet when it answers the lookup by guid. The acquire must still find its
+// node: exactly one node of ours, the lock acquired, no self-deadlock behind a ghost.
+TEST_F(ZooKeeperEnsembleFaults, ConnectionLossDuringCreateThenAnotherMemberFindsTheNode) {
+    auto& ensemble = lab_->zookeeper_ensemble();
+    ensemble.wait_ready(clock_type::now() + 30s);
+    const size_t leader = ensemble.wait_for_leader();
+    const size_t f1 = (leader + 1) % ensemble.size(), f2 = (leader + 2) % ensemble.size();
+    dlock::lab::tcp_proxy to_f1(ensemble.member(f1).client_endpoint()), to_f2(ensemble.member(f2).client_endpoint());
+    to_f2.refuse_new_connections(true);  // the session starts on F1
+    auto client = dlock::client::open(config(to_f1.listen_endpoint().to_string() + "," + to_f2.listen_endpoint().to_string(),
+                                             {"session_timeout: 4s"}));
+    const std::string name = "faults/ghost-ensemble", lock_node = "/dlock/faults%2Fghost-ensemble";
+    const std::string at_leader = ensemble.member(leader).client_endpoint().to_string();
+    client.acquire(name, dlock::acquire_options().with_wait(0ms));  // the lock node exists from here
+    to_f1.blackhole(dlock::lab::direction::downstream);
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    dlock::lease lease;
+    const auto started = clock_type::now();
+    std::thread acquirer([&] {
+        std::error_code ec;
+        lease = client.acquire(name, dlock::acquire_options().with_wait(15s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    EXPECT_TRUE(eventually([&] { return queue_nodes(at_leader, lock_node).size() == 1; }, 3s))
+        << "the create should be committed while its reply is held back";
+    to_f2.refuse_new_connections(false);
+    to_f1.refuse_new_connections(true);  // the session moves to F2
+    to_f1.cut_all();
+    to_f1.heal();
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(12s), std::future_status::ready) << "self-deadlock: the acquire never returned";
+    acquirer.join();
+    const auto [ec, message] = result.get();
+    ASSERT_FALSE(ec) << message;
+    std::cout << "[zookeeper] acquired " << ms_between(started, clock_type::now())
+              << " ms after a lost create reply, through another member\n";
+    EXPECT_GE(to_f2.stats().open, 1u) << "the session should have moved to F2";
+    const auto nodes = queue_nodes(at_leader, lock_node);
+    ASSERT_EQ(nodes.size(), 1u) << "a second queue node of ours means the first became a ghost";
+    EXPECT_NE(nodes[0].find(std::string(lease.owner())), std::string::npos) << nodes[0] << " is not ours";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
 // Without a majority nothing is granted: an acquire fails (UNAVAILABLE) or times out, never
