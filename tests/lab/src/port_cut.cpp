@@ -26,18 +26,19 @@ void must_run(const std::vector<std::string>& argv) {
   }
 }
 
+// (`-w`: with the legacy backend, wait for the xtables lock other engineers' rules may hold.)
 void remove_chain(const std::string& chain) {
   // The hook may have been added more than once only if a previous removal failed halfway.
-  while (run_command({"iptables", "-D", "OUTPUT", "-o", "lo", "-j", chain}) == 0) {
+  while (run_command({"iptables", "-w", "-D", "OUTPUT", "-o", "lo", "-j", chain}) == 0) {
   }
-  run_command({"iptables", "-F", chain});
-  run_command({"iptables", "-X", chain});
+  run_command({"iptables", "-w", "-F", chain});
+  run_command({"iptables", "-w", "-X", chain});
 }
 
 // Chains dlock-cut-<pid>-<n> whose process is gone: left by a test killed with SIGKILL.
 void remove_abandoned_chains() {
   std::string rules;
-  if (run_command({"iptables", "-S"}, &rules) != 0) return;
+  if (run_command({"iptables", "-w", "-S"}, &rules) != 0) return;
   std::istringstream lines(rules);
   std::string line;
   while (std::getline(lines, line)) {
@@ -87,9 +88,9 @@ port_cut::port_cut(pid_t process, std::vector<std::uint16_t> own_ports, std::vec
   chain_ = chain_prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   connection_ports_ = connections_of(process, peer_ports);
   try {
-    must_run({"iptables", "-N", chain_});
+    must_run({"iptables", "-w", "-N", chain_});
     auto drop = [&](const char* match, std::uint16_t port, bool syn_only) {
-      std::vector<std::string> rule = {"iptables", "-A", chain_, "-p", "tcp", match, std::to_string(port)};
+      std::vector<std::string> rule = {"iptables", "-w", "-A", chain_, "-p", "tcp", match, std::to_string(port)};
       if (syn_only) rule.push_back("--syn");
       rule.insert(rule.end(), {"-j", "DROP"});
       must_run(rule);
@@ -103,7 +104,7 @@ port_cut::port_cut(pid_t process, std::vector<std::uint16_t> own_ports, std::vec
       drop("--dport", port, false);
     }
     for (std::uint16_t port : peer_ports) drop("--dport", port, true);
-    must_run({"iptables", "-I", "OUTPUT", "-o", "lo", "-j", chain_});
+    must_run({"iptables", "-w", "-I", "OUTPUT", "-o", "lo", "-j", chain_});
     active_ = true;
   } catch (...) {
     remove_chain(chain_);
