@@ -10,9 +10,11 @@
 // Minimum per uncontended acquire+release: 3 requests in 2 round trips. Waiters are served in queue
 // order whatever `fair` says: FIFO is the only order this recipe has.
 //
-// Connection loss during a create leaves its outcome unknown: the acquirer lists the children and
-// finds its node by guid before creating another, so a create that happened unseen never becomes a
-// ghost ahead of its own second node (which would wait for it forever). Any failed, timed-out or
+// Connection loss during a create leaves its outcome unknown: the acquirer lists the children (after
+// a `sync`, as the session may have moved to a member that lags) and finds its node by guid before
+// creating another, so a create that happened unseen never becomes a ghost ahead of its own second
+// node (which would wait for it forever); should two nodes carry its guid anyway, it keeps the
+// earliest. Any failed, timed-out or
 // cancelled acquire deletes what it created; what it cannot delete right away (connection down) is
 // handed to the session monitor, which deletes it after reconnecting.
 //
