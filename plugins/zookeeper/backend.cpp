@@ -6,10 +6,12 @@
 // The server renews a session on every packet it receives, so it cannot expire the session before
 // that instant; the client decides LOST at it by itself, without waiting to hear "expired" after a
 // reconnection. The C client exposes no time of its last answered ping, so while this client holds
-// locks the monitor sends the session's heartbeat itself: an `exists` of the chroot's root when no
-// request was answered for a quarter of the session timeout. That request resets the library's own
-// ping timer (it pings after a third of the timeout without sending), so it replaces a ping rather
-// than adding to them. Without holds the library's pings alone keep the session. The same heartbeat
+// locks the monitor sends the session's heartbeat itself: a `sync` (answered only with the leader's
+// help, see session::valid_until_ns) when no such request was answered for a quarter of the session
+// timeout (an eighth on an ensemble). That request resets the library's own ping timer (it pings
+// after a third of the timeout without sending), so it replaces a ping rather than adding to them.
+// On a standalone server without holds the library's pings alone keep the session; on an ensemble
+// the heartbeat always runs, so that a grant's bound starts from a recent anchor. The same heartbeat
 // runs while an acquire waits in the queue, so that its grant starts from a fresh contact even when
 // it skips the final listing (see acquisition::wait_for).
 #include "zookeeper_backend.hpp"
@@ -107,6 +109,13 @@ void on_data(int rc, const char*, int, const Stat* stat, const void* data) {
     complete(data, rc);
 }
 
+void on_config(int rc, const char* value, int length, const Stat*, const void* data) {
+    if (rc == ZOK) take(data)->c->names.emplace_back(value ? std::string(value, size_t(std::max(length, 0))) : std::string());
+    complete(data, rc);
+}
+
+void on_synced(int rc, const char*, const void* data) { complete(data, rc); }
+
 void on_acl(int rc, ACL_vector* acl, Stat*, const void* data) {
     call& c = *take(data)->c;
     if (rc == ZOK && acl)
@@ -124,9 +133,10 @@ void on_auth(int rc, const void* data) {
 }
 
 template <typename Start>
-call_ptr issue(dlock_backend& b, session& s, Start&& start) {
+call_ptr issue(dlock_backend& b, session& s, bool relayed, Start&& start) {
     auto c = std::make_shared<call>();
     auto* data = new pending{c, &b, &s};
+    c->relayed = relayed;
     c->sent_ns = now_ns();
     const int rc = start(s.handle(), data);
     if (rc != ZOK) {  // refused at once (bad state or arguments): no completion will come
@@ -160,6 +170,8 @@ session::~session() {
 
 void session::open() {
     const auto& cfg = owner_.config();
+    // The session's creation, recorded by the leader, is sent after this instant.
+    anchor_ns_ = now_ns();
     errno = 0;
     zh_ = zookeeper_init2(cfg.connect_string().c_str(), on_watcher, int(cfg.session_timeout_ms), nullptr, this, 0,
                           forward_library_log);
@@ -182,15 +194,41 @@ void session::open() {
     }
 }
 
-void session::confirm(int64_t sent_ns) {
-    int64_t seen = confirmed_send_ns_.load();
-    while (sent_ns > seen && !confirmed_send_ns_.compare_exchange_weak(seen, sent_ns)) {
+namespace {
+void raise_to(std::atomic<int64_t>& value, int64_t to) {
+    int64_t seen = value.load();
+    while (to > seen && !value.compare_exchange_weak(seen, to)) {
     }
+}
+}  // namespace
+
+void session::confirm(int64_t sent_ns, bool relayed) {
+    raise_to(confirmed_send_ns_, sent_ns);
+    if (!relayed) return;
+    raise_to(relayed_send_ns_, sent_ns);
+    // Anchor every earlier candidate sent at least a quarter of the timeout before this one; keep
+    // this one as a candidate unless one sent less than 1/32 of the timeout earlier stands for it
+    // (which bounds the list and costs the anchor at most that much).
+    const int64_t spacing = timeout_ms() * ns_per_ms / 4;
+    std::lock_guard<std::mutex> lock(candidates_mutex_);
+    auto qualified = std::upper_bound(candidates_.begin(), candidates_.end(), sent_ns - spacing);
+    if (qualified != candidates_.begin()) {
+        raise_to(anchor_ns_, *(qualified - 1));
+        candidates_.erase(candidates_.begin(), qualified);
+    }
+    auto at = std::upper_bound(candidates_.begin(), candidates_.end(), sent_ns);
+    if (at != candidates_.begin() && sent_ns - *(at - 1) < spacing / 8) return;
+    candidates_.insert(at, sent_ns);
+}
+
+int64_t session::confirmed_send_ns() const {
+    return owner_.relayed() ? relayed_send_ns_.load() : confirmed_send_ns_.load();
 }
 
 int64_t session::valid_until_ns() const {
     const int64_t timeout_ns = timeout_ms() * ns_per_ms;
-    return confirmed_send_ns() + timeout_ns - (timeout_ns / 100 + 2 * ns_per_ms);
+    const int64_t base = owner_.relayed() ? anchor_ns_.load() : confirmed_send_ns_.load();
+    return base + timeout_ns - (timeout_ns / 100 + 2 * ns_per_ms);
 }
 
 }  // namespace dlock::zk
@@ -296,8 +334,24 @@ void dlock_backend::start() {
                                        where(s.get()), config_.chroot, config_.chroot));
     if (root->rc != ZOK)
         fail(DLOCK_UNAVAILABLE, fmt::format("{}: `exists /` failed: {}", where(s.get()), zerror(root->rc)));
+    detect_ensemble(w, s);
     check_base_path(w, s);
     monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+// A standalone server has an empty /zookeeper/config; an ensemble lists its members there, one
+// `server.N=` line each. When it cannot be read (a chroot hides it from the C client, or an old
+// server has none), the servers are taken for an ensemble: the cautious bound.
+void dlock_backend::detect_ensemble(waiter& w, const std::shared_ptr<session>& s) {
+    auto c = get_config(*s);
+    const bool answered = await(w, {c.get()}, now_ns() + config_.connect_timeout_ms * ns_per_ms, false);
+    size_t members = 0;
+    if (answered && c->rc == ZOK && !c->names.empty())
+        for (size_t at = c->names[0].find("server."); at != std::string::npos; at = c->names[0].find("server.", at + 1)) ++members;
+    relayed_ = !(answered && c->rc == ZOK && members <= 1);
+    log(1, fmt::format("{}: {}", where(s.get()),
+                       relayed_ ? "an ensemble (or its configuration is unreadable): held locks are bounded from relayed confirmations"
+                                : "a standalone server"));
 }
 
 // Creates the base path if missing (with dlock's ACL), then checks from its ACL that this client's
@@ -397,43 +451,55 @@ std::shared_ptr<session> dlock_backend::connected_session(waiter& w, int64_t unt
 
 call_ptr dlock_backend::create(session& s, const std::string& path, int mode) {
     const ACL_vector* a = acl();
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) {
+    return issue(*this, s, true, [&](zhandle_t* zh, pending* data) {
         return zoo_acreate2(zh, path.c_str(), "", 0, a, mode, on_string_stat, data);
     });
 }
 
 call_ptr dlock_backend::children(session& s, const std::string& path) {
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, data); });
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, data); });
 }
 
 call_ptr dlock_backend::remove(session& s, const std::string& path) {
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_adelete(zh, path.c_str(), -1, on_void, data); });
+    return issue(*this, s, true, [&](zhandle_t* zh, pending* data) { return zoo_adelete(zh, path.c_str(), -1, on_void, data); });
 }
 
 int dlock_backend::remove_now(session& s, const std::string& path) {
     const int64_t sent = now_ns();
     const int rc = zoo_delete(s.handle(), path.c_str(), -1);
-    if (answered_by_server(rc)) s.confirm(sent);
+    if (answered_by_server(rc)) s.confirm(sent, rc != ZTHROTTLEDOP);
     return rc;
 }
 
 call_ptr dlock_backend::exists(session& s, const std::string& path) {
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aexists(zh, path.c_str(), 0, on_stat, data); });
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_aexists(zh, path.c_str(), 0, on_stat, data); });
 }
 
 call_ptr dlock_backend::get_and_watch(session& s, const std::string& path) {
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) {
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) {
         return zoo_awget(zh, path.c_str(), on_watcher, &s, on_data, data);
     });
 }
 
 call_ptr dlock_backend::get_acl(session& s, const std::string& path) {
-    return issue(*this, s, [&](zhandle_t* zh, pending* data) { return zoo_aget_acl(zh, path.c_str(), on_acl, data); });
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_aget_acl(zh, path.c_str(), on_acl, data); });
+}
+
+call_ptr dlock_backend::sync(session& s) {
+    return issue(*this, s, true, [&](zhandle_t* zh, pending* data) { return zoo_async(zh, "/", on_synced, data); });
+}
+
+call_ptr dlock_backend::get_config(session& s) {
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_agetconfig(zh, 0, on_config, data); });
+}
+
+int64_t dlock_backend::heartbeat_ns(const session& s) const {
+    return s.timeout_ms() * ns_per_ms / (relayed() ? 8 : 4);
 }
 
 void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
     c->rc = rc;
-    if (answered_by_server(rc) && via) via->confirm(c->sent_ns);
+    if (answered_by_server(rc) && via) via->confirm(c->sent_ns, c->relayed && rc != ZTHROTTLEDOP);
     std::lock_guard<std::mutex> lock(mutex);
     c->done = true;
     if (c->notify) c->notify->cv.notify_one();
@@ -579,7 +645,7 @@ void dlock_backend::report(uint64_t generation, int state, int64_t valid_until_n
 // ---- the monitor ------------------------------------------------------------------------------------
 
 bool dlock_backend::probe(waiter& w, const std::shared_ptr<session>& s) {
-    auto c = exists(*s, "/");
+    auto c = sync(*s);
     const int64_t bound = now_ns() + s->timeout_ms() * ns_per_ms;
     return await(w, {c.get()}, bound, false) && answered_by_server(c->rc);
 }
@@ -631,7 +697,7 @@ void dlock_backend::monitor_loop() {
     }
     uint64_t seen_generation = 0;
     bool suspect = false;          // holds of the current session were reported SUSPECT
-    int64_t reported_contact = 0;  // the confirmed send time behind the last valid_until reported
+    int64_t reported_bound = 0;    // the last valid_until reported
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping_) {
         const uint64_t seen_events = events_;
@@ -647,7 +713,7 @@ void dlock_backend::monitor_loop() {
         if (s && s->generation != seen_generation) {
             seen_generation = s->generation;
             suspect = false;
-            reported_contact = 0;
+            reported_bound = 0;
         }
         if (s && (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)) {
             if (!lost_reported) {
@@ -680,21 +746,22 @@ void dlock_backend::monitor_loop() {
             }
         } else if (s && state == ZOO_CONNECTED_STATE) {
             const size_t held = holds_of(s->generation);
-            const bool busy = held > 0 || acquires_wait;
-            if (suspect || (busy && now_ns() - s->confirmed_send_ns() >= s->timeout_ms() * ns_per_ms / 4)) {
+            // On an ensemble the anchor must stay fresh for the next grant too (valid_until_ns).
+            const bool busy = held > 0 || acquires_wait || relayed();
+            if (suspect || (busy && now_ns() - s->confirmed_send_ns() >= heartbeat_ns(*s))) {
                 // Reconnected, or idle for a quarter of the session timeout: the heartbeat.
                 if (probe(w, s) && suspect) {
                     suspect = false;
                     log(1, fmt::format("{}: reconnected; session 0x{:x} kept, held locks HELD again", where(s.get()), s->id()));
                 }
             }
-            if (!suspect && held > 0 && s->confirmed_send_ns() != reported_contact) {
-                reported_contact = s->confirmed_send_ns();
-                report(s->generation, DLOCK_LEASE_HELD, s->valid_until_ns());
+            if (!suspect && held > 0 && s->valid_until_ns() != reported_bound) {
+                reported_bound = s->valid_until_ns();
+                report(s->generation, DLOCK_LEASE_HELD, reported_bound);
             }
             if (has_orphans) tend_orphans(w, s);
             if (busy)
-                next_ns = std::max(s->confirmed_send_ns() + s->timeout_ms() * ns_per_ms / 4, now_ns() + s->timeout_ms() * ns_per_ms / 20);
+                next_ns = std::max(s->confirmed_send_ns() + heartbeat_ns(*s), now_ns() + s->timeout_ms() * ns_per_ms / 20);
         } else if (s && ever_connected && !suspect) {
             // Disconnected: the holds may still be ours until the session's bound. Report the latest
             // bound first (the host keeps valid_until from HELD reports), then SUSPECT.

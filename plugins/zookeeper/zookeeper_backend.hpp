@@ -110,6 +110,7 @@ struct waiter {
 // backend's mutex.
 struct call {
     int64_t sent_ns = 0;
+    bool relayed = false;             // a write or a sync: answered only after the leader took part
     int rc = ZSYSTEMERROR;
     std::string text;                 // create: the created path
     Stat stat{};                      // create2, exists, get: the node's stat
@@ -134,6 +135,10 @@ struct dlock_hold {
     uint64_t generation = 0; // the session it lives in
     uint64_t fence = 0;      // its czxid
     void* host_lease = nullptr;
+    // Send time of an earlier release attempt whose outcome is unknown (connection lost), sent while
+    // the session's bound still held; 0 when there was none. Its delete may have happened, so a
+    // retry that finds the node gone has released it.
+    int64_t release_in_doubt_ns = 0;
     bool settled = false;    // deleted by a confirmed release, or known gone
 };
 
@@ -169,6 +174,10 @@ struct dlock_backend {
     // none), which wakes the waiter that registered `path` with watch().
     dlock::zk::call_ptr get_and_watch(dlock::zk::session& s, const std::string& path);
     dlock::zk::call_ptr get_acl(dlock::zk::session& s, const std::string& path);
+    // A `sync`: answered by the server only after the leader answered it (a relayed confirmation).
+    dlock::zk::call_ptr sync(dlock::zk::session& s);
+    // The ensemble's configuration (/zookeeper/config); its text in names[0].
+    dlock::zk::call_ptr get_config(dlock::zk::session& s);
 
     // Waits until every call completed: true, or false when `until_ns` passed first. Throws
     // CANCELLED when `interruptible` and the client closes.
@@ -200,6 +209,12 @@ struct dlock_backend {
     // "zookeeper <server>" naming the server the session talks to (or the connect string).
     std::string where(const dlock::zk::session* s) const;
     const dlock::zk::settings& config() const { return config_; }
+    // Whether the servers form an ensemble whose followers relay their clients' activity to the
+    // leader (set once by start(); see session::valid_until_ns). True when it cannot be told.
+    bool relayed() const { return relayed_.load(); }
+    // How often the monitor confirms the session while locks are held or awaited (always, on an
+    // ensemble): a quarter of the session timeout, an eighth on an ensemble.
+    int64_t heartbeat_ns(const dlock::zk::session& s) const;
     const ACL_vector* acl() { return acl_.count ? &acl_ : &ZOO_OPEN_ACL_UNSAFE; }
     std::atomic<bool> interrupted{false};
 
@@ -217,6 +232,7 @@ private:
     bool wait_until(std::unique_lock<std::mutex>& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done);
     std::shared_ptr<dlock::zk::session> open_session();
     void check_base_path(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
+    void detect_ensemble(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void monitor_loop();
     void tend_orphans(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     bool probe(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
@@ -240,6 +256,7 @@ private:
     bool monitor_timer_armed_ = false;  // the monitor will wake by itself for the heartbeat
     size_t waiting_acquires_ = 0;
     bool auth_failed_ = false;
+    std::atomic<bool> relayed_{false};
     bool stopping_ = false;
     std::vector<orphan> orphans_;
     std::thread monitor_;
@@ -276,12 +293,26 @@ public:
 
     // The negotiated session timeout (the asked one until connected).
     int64_t timeout_ms() const { return timeout_ms_.load(); }
-    // Records that a request sent at `sent_ns` was answered by the server.
-    void confirm(int64_t sent_ns);
-    int64_t confirmed_send_ns() const { return confirmed_send_ns_.load(); }
-    // The client's own bound on the session: the server cannot have expired it before the send time
-    // of the last answered request + the session timeout (it renews a session on every packet it
-    // receives); less a drift allowance of timeout/100 + 2 ms for the server's clock rate.
+    // Records that a request sent at `sent_ns` was answered by the server; `relayed`: the leader
+    // took part in the answer (a write or a sync).
+    void confirm(int64_t sent_ns, bool relayed);
+    // Send time of the last answered request that counts for the session's bound: any request on a
+    // standalone server, a relayed one on an ensemble.
+    int64_t confirmed_send_ns() const;
+    // The client's own bound on the session, less a drift allowance of timeout/100 + 2 ms for the
+    // server's clock rate:
+    //  - standalone: the send time of the last answered request + the session timeout (the server
+    //    renews a session on every packet it receives);
+    //  - ensemble: the leader alone expires sessions, and hears of a session held through a follower
+    //    only when that follower answers its ping (every tickTime/2) with the sessions it saw since
+    //    the last one. A follower cut from the leader keeps answering reads from its own copy for up
+    //    to syncLimit x tickTime, and even a relayed answer does not tell whether the follower's next
+    //    ping reply (which would carry the request) reached the leader. So the bound starts from the
+    //    anchor: the send time of a relayed request followed by another relayed request sent at
+    //    least a quarter of the session timeout later and answered — the follower's link to the
+    //    leader was up across a whole ping interval after the first (tickTime/2 <= timeout/4, as the
+    //    server grants at least 2 x tickTime), so the ping reply carrying it reached the leader. The
+    //    first anchor is the session's creation, which the leader itself records.
     int64_t valid_until_ns() const;
     int64_t id() const { return id_.load(); }
 
@@ -295,7 +326,11 @@ private:
     dlock_backend& owner_;
     zhandle_t* zh_ = nullptr;
     std::atomic<int64_t> timeout_ms_;
-    std::atomic<int64_t> confirmed_send_ns_{0};
+    std::atomic<int64_t> confirmed_send_ns_{0};  // any answered request
+    std::atomic<int64_t> relayed_send_ns_{0};    // relayed answered requests
+    std::atomic<int64_t> anchor_ns_{0};
+    std::mutex candidates_mutex_;
+    std::vector<int64_t> candidates_;  // relayed send times not yet anchored, ascending
     std::atomic<int64_t> id_{0};
 };
 

@@ -10,9 +10,11 @@
 // Minimum per uncontended acquire+release: 3 requests in 2 round trips. Waiters are served in queue
 // order whatever `fair` says: FIFO is the only order this recipe has.
 //
-// Connection loss during a create leaves its outcome unknown: the acquirer lists the children and
-// finds its node by guid before creating another, so a create that happened unseen never becomes a
-// ghost ahead of its own second node (which would wait for it forever). Any failed, timed-out or
+// Connection loss during a create leaves its outcome unknown: the acquirer lists the children (after
+// a `sync`, as the session may have moved to a member that lags) and finds its node by guid before
+// creating another, so a create that happened unseen never becomes a ghost ahead of its own second
+// node (which would wait for it forever); should two nodes carry its guid anyway, it keeps the
+// earliest. Any failed, timed-out or
 // cancelled acquire deletes what it created; what it cannot delete right away (connection down) is
 // handed to the session monitor, which deletes it after reconnecting.
 //
@@ -144,6 +146,7 @@ public:
 private:
     bool enqueue(std::vector<queue_entry>& queue);
     bool find_by_guid(std::vector<queue_entry>& queue);
+    bool keep_one_of_ours(const std::vector<queue_entry>& queue);
     bool list(std::vector<queue_entry>& queue);
     void ensure_lock_node();
     bool wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head);
@@ -209,6 +212,10 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: our queue node under `{}` keeps vanishing", b_.where(s_.get()), lock_path_));
                 continue;
             }
+            if (keep_one_of_ours(queue)) {
+                if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: nodes of ours under `{}` could not be reduced to one", b_.where(s_.get()), lock_path_));
+                continue;
+            }
             if (mine == queue.begin()) return grant_hold(out_hold, grant);
             holder_ = queue.front().guid;
             if (deadline == 0) {
@@ -270,10 +277,14 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
     return retryable(created->rc, "creating a queue node under", lock_path_);
 }
 
-// After a create whose reply was lost: our node, if the create happened, carries our guid.
+// After a create whose reply was lost: our node, if the create happened, carries our guid. The
+// session may have moved to another server since, one that has not applied the create yet: a
+// `sync` first (pipelined) makes the listing reflect every write the leader committed before it.
 bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
+    auto synced = b_.sync(*s_);
     auto listed = b_.children(*s_, lock_path_);
-    if (!b_.await(w_, {listed.get()}, request_bound(), true)) return false;
+    if (!b_.await(w_, {synced.get(), listed.get()}, request_bound(), true)) return false;
+    if (synced->rc != ZOK && !retryable(synced->rc, "syncing before listing", lock_path_)) return false;
     if (listed->rc == ZNONODE) {  // no lock node, so no node of ours
         maybe_created_ = false;
         return true;
@@ -292,6 +303,39 @@ bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
     }
     fence_ = uint64_t(stat->stat.czxid);
     b_.log(1, fmt::format("{}: found our queue node `{}` again after a lost reply", b_.where(s_.get()), own_path()));
+    return true;
+}
+
+// More than one node carrying our guid — a create of ours that happened unseen and was missed by
+// find_by_guid — would make us wait behind our own ghost. The earliest is kept as ours (the better
+// place in the queue), the others are deleted; what cannot be deleted now goes to the monitor.
+// Returns true when the queue changed and must be listed again.
+bool acquisition::keep_one_of_ours(const std::vector<queue_entry>& queue) {
+    std::vector<const queue_entry*> ours;
+    for (const auto& e : queue)
+        if (e.guid == guid_) ours.push_back(&e);
+    if (ours.size() < 2) return false;
+    const queue_entry& earliest = *ours.front();
+    if (earliest.node != own_) {
+        auto stat = b_.exists(*s_, join_path(lock_path_, earliest.node));
+        if (!b_.await(w_, {stat.get()}, request_bound(), true)) return true;
+        if (stat->rc != ZOK) {
+            if (stat->rc != ZNONODE) retryable(stat->rc, "reading", join_path(lock_path_, earliest.node));
+            return true;  // gone meanwhile: list again
+        }
+        b_.log(2, fmt::format("{}: `{}` carries our guid ahead of our node `{}` (a create whose reply was lost); keeping it, deleting "
+                              "the later one",
+                              b_.where(s_.get()), earliest.node, own_));
+        own_ = earliest.node;
+        fence_ = uint64_t(stat->stat.czxid);
+    }
+    for (const queue_entry* e : ours) {
+        if (e->node == own_) continue;
+        const std::string path = join_path(lock_path_, e->node);
+        auto removed = b_.remove(*s_, path);
+        const bool done = b_.await(w_, {removed.get()}, request_bound(), true);
+        if (!done || outcome_unknown(removed->rc)) b_.add_orphan(s_->generation, lock_path_, path, guid_);
+    }
     return true;
 }
 
@@ -414,11 +458,18 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
         }
         // Past the session's bound the lease is lost by the client's own rule (the host has marked
         // it so), whatever the delete says; the node is still deleted in case the session lives.
-        const bool past_bound = now_ns() >= s->valid_until_ns();
+        const int64_t sent = now_ns();
+        const bool past_bound = sent >= s->valid_until_ns();
         const int rc = b->remove_now(*s, h->node_path);
         if (rc == ZOK) {
             h->settled = true;
             return past_bound ? DLOCK_LOST : DLOCK_OK;
+        }
+        if (rc == ZNONODE && h->release_in_doubt_ns != 0) {
+            // An earlier attempt, sent within the bound, deleted it: the session is still alive (a
+            // delete on an expired one fails with SESSIONEXPIRED), so the node was ours until then.
+            h->settled = true;
+            return DLOCK_OK;
         }
         if (rc == ZNONODE || session_gone(rc)) {  // expired, or deleted by someone else
             h->settled = true;
@@ -429,6 +480,7 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
             h->settled = true;
             return DLOCK_LOST;
         }
+        if (outcome_unknown(rc) && h->release_in_doubt_ns == 0) h->release_in_doubt_ns = sent;
         fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` failed: {}; retry the release", b->where(s.get()), h->node_path, zerror(rc)));
     });
 }
@@ -443,21 +495,27 @@ void zk_hold_destroy(dlock_backend* b, dlock_hold* h) {
 }
 
 // Without a ttl there is nothing to extend: renewal confirms that each node still exists (one
-// pipelined `exists` per hold, one round trip for the batch).
+// pipelined `exists` per hold, one round trip for the batch), behind one `sync` per session, whose
+// answer needs the leader: on an ensemble only that moves the session's bound (an `exists` alone
+// may be answered by a follower cut off from the leader).
 int zk_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
     return guarded(error, "zookeeper", [&] {
         scoped_waiter w(*b);
         std::vector<std::shared_ptr<session>> sessions(count);
-        std::vector<call_ptr> checks(count);
+        std::vector<call_ptr> checks(count), syncs(count);
         for (size_t i = 0; i < count; ++i) {
             renewals[i].status = DLOCK_LOST;
             sessions[i] = b->session_of(renewals[i].hold->generation);
-            if (sessions[i]) checks[i] = b->exists(*sessions[i], renewals[i].hold->node_path);
+            if (!sessions[i]) continue;
+            const auto first = std::find(sessions.begin(), sessions.begin() + ptrdiff_t(i), sessions[i]);
+            syncs[i] = first == sessions.begin() + ptrdiff_t(i) ? b->sync(*sessions[i]) : syncs[size_t(first - sessions.begin())];
+            checks[i] = b->exists(*sessions[i], renewals[i].hold->node_path);
         }
         for (size_t i = 0; i < count; ++i) {
             if (!checks[i]) continue;
-            const bool done = b->await(w, {checks[i].get()}, now_ns() + sessions[i]->timeout_ms() * ns_per_ms, false);
-            const int rc = done ? checks[i]->rc : ZOPERATIONTIMEOUT;
+            const bool done = b->await(w, {syncs[i].get(), checks[i].get()}, now_ns() + sessions[i]->timeout_ms() * ns_per_ms, false);
+            int rc = done ? checks[i]->rc : ZOPERATIONTIMEOUT;
+            if (rc == ZOK && syncs[i]->rc != ZOK) rc = syncs[i]->rc;  // not confirmed through the leader
             if (rc == ZOK) {
                 renewals[i].status = DLOCK_OK;
                 renewals[i].valid_until_ns = sessions[i]->valid_until_ns();

@@ -12,6 +12,7 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/port_cut.hpp"
 #include "dlock/lab/proxy.hpp"
 
 #include <dlock/dlock.hpp>
@@ -94,6 +95,12 @@ public:
     }
     ~raw_session() { zookeeper_close(zh_); }
     int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+    // An ephemeral sequential node `prefix<sequence>`; returns its path ("" on failure).
+    std::string create_sequential(const std::string& prefix) {
+        char created[512];
+        if (zoo_create(zh_, prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created) != ZOK) return "";
+        return created;
+    }
     std::vector<std::string> children(const std::string& path) {
         String_vector names{};
         std::vector<std::string> out;
@@ -324,6 +331,94 @@ TEST_F(ZooKeeperFaults, AcquireTimingOutDuringConnectionLossLeavesNoNode) {
     EXPECT_TRUE(other.try_acquire("faults/orphan")) << "nothing may block the lock";
 }
 
+// The release's delete reaches the server but its reply is lost with the connection: the outcome is
+// unknown, and the caller retries, as UNKNOWN invites. The retry, on the same session once
+// reconnected, finds the node gone — deleted by the first attempt — and must report RELEASED: the
+// lock was ours until our own delete, not lost.
+TEST_F(ZooKeeperFaults, RetriedReleaseAfterALostReplyIsReleased) {
+    dlock::lab::tcp_proxy proxy(standalone());
+    auto client = dlock::client::open(config(proxy.listen_endpoint().to_string(), {"session_timeout: 4s"}));
+    const std::string name = "faults/release-retry", lock_node = "/dlock/faults%2Frelease-retry";
+    auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms));
+    ASSERT_EQ(queue_nodes(standalone().to_string(), lock_node).size(), 1u);
+    proxy.blackhole(dlock::lab::direction::downstream);
+    std::promise<dlock::release_outcome> first;
+    std::thread releaser([&] {
+        std::error_code ec;
+        first.set_value(lease.release(ec));
+    });
+    EXPECT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).empty(); }, 3s))
+        << "the delete should reach the server while its reply is held back";
+    proxy.cut_all();  // the reply is lost with the connection
+    proxy.heal();
+    auto outcome = first.get_future();
+    ASSERT_EQ(outcome.wait_for(10s), std::future_status::ready) << "the first release never returned";
+    releaser.join();
+    EXPECT_EQ(outcome.get(), dlock::release_outcome::unknown) << "the reply was lost: the outcome is unknown";
+
+    dlock::release_outcome retry = dlock::release_outcome::unknown;
+    EXPECT_TRUE(eventually(
+        [&] {
+            std::error_code ec;
+            retry = lease.release(ec);
+            return retry != dlock::release_outcome::unknown;
+        },
+        10s, 100ms));
+    EXPECT_EQ(retry, dlock::release_outcome::released) << dlock_last_error();
+    auto other = dlock::client::open(config(standalone().to_string()));
+    EXPECT_TRUE(other.try_acquire(name)) << "nothing of ours is left behind";
+}
+
+// A node carrying our guid ahead of our own is what a create whose reply was lost, and whose
+// lookup missed it, leaves behind: our second node would wait behind it forever (nobody deletes
+// it while the session lives). The acquirer must treat it as its own: keep the earlier one, delete
+// the later. Staged by hand on a single server: waiter A queues behind W behind holder H; a raw
+// session creates a node with A's guid, and A's first node is deleted, so that A queues again
+// behind its own "ghost" when W gives up. (The staged ghost belongs to the raw session, which stays
+// open until A released.)
+TEST_F(ZooKeeperFaults, NodeCarryingOurGuidAheadOfOursIsTreatedAsOurs) {
+    const std::string cfg = config(standalone().to_string());
+    const std::string name = "faults/own-ghost", lock_node = "/dlock/faults%2Fown-ghost";
+    auto h_client = dlock::client::open(cfg), w_client = dlock::client::open(cfg), a_client = dlock::client::open(cfg);
+    auto h = h_client.acquire(name, dlock::acquire_options().with_wait(0ms));
+    std::thread w_thread([&] {
+        std::error_code ec;
+        w_client.acquire(name, dlock::acquire_options().with_wait(1500ms), ec);  // gives up: TIMEOUT
+    });
+    ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).size() == 2; }, 5s));
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    dlock::lease a;
+    std::thread a_thread([&] {
+        std::error_code ec;
+        a = a_client.acquire(name, dlock::acquire_options().with_wait(8s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).size() == 3; }, 5s));
+    auto nodes = queue_nodes(standalone().to_string(), lock_node);
+    std::sort(nodes.begin(), nodes.end(), [](const std::string& x, const std::string& y) { return x.substr(x.size() - 10) < y.substr(y.size() - 10); });
+    const std::string a_first = nodes[2];  // "_c_<guid>-lock-<sequence>"
+    const std::string a_guid = a_first.substr(3, a_first.find("-lock-") - 3);
+    raw_session raw(standalone().to_string());
+    const std::string ghost = raw.create_sequential(lock_node + "/_c_" + a_guid + "-lock-");
+    ASSERT_FALSE(ghost.empty());
+    ASSERT_EQ(raw.remove(lock_node + "/" + a_first), ZOK);
+    w_thread.join();  // W gave up: A lists again, finds its node gone, and queues behind the ghost
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(h.release(), dlock::release_outcome::released);
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+    a_thread.join();
+    const auto [ec, message] = result.get();
+    ASSERT_FALSE(ec) << "A waited behind a node carrying its own guid: " << message;
+    EXPECT_EQ(std::string(a.owner()), a_guid);
+    EXPECT_GT(a.fencing_token(), h.fencing_token());
+    const auto left = queue_nodes(standalone().to_string(), lock_node);
+    ASSERT_EQ(left.size(), 1u) << "one node of A's: the earlier one kept, the later deleted";
+    EXPECT_EQ(lock_node + "/" + left[0], ghost);
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    EXPECT_TRUE(queue_nodes(standalone().to_string(), lock_node).empty());
+}
+
 // ---- FAULTS.md 10: quorum ---------------------------------------------------------------------------
 
 class ZooKeeperEnsembleFaults : public ZooKeeperFaults {
@@ -405,6 +500,143 @@ TEST_F(ZooKeeperEnsembleFaults, LeaderPausedHeldLocksSurviveAndWaitersProceed) {
             eventually([&] { return ensemble.leader_index().has_value() && *ensemble.leader_index() != leader; }, 20s, 50ms);
         },
         [&] { ensemble.member(leader).resume(); });
+}
+
+// Cuts ensemble member `index` from its peers (their quorum and election ports, and its own) while
+// its client port stays open: it keeps serving its clients from its own copy until it notices the
+// silence (syncLimit ticks), then stops serving until the cut heals. A cut that cannot be made
+// (no root, no iptables) throws, which fails the test.
+std::unique_ptr<dlock::lab::port_cut> cut_from_peers(dlock::lab::zookeeper_server& member) {
+    std::vector<std::uint16_t> own, peers;
+    for (const auto& peer : member.peers()) {
+        auto& ports = peer.id == member.my_id() ? own : peers;
+        ports.push_back(peer.quorum_port);
+        ports.push_back(peer.election_port);
+    }
+    return std::make_unique<dlock::lab::port_cut>(member.pid(), own, peers);
+}
+
+// Holder A talks to follower F only; F is cut from the leader and the other follower. F answers
+// reads from its own copy for syncLimit x tickTime (1 s here) after the cut, while the leader, which
+// hears of A's session only through F, expires it one session timeout after F's last report and
+// hands the lock to B. A keeps renewing throughout (as its keeper would), so every answer F gives
+// is a chance to push A's valid_until. Asserted: B's acquire returns no earlier than A's
+// valid_until — A's client never believes it holds the lock while B does.
+TEST_F(ZooKeeperEnsembleFaults, FollowerCutFromTheLeaderDoesNotExtendTheHolderPastItsSession) {
+    auto& ensemble = lab_->zookeeper_ensemble();
+    // One leader and every other member following it: while the cut lasts no member can open a new
+    // connection to a peer, so a member still rejoining after an earlier test (or a resumed leader
+    // that still calls itself leader) would leave the real leader without a quorum.
+    size_t leader = 0;
+    ASSERT_TRUE(eventually(
+        [&] {
+            size_t leaders = 0, followers = 0;
+            for (size_t i = 0; i < ensemble.size(); ++i) {
+                const std::string role = ensemble.member(i).role();
+                if (role == "leader") ++leaders, leader = i;
+                if (role == "follower") ++followers;
+            }
+            return leaders == 1 && followers == ensemble.size() - 1;
+        },
+        30s, 100ms))
+        << "the ensemble did not settle";
+    const size_t follower = (leader + 1) % ensemble.size();
+    std::string others;
+    for (size_t i = 0; i < ensemble.size(); ++i)
+        if (i != follower) others += (others.empty() ? "" : ",") + ensemble.member(i).client_endpoint().to_string();
+    const std::string name = "faults/follower-cut";
+    auto a_client = dlock::client::open(config(ensemble.member(follower).client_endpoint().to_string(), {"session_timeout: 4s"}));
+    auto b_client = dlock::client::open(config(others, {"session_timeout: 4s"}));
+    auto a = a_client.acquire(name, dlock::acquire_options().with_wait(0ms));
+
+    std::promise<std::pair<int64_t, uint64_t>> b_acquired;  // (steady clock ns at acquire-ok, token)
+    std::thread b_thread([&] {
+        std::error_code ec;
+        auto lease = b_client.acquire(name, dlock::acquire_options().with_wait(40s), ec);
+        b_acquired.set_value({ec ? -1 : clock_type::now().time_since_epoch().count(), ec ? 0 : lease.fencing_token()});
+        if (!ec) lease.release();
+    });
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> last_renewed{0};
+    std::thread renewer([&] {
+        while (!stop) {
+            std::error_code ec;
+            const auto sent = clock_type::now();
+            a.renew(ec);  // fails once F stops serving: expected
+            if (!ec) last_renewed = sent.time_since_epoch().count();
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+    std::this_thread::sleep_for(2500ms);  // A's bound settles into its steady state
+
+    auto cut = cut_from_peers(ensemble.member(follower));
+    const auto cut_at = clock_type::now();
+    auto result = b_acquired.get_future();
+    const bool b_done = result.wait_for(30s) == std::future_status::ready;
+    stop = true;
+    renewer.join();
+    const auto a_valid_until = a.valid_until();
+    cut->heal();
+    b_thread.join();
+    ASSERT_TRUE(b_done) << "B never got the lock after A's follower was cut off";
+    const auto [b_at_ns, b_token] = result.get();
+    ASSERT_GT(b_at_ns, 0) << "B's acquire failed";
+    const auto b_at = clock_type::time_point(clock_type::duration(b_at_ns));
+    const auto margin = ms_between(a_valid_until, b_at);  // > 0: A's bound ended before B held
+    std::cout << "[zookeeper] follower cut: B acquired " << ms_between(cut_at, b_at) << " ms after the cut; A's valid_until "
+              << ms_between(cut_at, a_valid_until) << " ms after it (margin " << margin << " ms); A's last renewal sent "
+              << (last_renewed.load() - cut_at.time_since_epoch().count()) / 1'000'000 << " ms after it\n";
+    EXPECT_GE((b_at - a_valid_until).count(), 0) << "A's valid_until outlasted its session by " << -margin << " ms";
+    EXPECT_GT(b_token, a.fencing_token());
+    EXPECT_TRUE(eventually([&] { return a.state() == dlock::lease_state::lost; }, 10s));
+    // F rejoins once healed; the next test needs the whole ensemble.
+    ensemble.wait_ready(clock_type::now() + 30s);
+    ensemble.wait_for_leader(20s);
+}
+
+// FAULTS.md 11 on the ensemble: the create's reply is lost with the connection to follower F1
+// (committed by the leader meanwhile), and the session moves to another member F2, which may not
+// have applied that create yet when it answers the lookup by guid. The acquire must still find its
+// node: exactly one node of ours, the lock acquired, no self-deadlock behind a ghost.
+TEST_F(ZooKeeperEnsembleFaults, ConnectionLossDuringCreateThenAnotherMemberFindsTheNode) {
+    auto& ensemble = lab_->zookeeper_ensemble();
+    ensemble.wait_ready(clock_type::now() + 30s);
+    const size_t leader = ensemble.wait_for_leader();
+    const size_t f1 = (leader + 1) % ensemble.size(), f2 = (leader + 2) % ensemble.size();
+    dlock::lab::tcp_proxy to_f1(ensemble.member(f1).client_endpoint()), to_f2(ensemble.member(f2).client_endpoint());
+    to_f2.refuse_new_connections(true);  // the session starts on F1
+    auto client = dlock::client::open(config(to_f1.listen_endpoint().to_string() + "," + to_f2.listen_endpoint().to_string(),
+                                             {"session_timeout: 4s"}));
+    const std::string name = "faults/ghost-ensemble", lock_node = "/dlock/faults%2Fghost-ensemble";
+    const std::string at_leader = ensemble.member(leader).client_endpoint().to_string();
+    client.acquire(name, dlock::acquire_options().with_wait(0ms));  // the lock node exists from here
+    to_f1.blackhole(dlock::lab::direction::downstream);
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    dlock::lease lease;
+    const auto started = clock_type::now();
+    std::thread acquirer([&] {
+        std::error_code ec;
+        lease = client.acquire(name, dlock::acquire_options().with_wait(15s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    EXPECT_TRUE(eventually([&] { return queue_nodes(at_leader, lock_node).size() == 1; }, 3s))
+        << "the create should be committed while its reply is held back";
+    to_f2.refuse_new_connections(false);
+    to_f1.refuse_new_connections(true);  // the session moves to F2
+    to_f1.cut_all();
+    to_f1.heal();
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(12s), std::future_status::ready) << "self-deadlock: the acquire never returned";
+    acquirer.join();
+    const auto [ec, message] = result.get();
+    ASSERT_FALSE(ec) << message;
+    std::cout << "[zookeeper] acquired " << ms_between(started, clock_type::now())
+              << " ms after a lost create reply, through another member\n";
+    EXPECT_GE(to_f2.stats().open, 1u) << "the session should have moved to F2";
+    const auto nodes = queue_nodes(at_leader, lock_node);
+    ASSERT_EQ(nodes.size(), 1u) << "a second queue node of ours means the first became a ghost";
+    EXPECT_NE(nodes[0].find(std::string(lease.owner())), std::string::npos) << nodes[0] << " is not ours";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
 // Without a majority nothing is granted: an acquire fails (UNAVAILABLE) or times out, never

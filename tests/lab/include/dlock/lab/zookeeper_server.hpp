@@ -48,6 +48,10 @@ class zookeeper_server final : public server {
   std::string four_letter_word(std::string_view word,
                                std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
+  // The ensemble's members (empty for a standalone server), this one included.
+  const std::vector<zookeeper_peer>& peers() const { return peers_; }
+  int my_id() const { return my_id_; }
+
   // Ready when `srvr` reports a serving mode (standalone, leader or follower).
   bool probe() override;
   // The `Mode:` of `srvr`; "" when not serving (e.g. during an election) or paused.
