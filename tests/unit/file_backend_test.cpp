@@ -1,0 +1,161 @@
+// The `file` backend against what can happen to its directory and its threads: a lock file deleted
+// or replaced behind the clients' backs, a lock file truncated from outside, and an application
+// thread that blocks every signal while it waits.
+#include "support.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <pthread.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+class FileBackend : public ::testing::Test {
+protected:
+    dlock::client open_client() {
+        return dlock::client::from_yaml("backend: file\noptions:\n  directory: \"" + dir_.path() + "\"\n");
+    }
+    // The lock file of a name made of letters only (such names are kept as they are).
+    std::string path_of(const std::string& name) { return dir_.path() + "/" + name + ".lock"; }
+
+    dlock::test::scratch_dir dir_{"dlock-file-backend"};
+};
+
+dlock::acquire_options try_for(std::chrono::milliseconds wait) { return dlock::acquire_options().with_wait(wait); }
+
+// A's description of the old file is cached for reuse; the file is deleted (tmpfiles, a clean-up
+// script) and B creates and locks a new one at the same path. A must see B's lock, not its own
+// stale inode.
+TEST_F(FileBackend, DeletedLockFileDoesNotGiveTwoHolders) {
+    auto a = open_client();
+    auto b = open_client();
+    a.acquire("swept", try_for(0ms)).release();
+    ASSERT_EQ(::unlink(path_of("swept").c_str()), 0);
+    auto held_by_b = b.acquire("swept", try_for(0ms));
+    std::error_code ec;
+    auto second = a.acquire("swept", try_for(200ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "A locked the deleted inode while B holds the file at the path";
+    EXPECT_FALSE(second);
+    EXPECT_EQ(held_by_b.release(), dlock::release_outcome::released);
+    auto after = a.acquire("swept", try_for(2s));
+    EXPECT_GT(after.fencing_token(), held_by_b.fencing_token());
+}
+
+// The same when the file is replaced (a backup restored, an editor's rename over it).
+TEST_F(FileBackend, ReplacedLockFileDoesNotGiveTwoHolders) {
+    auto a = open_client();
+    auto b = open_client();
+    a.acquire("replaced", try_for(0ms)).release();
+    const std::string copy = dir_.path() + "/copy";
+    std::filesystem::copy_file(path_of("replaced"), copy);
+    ASSERT_EQ(std::rename(copy.c_str(), path_of("replaced").c_str()), 0);
+    auto held_by_b = b.acquire("replaced", try_for(0ms));
+    std::error_code ec;
+    auto second = a.acquire("replaced", try_for(200ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "A locked the replaced inode while B holds the file at the path";
+    EXPECT_FALSE(second);
+}
+
+// Replacement while A waits: A's wait ends on the old inode when it is unlocked, and A must not take
+// that for the lock while B holds the file now at the path.
+TEST_F(FileBackend, FileReplacedDuringAWaitIsNotTakenForTheLock) {
+    auto a = open_client();
+    auto b = open_client();
+    auto c = open_client();
+    auto old_holder = c.acquire("moved", try_for(0ms));
+    auto waiting = std::async(std::launch::async, [&] {
+        std::error_code ec;
+        auto l = a.acquire("moved", try_for(1500ms), ec);
+        return ec;
+    });
+    std::this_thread::sleep_for(200ms);  // A sleeps in the kernel on the old inode
+    ASSERT_EQ(::unlink(path_of("moved").c_str()), 0);
+    auto held_by_b = b.acquire("moved", try_for(0ms));
+    old_holder.release();  // wakes A on the deleted inode
+    EXPECT_EQ(waiting.get(), dlock::errc::timeout) << "A took the deleted inode for the lock B holds";
+}
+
+// A lock file truncated from outside: an error that names the file, never a SIGBUS, and never a
+// fencing counter silently restarted below tokens already handed out.
+TEST_F(FileBackend, TruncatedLockFileIsAnErrorNotACrash) {
+    auto a = open_client();
+    a.acquire("cut", try_for(0ms)).release();
+    ASSERT_EQ(::truncate(path_of("cut").c_str(), 0), 0);
+    auto b = open_client();
+    for (dlock::client* client : {&a, &b}) {  // A's cached description, then a fresh client's
+        std::error_code ec;
+        auto lease = client->acquire("cut", try_for(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::backend) << (client == &a ? "cached" : "fresh");
+        const std::string message = dlock_last_error();
+        EXPECT_NE(message.find(path_of("cut")), std::string::npos) << message;
+        EXPECT_NE(message.find("fencing counter is lost"), std::string::npos) << message;
+    }
+    // Once the file is removed (by someone who knows no process uses it), a new one is started.
+    ASSERT_EQ(::unlink(path_of("cut").c_str()), 0);
+    EXPECT_EQ(a.acquire("cut", try_for(0ms)).fencing_token(), 1u);
+}
+
+// Runs `body` on a thread that blocks every signal (as programs with a sigwait thread do).
+template <typename F>
+auto on_thread_blocking_all_signals(F body) {
+    return std::async(std::launch::async, [body] {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        return body();
+    });
+}
+
+TEST_F(FileBackend, DeadlineIsHonouredWhenTheThreadBlocksSignals) {
+    auto holder = open_client();
+    auto waiter = open_client();
+    auto held = holder.acquire("blocked", try_for(0ms));
+    auto attempt = on_thread_blocking_all_signals([&] {
+        std::error_code ec;
+        const auto started = std::chrono::steady_clock::now();
+        auto l = waiter.acquire("blocked", try_for(100ms), ec);
+        return std::make_pair(ec, std::chrono::steady_clock::now() - started);
+    });
+    const bool returned = attempt.wait_for(5s) == std::future_status::ready;
+    if (!returned) held.release();  // let the stuck wait end so the test can finish
+    ASSERT_TRUE(returned) << "a 100 ms wait did not end in 5 s: the deadline signal was blocked";
+    const auto [ec, took] = attempt.get();
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_GE(took, 100ms);
+}
+
+TEST_F(FileBackend, CloseInterruptsAWaiterThatBlocksSignals) {
+    auto holder = open_client();
+    auto held = holder.acquire("closing", try_for(0ms));
+    // The C handle, so the closing thread and the waiting one share no C++ object.
+    dlock_client* waiter = nullptr;
+    const std::string yaml = "backend: file\noptions:\n  directory: \"" + dir_.path() + "\"\n";
+    ASSERT_EQ(dlock_client_open_yaml(yaml.c_str(), "waiter", &waiter), DLOCK_OK) << dlock_last_error();
+    auto attempt = on_thread_blocking_all_signals([waiter] {
+        dlock_acquire_options options = DLOCK_ACQUIRE_OPTIONS_INIT;
+        options.wait_ms = DLOCK_WAIT_FOREVER;
+        dlock_lease* lease = nullptr;
+        const int status = dlock_acquire(waiter, "closing", &options, &lease);
+        dlock_lease_destroy(lease);
+        return status;
+    });
+    std::this_thread::sleep_for(200ms);
+    auto closing = std::async(std::launch::async, [waiter] { dlock_client_close(waiter); });
+    const bool closed = closing.wait_for(5s) == std::future_status::ready;
+    if (!closed) held.release();
+    ASSERT_TRUE(closed) << "close() did not interrupt a waiter that blocks signals";
+    EXPECT_EQ(attempt.get(), DLOCK_CANCELLED);
+}
+
+}  // namespace
