@@ -94,6 +94,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     core->capabilities_ = core->plugin_->capabilities(core->backend_) | DLOCK_CAP_REENTRANT;
     core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
     core->dispatcher_ = std::thread([raw = core.get()] { raw->dispatcher_loop(); });
+    core->dispatcher_id_ = core->dispatcher_.get_id();
     return core;
 }
 
@@ -429,7 +430,7 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
     std::unique_lock<std::mutex> lock(mutex_);
     // The caller may free the previous callback's data once this returns: let a run of it finish
     // (unless this is that run, replacing itself).
-    if (std::this_thread::get_id() != dispatcher_.get_id())
+    if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return running_callback_ != lease; });
     lease->on_lost = callback;
     lease->on_lost_data = user_data;
@@ -459,7 +460,7 @@ int64_t client_core::valid_until_of(const dlock_lease* lease) {
 
 void client_core::destroy(dlock_lease* lease) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (std::this_thread::get_id() != dispatcher_.get_id())
+    if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return lease->callbacks_running == 0; });
     else if (running_callback_ == lease)
         running_callback_ = nullptr;  // destroyed from its own callback: the dispatcher must not touch it after
@@ -640,7 +641,7 @@ void client_core::close() {
     lock.unlock();
     if (keeper_.joinable()) keeper_.join();
     if (dispatcher_.joinable()) {
-        if (dispatcher_.get_id() == std::this_thread::get_id()) dispatcher_.detach();
+        if (dispatcher_id_ == std::this_thread::get_id()) dispatcher_.detach();
         else dispatcher_.join();
     }
     if (backend_) {

@@ -117,6 +117,9 @@ private:
     dlock_lease* running_callback_ = nullptr;
     std::thread keeper_;
     std::thread dispatcher_;
+    // The dispatcher's id, set before any lease exists and never changed: read without the mutex
+    // while close() may be joining `dispatcher_`.
+    std::thread::id dispatcher_id_;
 };
 
 }  // namespace dlock::core
