@@ -1,6 +1,6 @@
 // The `file` backend against what can happen to its directory and its threads: a lock file deleted
-// or replaced behind the clients' backs, a lock file truncated from outside, and an application
-// thread that blocks every signal while it waits.
+// or replaced behind the clients' backs (and, as a documented limit, deleted while held), a lock
+// file truncated from outside, and an application thread that blocks every signal while it waits.
 #include "support.hpp"
 
 #include <dlock/dlock.hpp>
@@ -84,6 +84,23 @@ TEST_F(FileBackend, FileReplacedDuringAWaitIsNotTakenForTheLock) {
     auto held_by_b = b.acquire("moved", try_for(0ms));
     old_holder.release();  // wakes A on the deleted inode
     EXPECT_EQ(waiting.get(), dlock::errc::timeout) << "A took the deleted inode for the lock B holds";
+}
+
+// The limit no check can remove, demonstrated: a file deleted while it is HELD lets a newcomer lock
+// a new file at the path while the old holder still holds the deleted one (docs/backends/file.md:
+// keep the directory out of reach of cleaners). The old holder keeps its lease and its lower token.
+TEST_F(FileBackend, FileDeletedWhileHeldLetsASecondHolderIn) {
+    auto a = open_client();
+    auto b = open_client();
+    auto held_by_a = a.acquire("deleted-while-held", try_for(0ms));
+    ASSERT_EQ(::unlink(path_of("deleted-while-held").c_str()), 0);
+    std::error_code ec;
+    auto held_by_b = b.acquire("deleted-while-held", try_for(0ms), ec);
+    EXPECT_FALSE(ec) << "expected the documented violation: B locks the new file";
+    EXPECT_EQ(held_by_a.state(), dlock::lease_state::held);
+    // The new file starts a new counter: the fencing tokens do not tell the holders apart either.
+    EXPECT_EQ(held_by_b.fencing_token(), 1u);
+    EXPECT_EQ(held_by_a.fencing_token(), 1u);
 }
 
 // A lock file truncated from outside: an error that names the file, never a SIGBUS, and never a
