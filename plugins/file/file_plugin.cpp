@@ -321,6 +321,7 @@ struct dlock_backend {
         std::memcpy(header.magic, magic, sizeof magic);
         header.name_bytes = uint32_t(std::min(name.size(), sizeof header.name - 1));
         std::memcpy(header.name, name.data(), header.name_bytes);
+        errno = 0;  // a short write sets none: then it is taken for ENOSPC
         if (pwrite(fd, &header, sizeof header, 0) != ssize_t(sizeof header))
             fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write a new lock file in `{}`: {}", directory,
                                                 std::strerror(errno ? errno : ENOSPC)));
@@ -532,6 +533,7 @@ uint64_t read_fence(const dlock_backend* backend, const descriptor* d) {
     std::memcpy(header.magic, magic, sizeof magic);
     header.name_bytes = uint32_t(std::min(d->name.size(), sizeof header.name - 1));
     std::memcpy(header.name, d->name.data(), header.name_bytes);
+    errno = 0;  // a short write sets none: then it is taken for ENOSPC
     if (pwrite(d->fd, &header, sizeof header, 0) != ssize_t(sizeof header))
         fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write the header of `{}`: {}", backend->path_of(d->name),
                                             std::strerror(errno ? errno : ENOSPC)));
@@ -595,6 +597,7 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
             fields.fence = fence;
             std::strncpy(fields.holder, request->owner, sizeof fields.holder - 1);
             fields.holder_pid = backend->pid;
+            errno = 0;  // a short write sets none: then it is taken for ENOSPC
             if (pwrite(d->fd, &fields, sizeof fields, holder_fields_offset) != ssize_t(sizeof fields))
                 fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write the fencing counter of `{}`: {}",
                                                     backend->path_of(name), std::strerror(errno ? errno : ENOSPC)));

@@ -14,6 +14,10 @@
 #include <fstream>
 #include <future>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -121,6 +125,44 @@ TEST_F(FileBackend, TruncatedLockFileIsAnErrorNotACrash) {
     // Once the file is removed (by someone who knows no process uses it), a new one is started.
     ASSERT_EQ(::unlink(path_of("cut").c_str()), 0);
     EXPECT_EQ(a.acquire("cut", try_for(0ms)).fencing_token(), 1u);
+}
+
+// A full tmpfs: creating and writing a lock file is an error (UNAVAILABLE, nothing held), never a
+// SIGBUS from a write to a mapped page the file system cannot back. Runs in a child process with a
+// private mount namespace holding an 8 KiB tmpfs, which needs CAP_SYS_ADMIN.
+TEST_F(FileBackend, FullFileSystemIsAnErrorNotACrash) {
+    constexpr int cannot_mount = 77;
+    const std::string full = dir_.path() + "/full";
+    ASSERT_EQ(::mkdir(full.c_str(), 0700), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            ::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=8k") != 0)
+            ::_exit(cannot_mount);
+        {
+            std::ofstream fill(full + "/fill");
+            const std::string block(1024, 'x');
+            for (int i = 0; i < 64 && fill; ++i) fill << block << std::flush;
+        }
+        dlock_client* client = nullptr;
+        const std::string yaml = "backend: file\noptions:\n  directory: \"" + full + "\"\n";
+        if (dlock_client_open_yaml(yaml.c_str(), "full", &client) != DLOCK_OK) ::_exit(2);
+        dlock_acquire_options options = DLOCK_ACQUIRE_OPTIONS_INIT;
+        options.wait_ms = 0;
+        dlock_lease* lease = nullptr;
+        const int status = dlock_acquire(client, "no-room", &options, &lease);
+        std::fprintf(stderr, "acquire on a full tmpfs: %s: %s\n", dlock_status_name(status), dlock_last_error());
+        dlock_lease_destroy(lease);
+        dlock_client_close(client);
+        ::_exit(status == DLOCK_UNAVAILABLE ? 0 : 3);
+    }
+    int wstatus = 0;
+    ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == cannot_mount)
+        GTEST_SKIP() << "no private tmpfs here (needs CAP_SYS_ADMIN for unshare + mount)";
+    ASSERT_FALSE(WIFSIGNALED(wstatus)) << "the acquiring process died of signal " << WTERMSIG(wstatus);
+    EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "acquire on a full file system did not answer DLOCK_UNAVAILABLE (see stderr)";
 }
 
 // Runs `body` on a thread that blocks every signal (as programs with a sigwait thread do).
