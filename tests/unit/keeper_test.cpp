@@ -206,4 +206,25 @@ TEST(Keeper, ReplacingTheLostCallbackWhileItRunsIsSafe) {
     EXPECT_EQ(lease.state(), dlock::lease_state::lost);
 }
 
+// The C function waits for a running callback of the lease before replacing it, so the caller may
+// free the previous callback's data as soon as it returns.
+TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
+    struct progress {
+        std::atomic<bool> running{false};
+        std::atomic<bool> finished{false};
+    } p;
+    auto client = fake_client("  lose_after: 50ms\n");
+    auto lease = client.acquire("c-replaced", dlock::acquire_options().with_ttl(30s));
+    const dlock_lost_callback slow = [](dlock_lease*, void* data) {
+        auto* state = static_cast<progress*>(data);
+        state->running = true;
+        std::this_thread::sleep_for(200ms);
+        state->finished = true;
+    };
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), slow, &p), DLOCK_OK);
+    ASSERT_TRUE(eventually([&] { return p.running.load(); }));
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), nullptr, nullptr), DLOCK_OK);
+    EXPECT_TRUE(p.finished.load()) << "dlock_lease_on_lost returned while the previous callback still ran";
+}
+
 }  // namespace
