@@ -40,7 +40,8 @@ bool is_env_name(std::string_view name) {
                        [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
-// Expands ${VAR}, ${VAR:-fallback} and $$ in a scalar.
+// Expands ${VAR}, ${VAR:-fallback} and $$ in a scalar. A malformed reference is reported by its
+// byte offset, never by quoting the value: a stray `${` is as likely to sit inside a password.
 std::string interpolate(const std::string& text, const std::string& location) {
     std::string out;
     out.reserve(text.size());
@@ -49,11 +50,18 @@ std::string interpolate(const std::string& text, const std::string& location) {
         if (text[i + 1] == '$') { out += '$'; ++i; continue; }
         if (text[i + 1] != '{') { out += '$'; continue; }
         const size_t close = text.find('}', i + 2);
-        if (close == std::string::npos) fail(fmt::format("{}: unterminated `${{` in `{}`", location, text));
+        if (close == std::string::npos)
+            fail(fmt::format("{}: unterminated `${{` at byte {} of the value (not shown: it may be a secret); "
+                             "close it with `}}`, or write `$${{` for a literal `${{`",
+                             location, i + 1));
         const std::string expr = text.substr(i + 2, close - i - 2);
         const size_t sep = expr.find(":-");
         const std::string name = expr.substr(0, sep);
-        if (!is_env_name(name)) fail(fmt::format("{}: `${{{}}}` is not a valid environment variable reference", location, expr));
+        if (!is_env_name(name))
+            fail(fmt::format("{}: `${{` at byte {} of the value does not start a valid environment variable reference "
+                             "(the value is not shown: it may be a secret); write ${{NAME}} or ${{NAME:-fallback}} with "
+                             "NAME of letters, digits and `_`, or `$${{` for a literal `${{`",
+                             location, i + 1));
         if (const char* value = std::getenv(name.c_str())) {
             out += value;
         } else if (sep != std::string::npos) {

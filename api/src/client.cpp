@@ -93,6 +93,8 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
         throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
     core->capabilities_ = core->plugin_->capabilities(core->backend_) | DLOCK_CAP_REENTRANT;
     core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
+    core->dispatcher_ = std::thread([raw = core.get()] { raw->dispatcher_loop(); });
+    core->dispatcher_id_ = core->dispatcher_.get_id();
     return core;
 }
 
@@ -166,8 +168,15 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
         if (reentrant) {
             auto it = reentrant_.find(name);
-            if (it != reentrant_.end() && (it->second->state == DLOCK_LEASE_HELD || it->second->state == DLOCK_LEASE_SUSPECT))
-                return new_lease(it->second);
+            if (it != reentrant_.end()) {
+                const std::shared_ptr<hold> held = it->second;
+                // The keeper may be late (stuck in a slow renewal): validity decides, not the state
+                // it last wrote. A hold whose validity is over is lost, never shared.
+                if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
+                    held->valid_until_ns <= monotonic_now_ns())
+                    mark_lost(*held);
+                if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) return new_lease(held);
+            }
         }
         ++acquires_in_flight_;
     }
@@ -189,58 +198,101 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         }
     } in_flight{this};
 
-    auto h = std::make_shared<hold>();
-    h->name = name;
-    h->owner = detail::new_owner_token();
-    h->ttl_ms = ttl_ms;
-    h->renew = renew;
-    h->reentrant = reentrant;
+    const int64_t deadline_ns = wait_ms == 0 ? 0
+                                : wait_ms == INT64_MAX ? forever_ns
+                                                       : std::max<int64_t>(1, detail::saturating_add(monotonic_now_ns(), detail::ms_to_ns(wait_ms)));
+    // Why the last grant was refused, for the TIMEOUT message when no usable one came in time.
+    std::string refused;
+    for (;;) {
+        // A fresh hold (and owner token) for every attempt: a refused grant's hold is given back
+        // and its cookie never reused.
+        auto h = std::make_shared<hold>();
+        h->name = name;
+        h->owner = detail::new_owner_token();
+        h->ttl_ms = ttl_ms;
+        h->renew = renew;
+        h->reentrant = reentrant;
 
-    dlock_acquire_request request{};
-    request.struct_size = sizeof request;
-    request.name = h->name.c_str();
-    request.owner = h->owner.data();
-    request.ttl_ms = ttl_ms;
-    request.deadline_ns = wait_ms == 0 ? 0
-                          : wait_ms == INT64_MAX ? forever_ns
-                                                 : std::max<int64_t>(1, detail::saturating_add(monotonic_now_ns(), detail::ms_to_ns(wait_ms)));
-    request.fair = fair ? 1 : 0;
-    request.host_lease = h.get();
+        dlock_acquire_request request{};
+        request.struct_size = sizeof request;
+        request.name = h->name.c_str();
+        request.owner = h->owner.data();
+        request.ttl_ms = ttl_ms;
+        request.deadline_ns = deadline_ns;
+        request.fair = fair ? 1 : 0;
+        request.host_lease = h.get();
 
-    dlock_hold* plugin_hold = nullptr;
-    dlock_grant grant{};
-    grant.struct_size = sizeof grant;
+        dlock_hold* plugin_hold = nullptr;
+        dlock_grant grant{};
+        grant.struct_size = sizeof grant;
+        dlock_plugin_error err{};
+        const int status = plugin_call(err, plugin_->name, "acquire",
+                                       [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
+        if (status != DLOCK_OK) {
+            if (status == DLOCK_TIMEOUT) {
+                std::string why = message_of(err, fmt::format("lock `{}` not acquired within {} ms", name, wait_ms));
+                if (!refused.empty()) why += "; before that, " + refused;
+                throw error(DLOCK_TIMEOUT, why);
+            }
+            fail_plugin_call(status, err, "acquire");
+        }
+        if (!plugin_hold) throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `acquire` but returned no hold", plugin_->name));
+
+        std::unique_lock<std::mutex> lock(mutex_);
+        h->plugin_hold = plugin_hold;
+        h->fence = grant.fencing_token;
+        if (grant.ttl_ms > 0) h->ttl_ms = grant.ttl_ms;
+        h->valid_until_ns = grant.valid_until_ns;
+        h->next_renew_ns = forever_ns;
+        if (h->renew && (capabilities_ & DLOCK_CAP_TTL) && h->valid_until_ns != forever_ns)
+            h->next_renew_ns = h->valid_until_ns - detail::ms_to_ns(h->ttl_ms) * 2 / 3;
+        remember_hold(h);
+        if (closed_) {  // closed while we waited: give it back rather than hand out a lease on a closed client
+            std::string why;
+            release_hold(lock, h, why);
+            throw error(DLOCK_CANCELLED, "the client was closed during acquire");
+        }
+        // Never hand out a grant that is no longer a lock: one the backend reported LOST before
+        // acquire returned (no lease existed yet to notify), or one whose validity ran out before
+        // the reply arrived (a slow network, a stalled process). Give it back and try again while
+        // the wait allows.
+        const int64_t now = monotonic_now_ns();
+        const bool lost_on_arrival = h->state == DLOCK_LEASE_LOST;
+        if (lost_on_arrival || h->valid_until_ns <= now) {
+            forget_hold(h);
+            h->plugin_hold = nullptr;
+            h->state = DLOCK_LEASE_LOST;
+            refused = lost_on_arrival
+                          ? fmt::format("backend `{}` granted `{}` but reported it lost before the grant could be handed out", plugin_->name, name)
+                          : fmt::format("backend `{}` granted `{}` but the grant's validity was over {} ms before it arrived "
+                                        "(reply slower than the ttl of {} ms)",
+                                        plugin_->name, name, (now - h->valid_until_ns) / detail::ns_per_ms, h->ttl_ms);
+            lock.unlock();
+            give_back_grant(plugin_hold, name);
+            const int64_t left_ns = deadline_ns - monotonic_now_ns();
+            if (left_ns <= 0)
+                throw error(DLOCK_TIMEOUT, fmt::format("lock `{}` not acquired within {} ms: {}; it was given back", name, wait_ms, refused));
+            // A short pause, so a backend that loses every grant at once is not spun on.
+            std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(left_ns, 10 * detail::ns_per_ms)));
+            continue;
+        }
+        // No plugin call follows: close() may go on once this section ends.
+        in_flight.count_out_locked();
+        if (reentrant) reentrant_[h->name] = h;
+        dlock_lease* lease = new_lease(h);
+        // Waking the keeper costs a context switch: only when this hold is due before its next wake.
+        if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
+        return lease;
+    }
+}
+
+void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& name) {
     dlock_plugin_error err{};
-    const int status = plugin_call(err, plugin_->name, "acquire",
-                                   [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
-    if (status != DLOCK_OK) {
-        if (status == DLOCK_TIMEOUT)
-            throw error(DLOCK_TIMEOUT, message_of(err, fmt::format("lock `{}` not acquired within {} ms", name, wait_ms)));
-        fail_plugin_call(status, err, "acquire");
-    }
-    if (!plugin_hold) throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `acquire` but returned no hold", plugin_->name));
-
-    std::unique_lock<std::mutex> lock(mutex_);
-    h->plugin_hold = plugin_hold;
-    h->fence = grant.fencing_token;
-    if (grant.ttl_ms > 0) h->ttl_ms = grant.ttl_ms;
-    h->valid_until_ns = grant.valid_until_ns;
-    h->next_renew_ns = forever_ns;
-    if (h->renew && (capabilities_ & DLOCK_CAP_TTL) && h->valid_until_ns != forever_ns)
-        h->next_renew_ns = h->valid_until_ns - detail::ms_to_ns(h->ttl_ms) * 2 / 3;
-    remember_hold(h);
-    if (closed_) {  // closed while we waited: give it back rather than hand out a lease on a closed client
-        std::string why;
-        release_hold(lock, h, why);
-        throw error(DLOCK_CANCELLED, "the client was closed during acquire");
-    }
-    // No plugin call follows: close() may go on once this section ends.
-    in_flight.count_out_locked();
-    if (reentrant) reentrant_[h->name] = h;
-    dlock_lease* lease = new_lease(h);
-    // Waking the keeper costs a context switch: only when this hold is due before its next wake.
-    if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
-    return lease;
+    const int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
+    if (status != DLOCK_OK && status != DLOCK_LOST)
+        logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
+                      name, dlock_status_name(status), message_of(err, ""));
+    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
 }
 
 void client_core::mark_lost(hold& h) {
@@ -255,7 +307,7 @@ void client_core::mark_lost(hold& h) {
             lost_queue_.push_back(lease);
         }
     }
-    keeper_wake_.notify_one();
+    if (!lost_queue_.empty()) dispatcher_wake_.notify_one();
 }
 
 void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
@@ -376,6 +428,10 @@ int client_core::renew(dlock_lease* lease) {
 
 void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void* user_data) {
     std::unique_lock<std::mutex> lock(mutex_);
+    // The caller may free the previous callback's data once this returns: let a run of it finish
+    // (unless this is that run, replacing itself).
+    if (std::this_thread::get_id() != dispatcher_id_)
+        changed_.wait(lock, [&] { return running_callback_ != lease; });
     lease->on_lost = callback;
     lease->on_lost_data = user_data;
     if (!callback || lease->released || lease->lost_notified || lease->hold->state != DLOCK_LEASE_LOST) return;
@@ -404,8 +460,10 @@ int64_t client_core::valid_until_of(const dlock_lease* lease) {
 
 void client_core::destroy(dlock_lease* lease) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (std::this_thread::get_id() != keeper_.get_id())
+    if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return lease->callbacks_running == 0; });
+    else if (running_callback_ == lease)
+        running_callback_ = nullptr;  // destroyed from its own callback: the dispatcher must not touch it after
     lost_queue_.erase(std::remove(lost_queue_.begin(), lost_queue_.end(), lease), lost_queue_.end());
     if (!lease->released) {
         const std::shared_ptr<hold> h = lease->hold;
@@ -473,26 +531,7 @@ void client_core::keeper_loop() {
     std::vector<std::shared_ptr<hold>> batch_holds;
     std::vector<dlock_renewal> batch;
     for (;;) {
-        // 1. Lost callbacks, never under the mutex.
-        while (!lost_queue_.empty()) {
-            dlock_lease* lease = lost_queue_.front();
-            lost_queue_.erase(lost_queue_.begin());
-            const dlock_lost_callback callback = lease->on_lost;
-            void* data = lease->on_lost_data;
-            lock.unlock();
-            if (callback) {
-                try {
-                    callback(lease, data);
-                } catch (...) {
-                    logger().error("a lost callback threw an exception; it was ignored");
-                }
-            }
-            lock.lock();
-            --lease->callbacks_running;
-            changed_.notify_all();
-        }
-
-        // 2. Expiry and due renewals.
+        // Expiry and due renewals. Lost callbacks run on the dispatcher, never here.
         const int64_t now = monotonic_now_ns();
         int64_t next_wake = forever_ns;
         batch_holds.clear();
@@ -511,7 +550,6 @@ void client_core::keeper_loop() {
                 next_wake = std::min(next_wake, h->next_renew_ns);
             }
         }
-        if (!lost_queue_.empty()) continue;
         if (!batch.empty()) {
             lock.unlock();
             dlock_plugin_error err{};
@@ -536,6 +574,37 @@ void client_core::keeper_loop() {
         }
         keeper_wakes_at_ns_ = INT64_MIN;
     }
+}
+
+void client_core::dispatcher_loop() {
+    // Keeps the core alive while a callback runs and until this thread has left: a callback that
+    // closes the client (against the contract) may drop the last other reference.
+    std::shared_ptr<client_core> self;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        dispatcher_wake_.wait(lock, [&] { return !lost_queue_.empty() || stop_dispatcher_; });
+        if (lost_queue_.empty()) break;  // stopping, and every queued callback has run
+        dlock_lease* lease = lost_queue_.front();
+        lost_queue_.erase(lost_queue_.begin());
+        const dlock_lost_callback callback = lease->on_lost;
+        void* data = lease->on_lost_data;
+        running_callback_ = lease;
+        if (!self) self = weak_from_this().lock();  // null only while the core is being destroyed
+        lock.unlock();
+        if (callback) {
+            try {
+                callback(lease, data);
+            } catch (...) {
+                logger().error("a lost callback threw an exception; it was ignored");
+            }
+        }
+        lock.lock();
+        if (running_callback_ == lease) --lease->callbacks_running;
+        running_callback_ = nullptr;
+        changed_.notify_all();
+    }
+    lock.unlock();
+    // `self` may be the last reference: the core is destroyed here, and nothing touches it after.
 }
 
 void client_core::close() {
@@ -565,10 +634,15 @@ void client_core::close() {
     }
     stop_keeper_ = true;
     keeper_wake_.notify_all();
+    // The dispatcher runs the callbacks already queued (their leases were lost before the close),
+    // then exits.
+    stop_dispatcher_ = true;
+    dispatcher_wake_.notify_all();
     lock.unlock();
-    if (keeper_.joinable()) {
-        if (keeper_.get_id() == std::this_thread::get_id()) keeper_.detach();
-        else keeper_.join();
+    if (keeper_.joinable()) keeper_.join();
+    if (dispatcher_.joinable()) {
+        if (dispatcher_id_ == std::this_thread::get_id()) dispatcher_.detach();
+        else dispatcher_.join();
     }
     if (backend_) {
         dlock_plugin_error err{};

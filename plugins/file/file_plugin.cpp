@@ -7,25 +7,39 @@
 // that description's last descriptor closes — in particular when the holding process dies — and
 // two descriptions of one process conflict like two processes do.
 //
-// Layout: each lock file is one page, mapped shared. Its header keeps the fencing counter (bumped
-// under the lock, so it is strictly increasing per name) and the current holder's owner token.
-// The file is never unlinked: unlinking would let a newcomer lock a fresh inode while an old
-// holder still holds the unlinked one, and would reset the counter.
+// Layout: each lock file starts with a header keeping the fencing counter (bumped under the lock,
+// so it is strictly increasing per name) and the current holder's owner token. It is read and
+// written with pread/pwrite, never through a mapping: a write to a mapped page the file system
+// cannot back (a full tmpfs, a file truncated from outside) kills the process with SIGBUS, where
+// pwrite returns an error. A new file is created complete — written under a temporary name, then
+// hard-linked into place — so a file at the path always has a header, and one without is refused
+// (its counter is lost) rather than silently restarted at 1.
+//
+// The file is never unlinked by dlock: unlinking would let a newcomer lock a fresh inode while an
+// old holder still holds the unlinked one, and would reset the counter. Others may delete or
+// replace it (tmpfiles, a clean-up script): after locking, the locked description is compared with
+// what the path names now (device and inode), and a stale one is closed and the new file
+// locked instead. (A file deleted while it is held still lets a newcomer in: no check can see
+// that. The directory must not be cleaned while processes use it.)
 //
 // Waiting: F_OFD_SETLKW sleeps in the kernel and wakes when the lock is released: no polling.
 // A deadline or a client close interrupts the sleep with a signal (`wake_signal`, handler
 // installed without SA_RESTART): a per-wait POSIX timer aimed at the waiting thread fires at the
 // deadline (and every millisecond after, in case the first signal landed just before the sleep),
-// and interrupt() signals every waiting thread until each has left.
+// and interrupt() signals every waiting thread until each has left. The signal is unblocked in the
+// waiting thread for the time of the wait, so an application that blocks every signal in its
+// threads (a sigwait design) still has its deadlines and close() honoured.
 #include "file_plugin.hpp"
 
 #include <boost/uuid/name_generator_sha1.hpp>
 #include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -34,8 +48,8 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 #include <set>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <thread>
@@ -47,7 +61,6 @@ namespace dlock::file_backend {
 
 namespace {
 
-constexpr size_t page_bytes = 4096;
 constexpr char magic[8] = {'d', 'l', 'o', 'c', 'k', 'f', '1', '\n'};
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 
@@ -55,12 +68,18 @@ constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 struct lock_file_header {
     char magic[8];
     uint64_t fence;      // the last fencing token issued for this name
-    char holder[40];     // owner token of the current holder, "" when released
+    char holder[40];     // owner token of the current (or, once released, the last) holder
     int64_t holder_pid;  // for people reading the file
     uint32_t name_bytes;
     char name[1028];     // the lock name, for people reading the file
 };
-static_assert(sizeof(lock_file_header) <= page_bytes, "lock file header must fit one page");
+// What an acquisition writes, in one pwrite: the fields from `fence` to `holder_pid`.
+constexpr size_t holder_fields_offset = offsetof(lock_file_header, fence);
+constexpr size_t holder_fields_bytes = offsetof(lock_file_header, name_bytes) - holder_fields_offset;
+static_assert(offsetof(lock_file_header, holder) == holder_fields_offset + sizeof(uint64_t) &&
+                  offsetof(lock_file_header, holder_pid) == offsetof(lock_file_header, holder) + 40 &&
+                  holder_fields_bytes == sizeof(uint64_t) + 40 + sizeof(int64_t),
+              "the holder fields must be contiguous");
 
 int64_t now_ns() {
     timespec ts;
@@ -70,13 +89,14 @@ int64_t now_ns() {
 
 pid_t current_tid() { return pid_t(syscall(SYS_gettid)); }
 
-// An open description of one lock file, mapped. Reused across acquisitions of the same name.
+// An open description of one lock file. Reused across acquisitions of the same name.
 struct descriptor {
     std::string name;
+    std::string file_name;  // in the backend's directory
     int fd = -1;
-    lock_file_header* header = nullptr;
+    dev_t device = 0;       // of the open file, to compare with what the path names
+    ino_t inode = 0;
     ~descriptor() {
-        if (header) munmap(header, page_bytes);
         if (fd >= 0) close(fd);
     }
 };
@@ -215,6 +235,7 @@ using namespace dlock::file_backend;
 
 struct dlock_backend {
     std::string directory;
+    int directory_fd = -1;  // O_PATH: lock files are looked up relative to it
     int wake_signal = 0;
     size_t idle_limit = 0;
     // Written into lock files for people reading them; read once (getpid is a system call, and a
@@ -231,12 +252,14 @@ struct dlock_backend {
     ~dlock_backend() {
         for (auto& entry : idle)
             for (descriptor* d : entry.second) delete d;
+        if (directory_fd >= 0) close(directory_fd);
     }
 
     std::string path_of(std::string_view name) const { return directory + "/" + lock_file_name(name); }
 
     // A description of the lock file of `name`, unlocked: from the idle pool or newly opened.
-    descriptor* take(const std::string& name) {
+    // `owner` (unique to the acquisition) names the temporary file when one is created.
+    descriptor* take(const std::string& name, const char* owner) {
         {
             std::lock_guard<std::mutex> lock(mutex);
             // Entries stay when emptied: the next acquisition of the name reuses them without
@@ -249,25 +272,79 @@ struct dlock_backend {
                 return d;
             }
         }
+        return open_lock_file(name, owner);
+    }
+
+    // Opens the lock file of `name`, creating it complete (header included) if it is missing.
+    descriptor* open_lock_file(const std::string& name, const char* owner) {
         auto d = std::make_unique<descriptor>();
         d->name = name;
+        d->file_name = lock_file_name(name);
         const std::string path = path_of(name);
-        d->fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-        if (d->fd < 0)
-            fail(errno == EACCES || errno == EROFS ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
-                 fmt::format("file backend: cannot open lock file `{}`: {}", path, std::strerror(errno)));
+        for (;;) {
+            d->fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+            if (d->fd >= 0) break;
+            if (errno != ENOENT) fail_open(path, errno);
+            d->fd = create_lock_file(name, owner);
+            if (d->fd >= 0) break;  // else another process created it first: open theirs
+        }
         struct stat st {};
         if (fstat(d->fd, &st) != 0)
             fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot stat `{}`: {}", path, std::strerror(errno)));
         if (!S_ISREG(st.st_mode)) fail(DLOCK_BACKEND, fmt::format("file backend: `{}` is not a regular file", path));
-        // Growing to one page is idempotent; the file is never shrunk, so the mapping stays valid.
-        if (st.st_size < off_t(page_bytes) && ftruncate(d->fd, page_bytes) != 0)
-            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot size lock file `{}`: {}", path, std::strerror(errno)));
-        void* map = mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, d->fd, 0);
-        if (map == MAP_FAILED)
-            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot map lock file `{}`: {}", path, std::strerror(errno)));
-        d->header = static_cast<lock_file_header*>(map);
+        d->device = st.st_dev;
+        d->inode = st.st_ino;
         return d.release();
+    }
+
+    [[noreturn]] static void fail_open(const std::string& path, int e) {
+        fail(e == EACCES || e == EROFS || e == ELOOP ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+             fmt::format("file backend: cannot open lock file `{}`: {}", path, std::strerror(e)));
+    }
+
+    // Writes a new lock file under a temporary name and links it into place. Returns its
+    // descriptor, or -1 if a file appeared at the path meanwhile.
+    int create_lock_file(const std::string& name, const char* owner) {
+        const std::string path = path_of(name);
+        const std::string temporary = fmt::format("{}/.dlock-new-{}", directory, owner);
+        const int fd = open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd < 0) fail_open(temporary, errno);
+        struct discard_temporary {
+            const std::string& path;
+            int fd;
+            ~discard_temporary() {
+                unlink(path.c_str());
+                if (fd >= 0) close(fd);
+            }
+        } cleanup{temporary, fd};
+        lock_file_header header{};
+        std::memcpy(header.magic, magic, sizeof magic);
+        header.name_bytes = uint32_t(std::min(name.size(), sizeof header.name - 1));
+        std::memcpy(header.name, name.data(), header.name_bytes);
+        errno = 0;  // a short write sets none: then it is taken for ENOSPC
+        if (pwrite(fd, &header, sizeof header, 0) != ssize_t(sizeof header))
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write a new lock file in `{}`: {}", directory,
+                                                std::strerror(errno ? errno : ENOSPC)));
+        if (link(temporary.c_str(), path.c_str()) != 0) {
+            if (errno == EEXIST) return -1;
+            fail(errno == EPERM || errno == ENOTSUP ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+                 fmt::format("file backend: cannot link the new lock file `{}` into place (the directory's file system "
+                             "must support hard links): {}",
+                             path, std::strerror(errno)));
+        }
+        cleanup.fd = -1;
+        return fd;
+    }
+
+    // True if the path still names the file `d` has open (the file was not deleted or replaced).
+    // The open file's inode number cannot have been reused: the open description keeps it alive.
+    bool still_at_path(const descriptor* d) const {
+        struct stat at_path {};
+        if (fstatat(directory_fd, d->file_name.c_str(), &at_path, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) return false;
+            fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot stat `{}`: {}", path_of(d->name), std::strerror(errno)));
+        }
+        return at_path.st_dev == d->device && at_path.st_ino == d->inode;
     }
 
     // Returns an unlocked description to the pool (or closes it when the pool is full).
@@ -289,6 +366,17 @@ struct dlock_backend {
     // Sleeps in F_OFD_SETLKW until the lock is ours, the deadline passes or interrupt() is called.
     int wait_for(descriptor* d, int64_t deadline_ns, std::string& why) {
         const pid_t tid = current_tid();
+        // The wake-up signal must reach this thread even if the application blocks it here; the
+        // mask is restored after the timer is gone and interrupt() no longer aims at this thread,
+        // and an unblocked signal is delivered at once, so none is left pending for the application.
+        sigset_t wake_only;
+        sigemptyset(&wake_only);
+        sigaddset(&wake_only, wake_signal);
+        struct restore_mask {
+            sigset_t previous;
+            ~restore_mask() { pthread_sigmask(SIG_SETMASK, &previous, nullptr); }
+        } mask{};
+        pthread_sigmask(SIG_UNBLOCK, &wake_only, &mask.previous);
         {
             std::lock_guard<std::mutex> lock(mutex);
             if (interrupted) { why = "file backend: client is closing"; return DLOCK_CANCELLED; }
@@ -373,6 +461,9 @@ int file_create(const dlock_option_value* options, size_t count, const dlock_plu
         backend->directory = is_default ? runtime_directory() : std::string(dir->string_value);
         while (backend->directory.size() > 1 && backend->directory.back() == '/') backend->directory.pop_back();
         ensure_directory(backend->directory, is_default);
+        backend->directory_fd = open(backend->directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (backend->directory_fd < 0)
+            fail(DLOCK_CONFIG, fmt::format("file backend: cannot open directory `{}`: {}", backend->directory, std::strerror(errno)));
         const auto* sig = find_option(options, count, "wake_signal");
         backend->wake_signal = (sig && sig->int_value) ? int(sig->int_value) : SIGRTMAX - 2;
         if (backend->wake_signal <= 0 || backend->wake_signal > SIGRTMAX)
@@ -406,52 +497,114 @@ void file_interrupt(dlock_backend* backend) {
     }
 }
 
+void unlock_file(const descriptor* d) {
+    struct flock unlock {};
+    unlock.l_type = F_UNLCK;
+    unlock.l_whence = SEEK_SET;
+    unlock.l_len = 1;
+    fcntl(d->fd, F_OFD_SETLK, &unlock);
+}
+
+// Under the lock: reads the fencing counter, checking the header; initialises the header of a
+// blank file (an all-zero page, as earlier versions created). Throws for a file that is not a
+// dlock lock file or was cut short from outside: its counter is lost, and restarting it would
+// hand out tokens a fenced resource has already seen.
+uint64_t read_fence(const dlock_backend* backend, const descriptor* d) {
+    struct {
+        char magic[8];
+        uint64_t fence;
+    } start{};
+    static_assert(sizeof start == holder_fields_offset + sizeof(uint64_t), "magic then fence");
+    const ssize_t got = pread(d->fd, &start, sizeof start, 0);
+    if (got < 0)
+        fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot read `{}`: {}", backend->path_of(d->name), std::strerror(errno)));
+    if (got == ssize_t(sizeof start) && std::memcmp(start.magic, magic, sizeof magic) == 0) return start.fence;
+
+    lock_file_header header{};
+    const ssize_t whole = pread(d->fd, &header, sizeof header, 0);
+    const bool blank = whole == ssize_t(sizeof header) &&
+                       std::all_of(reinterpret_cast<const char*>(&header), reinterpret_cast<const char*>(&header + 1),
+                                   [](char c) { return c == 0; });
+    if (!blank)
+        fail(DLOCK_BACKEND, fmt::format("file backend: `{}` is not a dlock lock file, or was cut short from outside ({} bytes): "
+                                        "its fencing counter is lost. Remove it only when no process uses it; the next "
+                                        "acquisition then starts a new file and a new counter",
+                                        backend->path_of(d->name), whole < 0 ? 0 : whole));
+    std::memcpy(header.magic, magic, sizeof magic);
+    header.name_bytes = uint32_t(std::min(d->name.size(), sizeof header.name - 1));
+    std::memcpy(header.name, d->name.data(), header.name_bytes);
+    errno = 0;  // a short write sets none: then it is taken for ENOSPC
+    if (pwrite(d->fd, &header, sizeof header, 0) != ssize_t(sizeof header))
+        fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write the header of `{}`: {}", backend->path_of(d->name),
+                                            std::strerror(errno ? errno : ENOSPC)));
+    return 0;
+}
+
 int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, dlock_hold** out_hold,
                  dlock_grant* out_grant, dlock_plugin_error* error) {
     return guarded(error, [&] {
         if (backend->interrupted) fail(DLOCK_CANCELLED, "file backend: client is closing");
         const std::string name(request->name);
-        descriptor* d = backend->take(name);
         struct give_back_unless_kept {
             dlock_backend* backend;
             descriptor* d;
             ~give_back_unless_kept() {
                 if (d) backend->give_back(d);
             }
-        } guard{backend, d};
+        } guard{backend, backend->take(name, request->owner)};
 
-        struct flock lock_request {};
-        lock_request.l_type = F_WRLCK;
-        lock_request.l_whence = SEEK_SET;
-        lock_request.l_len = 1;
-        if (fcntl(d->fd, F_OFD_SETLK, &lock_request) != 0) {
-            if (errno != EAGAIN && errno != EACCES)
-                fail(DLOCK_BACKEND, fmt::format("file backend: locking `{}` failed: {}", backend->path_of(name), std::strerror(errno)));
-            if (request->deadline_ns == 0) fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held by another holder", name));
-            std::string why;
-            const int status = backend->wait_for(d, request->deadline_ns, why);
-            if (status != DLOCK_OK) fail(status, why);
-        }
-
-        // Ours now. Everything below happens under the lock.
-        lock_file_header* h = d->header;
-        if (std::memcmp(h->magic, magic, sizeof magic) != 0) {
-            const bool blank = std::all_of(reinterpret_cast<const char*>(h), reinterpret_cast<const char*>(h + 1),
-                                           [](char c) { return c == 0; });
-            if (!blank) {
-                lock_request.l_type = F_UNLCK;
-                fcntl(d->fd, F_OFD_SETLK, &lock_request);
-                fail(DLOCK_BACKEND, fmt::format("file backend: `{}` is not a dlock lock file (bad header); remove it only "
-                                                "if no process uses it",
-                                                backend->path_of(name)));
+        for (;;) {
+            struct flock lock_request {};
+            lock_request.l_type = F_WRLCK;
+            lock_request.l_whence = SEEK_SET;
+            lock_request.l_len = 1;
+            if (fcntl(guard.d->fd, F_OFD_SETLK, &lock_request) != 0) {
+                if (errno != EAGAIN && errno != EACCES)
+                    fail(DLOCK_BACKEND, fmt::format("file backend: locking `{}` failed: {}", backend->path_of(name), std::strerror(errno)));
+                if (request->deadline_ns == 0) fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held by another holder", name));
+                std::string why;
+                const int status = backend->wait_for(guard.d, request->deadline_ns, why);
+                if (status != DLOCK_OK) fail(status, why);
             }
-            std::memcpy(h->magic, magic, sizeof magic);
-            h->name_bytes = uint32_t(std::min(name.size(), sizeof h->name - 1));
-            std::memcpy(h->name, name.data(), h->name_bytes);
+            // Locked — but perhaps a file that was deleted or replaced since it was opened (this
+            // description may come from the idle pool, or the wait may have outlasted the file):
+            // then lock the file the path names now.
+            bool current;
+            try {
+                current = backend->still_at_path(guard.d);
+            } catch (...) {
+                unlock_file(guard.d);
+                throw;
+            }
+            if (current) break;
+            descriptor* stale = guard.d;
+            guard.d = nullptr;
+            delete stale;  // closing the description drops its lock
+            guard.d = backend->open_lock_file(name, request->owner);
         }
-        const uint64_t fence = ++h->fence;
-        std::strncpy(h->holder, request->owner, sizeof h->holder - 1);
-        h->holder_pid = backend->pid;
+        descriptor* d = guard.d;
+
+        // Ours now. Everything below happens under the lock; a failure unlocks first.
+        uint64_t fence;
+        try {
+            fence = read_fence(backend, d) + 1;
+            struct {
+                uint64_t fence;
+                char holder[40];
+                int64_t holder_pid;
+            } fields{};
+            static_assert(sizeof fields == holder_fields_bytes, "the holder fields as laid out in the header");
+            fields.fence = fence;
+            std::strncpy(fields.holder, request->owner, sizeof fields.holder - 1);
+            fields.holder_pid = backend->pid;
+            errno = 0;  // a short write sets none: then it is taken for ENOSPC
+            if (pwrite(d->fd, &fields, sizeof fields, holder_fields_offset) != ssize_t(sizeof fields))
+                fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot write the fencing counter of `{}`: {}",
+                                                    backend->path_of(name), std::strerror(errno ? errno : ENOSPC)));
+        } catch (...) {
+            unlock_file(d);
+            throw;
+        }
 
         auto hold = new dlock_hold;
         hold->d = d;
@@ -468,8 +621,8 @@ int file_release(dlock_backend* backend, dlock_hold* hold, dlock_plugin_error* e
     return guarded(error, [&] {
         if (hold->released) return DLOCK_OK;
         descriptor* d = hold->d;
-        std::memset(d->header->holder, 0, sizeof d->header->holder);
-        d->header->holder_pid = 0;
+        // The holder fields are left as they are: they name the last holder, and inspect reports a
+        // holder only while the file is locked (one system call less per cycle).
         struct flock unlock {};
         unlock.l_type = F_UNLCK;
         unlock.l_whence = SEEK_SET;

@@ -3,7 +3,11 @@
 //
 //   (none)             `fake`: a working in-process TTL lock (not shared between processes).
 //                      Options: `lose_after` (report the hold LOST through the host after this long),
-//                      `renew_status` (the status every renewal returns; 0 = renew normally).
+//                      `renew_status` (the status every renewal returns; 0 = renew normally),
+//                      `renew_delay` (each renewal call answers only after this long: a stuck keeper),
+//                      `lose_in_acquire` (report each hold LOST through the host from inside
+//                      acquire, before acquire returns OK), `expired_grants` (the first N grants
+//                      come back with their validity already over, as a late reply would).
 //   FAKE_NO_SYMBOL     exports no negotiation symbol
 //   FAKE_TOO_OLD       answers ABI version 0
 //   FAKE_TOO_NEW       refuses: needs ABI version 99
@@ -48,6 +52,9 @@ struct dlock_backend {
     dlock_plugin_host host{};
     int64_t lose_after_ms = 0;
     int renew_status = 0;
+    int64_t renew_delay_ms = 0;
+    bool lose_in_acquire = false;
+    int64_t expired_grants = 0;  // (mutex) how many more grants to return already expired
     std::mutex mutex;
     std::condition_variable changed;
     std::map<std::string, entry> locks;
@@ -76,6 +83,9 @@ void set_error(dlock_plugin_error* e, const char* text) {
 const dlock_option_desc options[] = {
     {"lose_after", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Report each hold LOST this long after acquire (0 = never)."},
     {"renew_status", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "Status every renewal returns (0 = renew normally)."},
+    {"renew_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Each renewal call answers only after this long."},
+    {"lose_in_acquire", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false", "Report each hold LOST from inside acquire."},
+    {"expired_grants", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "The first N grants arrive with their validity over."},
 };
 
 int fake_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
@@ -94,6 +104,9 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
     for (size_t i = 0; i < count; ++i) {
         if (!std::strcmp(values[i].name, "lose_after")) b->lose_after_ms = values[i].int_value;
         if (!std::strcmp(values[i].name, "renew_status")) b->renew_status = int(values[i].int_value);
+        if (!std::strcmp(values[i].name, "renew_delay")) b->renew_delay_ms = values[i].int_value;
+        if (!std::strcmp(values[i].name, "lose_in_acquire")) b->lose_in_acquire = values[i].int_value != 0;
+        if (!std::strcmp(values[i].name, "expired_grants")) b->expired_grants = values[i].int_value;
     }
     *out = b;
     return DLOCK_OK;
@@ -133,6 +146,15 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
             grant->fencing_token = e.fence;
             grant->valid_until_ns = e.expires_ns;
             grant->ttl_ms = r->ttl_ms;
+            if (b->expired_grants > 0) {
+                --b->expired_grants;
+                grant->valid_until_ns = sent;
+            }
+            if (b->lose_in_acquire) {
+                lock.unlock();
+                b->host.hold_state_changed(b->host.context, r->host_lease, DLOCK_LEASE_LOST, 0);
+                return DLOCK_OK;
+            }
             if (b->lose_after_ms > 0) {
                 void* cookie = r->host_lease;
                 const auto at = std::chrono::steady_clock::now() + std::chrono::milliseconds(b->lose_after_ms);
@@ -173,6 +195,7 @@ void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
 }
 
 int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
+    if (b->renew_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(b->renew_delay_ms));
     std::lock_guard<std::mutex> lock(b->mutex);
     for (size_t i = 0; i < count; ++i) {
         if (b->renew_status) { rs[i].status = b->renew_status; continue; }
@@ -213,7 +236,7 @@ const dlock_plugin table = {
     FAKE_NAME,
     "A fake in-process TTL backend for tests.",
     options,
-    2,
+    sizeof options / sizeof options[0],
     fake_create,
     fake_destroy,
     fake_capabilities,

@@ -75,6 +75,20 @@ TEST(Config, UnsetVariableIsAnErrorUnlessAFallbackIsGiven) {
     EXPECT_EQ(parse_yaml("backend: file\noptions: {directory: a$$b}\n", "c").options[0].scalar, "a$b");
 }
 
+TEST(Config, MalformedReferenceNamesItsPlaceButNeverEchoesTheValue) {
+    // A raw value with a stray `${` is often a password: the message points at it, never shows it.
+    const std::string unterminated = error_of("backend: file\noptions:\n  password: hunter2${oops\n");
+    EXPECT_NE(unterminated.find("c.yaml:3:13: unterminated `${` at byte 8 of the value"), std::string::npos) << unterminated;
+    EXPECT_EQ(unterminated.find("hunter2"), std::string::npos) << unterminated;
+    EXPECT_EQ(unterminated.find("oops"), std::string::npos) << unterminated;
+
+    const std::string invalid = error_of("backend: file\noptions:\n  password: hunter2${ss word}\n");
+    EXPECT_NE(invalid.find("c.yaml:3:13: `${` at byte 8 of the value does not start a valid environment variable reference"),
+              std::string::npos) << invalid;
+    EXPECT_EQ(invalid.find("hunter2"), std::string::npos) << invalid;
+    EXPECT_EQ(invalid.find("ss word"), std::string::npos) << invalid;
+}
+
 TEST(Config, Durations) {
     EXPECT_EQ(parse_duration_ms("250ms", false, "d"), 250);
     EXPECT_EQ(parse_duration_ms("30s", false, "d"), 30000);

@@ -1,6 +1,7 @@
 // The lease keeper, observed through the public API on the fake TTL backend: renewal at ttl/3,
 // HELD -> SUSPECT -> LOST when renewals fail, loss pushed by the backend, the lost callback fired
-// exactly once, and release after loss reporting ALREADY_LOST.
+// exactly once, and release after loss reporting ALREADY_LOST; grants already over or lost when
+// acquire returns are refused; lost callbacks run where they cannot stall renewals.
 #include <dlock/dlock.hpp>
 
 #include <gtest/gtest.h>
@@ -107,6 +108,123 @@ TEST(Keeper, ManyLeasesAreRenewedInBatches) {
         leases.push_back(client.acquire("batch/" + std::to_string(i), dlock::acquire_options().with_ttl(300ms)));
     std::this_thread::sleep_for(1s);
     for (auto& l : leases) EXPECT_EQ(l.state(), dlock::lease_state::held) << l.name();
+}
+
+
+// A grant whose validity is over when it arrives (a late reply) is given back and not handed out:
+// a single try answers TIMEOUT; with a wait the acquisition is retried.
+TEST(Keeper, ExpiredGrantIsGivenBackAndRetriedWithinTheWait) {
+    auto client = fake_client("  expired_grants: 2\n");
+    std::error_code ec;
+    auto refused = client.acquire("late-grant", dlock::acquire_options().with_wait(0ms).with_ttl(5s), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    EXPECT_FALSE(refused);
+    EXPECT_FALSE(client.inspect("late-grant").held) << "the refused grant was not given back";
+
+    const auto asked = std::chrono::steady_clock::now();
+    auto lease = client.acquire("late-grant", dlock::acquire_options().with_wait(2s).with_ttl(5s), ec);
+    ASSERT_FALSE(ec) << dlock_last_error();
+    EXPECT_GT(lease.valid_until(), asked + 4s);
+    EXPECT_EQ(lease.fencing_token(), 3u) << "the second expired grant was not retried";
+    EXPECT_EQ(client.inspect("late-grant").holder, lease.owner());
+}
+
+// The keeper is stuck in a slow renewal while the hold's validity runs out; a reentrant acquire
+// must not share that hold (its validity is over), but acquire afresh.
+TEST(Keeper, ReentrantAcquireRefusesAHoldWhoseValidityRanOut) {
+    auto client = fake_client("  renew_delay: 700ms\n");
+    const auto options = dlock::acquire_options().with_ttl(150ms).with_reentrant(true).with_wait(0ms);
+    auto first = client.acquire("reentered", options);
+    std::this_thread::sleep_for(350ms);  // validity ended at 150 ms; the keeper is in renew since ~50 ms
+    const auto asked = std::chrono::steady_clock::now();
+    std::error_code ec;
+    auto second = client.acquire("reentered", options, ec);
+    ASSERT_FALSE(ec) << dlock_last_error();
+    EXPECT_GT(second.valid_until(), asked) << "re-entered a hold whose validity was over";
+    EXPECT_NE(second.fencing_token(), first.fencing_token()) << "the expired hold was shared instead of acquired afresh";
+    EXPECT_EQ(first.state(), dlock::lease_state::lost);
+}
+
+// The backend reports the hold LOST before its acquire returns OK (as a session expiring at that
+// moment would): the acquisition must not return a lease that is already lost, nor leave the lock
+// behind.
+TEST(Keeper, LossReportedDuringAcquireIsNeverHandedOut) {
+    auto client = fake_client("  lose_in_acquire: true\n");
+    std::error_code ec;
+    auto lease = client.acquire("lost-at-birth", dlock::acquire_options().with_ttl(5s).with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    EXPECT_FALSE(lease) << "handed out in state " << int(lease.state());
+    EXPECT_FALSE(client.inspect("lost-at-birth").held) << "the lost grant was not given back";
+
+    const auto started = std::chrono::steady_clock::now();
+    lease = client.acquire("lost-at-birth", dlock::acquire_options().with_ttl(5s).with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 300ms) << "with a wait, the acquisition is retried";
+}
+
+// A lost callback that blocks (here longer than a ttl, as a recovery that re-acquires with a wait
+// would) must not stop the renewals of the client's other leases.
+TEST(Keeper, SlowLostCallbackDoesNotStallRenewals) {
+    auto client = fake_client();
+    auto kept = client.acquire("kept", dlock::acquire_options().with_ttl(300ms));
+    auto dropped = client.acquire("dropped", dlock::acquire_options().with_ttl(100ms).with_renew(false));
+    std::atomic<bool> started{false};
+    std::atomic<bool> done{false};
+    dropped.on_lost([&] {
+        started = true;
+        std::this_thread::sleep_for(1500ms);
+        done = true;
+    });
+    ASSERT_TRUE(eventually([&] { return started.load(); }));
+    const auto before = kept.valid_until();
+    std::this_thread::sleep_for(1s);  // more than 3 ttls of `kept` while the callback blocks
+    EXPECT_FALSE(done.load());
+    EXPECT_EQ(kept.state(), dlock::lease_state::held);
+    EXPECT_GT(kept.valid_until(), before + 500ms) << "`kept` was not renewed while the callback ran";
+    EXPECT_TRUE(eventually([&] { return done.load(); }));
+}
+
+// Replacing the lost callback while the previous one runs must not free the running one.
+// (Under ASan or TSan a use after free shows here; without them it may pass silently.)
+TEST(Keeper, ReplacingTheLostCallbackWhileItRunsIsSafe) {
+    auto client = fake_client("  lose_after: 50ms\n");
+    auto lease = client.acquire("replaced", dlock::acquire_options().with_ttl(30s));
+    std::atomic<bool> running{false};
+    std::atomic<int> finished{0};
+    const std::string payload(1000, 'x');
+    lease.on_lost([&running, &finished, payload] {
+        running = true;
+        std::this_thread::sleep_for(200ms);
+        // Reads its own captured state after it was replaced.
+        EXPECT_EQ(payload.size(), 1000u);
+        EXPECT_EQ(payload.back(), 'x');
+        ++finished;
+    });
+    ASSERT_TRUE(eventually([&] { return running.load(); }));
+    for (int i = 0; i < 3; ++i) lease.on_lost([] {});
+    EXPECT_TRUE(eventually([&] { return finished.load() == 1; }));
+    EXPECT_EQ(lease.state(), dlock::lease_state::lost);
+}
+
+// The C function waits for a running callback of the lease before replacing it, so the caller may
+// free the previous callback's data as soon as it returns.
+TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
+    struct progress {
+        std::atomic<bool> running{false};
+        std::atomic<bool> finished{false};
+    } p;
+    auto client = fake_client("  lose_after: 50ms\n");
+    auto lease = client.acquire("c-replaced", dlock::acquire_options().with_ttl(30s));
+    const dlock_lost_callback slow = [](dlock_lease*, void* data) {
+        auto* state = static_cast<progress*>(data);
+        state->running = true;
+        std::this_thread::sleep_for(200ms);
+        state->finished = true;
+    };
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), slow, &p), DLOCK_OK);
+    ASSERT_TRUE(eventually([&] { return p.running.load(); }));
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), nullptr, nullptr), DLOCK_OK);
+    EXPECT_TRUE(p.finished.load()) << "dlock_lease_on_lost returned while the previous callback still ran";
 }
 
 }  // namespace

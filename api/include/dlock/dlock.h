@@ -135,9 +135,11 @@ DLOCK_API uint64_t dlock_client_capabilities(const dlock_client *client);
 
 typedef struct dlock_lease dlock_lease;
 
-/* Called once when a lease becomes LOST, from the client's keeper thread (or, when registered on a
-   lease already lost, from the registering thread). Must not destroy the lease or close the
-   client; may call any other dlock function. */
+/* Called once when a lease becomes LOST, from the client's callback thread (or, when registered on
+   a lease already lost, from the registering thread). The callback thread is not the one that
+   renews leases: a callback may block (re-acquire with a wait, say) without any lease of the
+   client missing a renewal, though the client's later callbacks wait for it. Must not destroy the
+   lease or close the client; may call any other dlock function. */
 typedef void (*dlock_lost_callback)(dlock_lease *lease, void *user_data);
 
 typedef struct dlock_acquire_options {
@@ -161,7 +163,11 @@ typedef struct dlock_acquire_options {
  * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes (DLOCK_CANCELLED).
  * Returns DLOCK_OK with a new lease in *out_lease (destroy it with dlock_lease_destroy), or
  * DLOCK_TIMEOUT, DLOCK_INVALID_ARGUMENT, DLOCK_UNAVAILABLE, DLOCK_BACKEND, DLOCK_UNKNOWN,
- * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind. */
+ * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind.
+ * A grant that is no lock any more when the backend's answer arrives — its validity already over
+ * (the reply took longer than the ttl), or reported LOST before acquire returned — is given back
+ * and retried while the wait allows, then answered DLOCK_TIMEOUT; the same holds for a reentrant
+ * acquire of a hold whose validity ran out. */
 DLOCK_API int dlock_acquire(dlock_client *client, const char *name, const dlock_acquire_options *options,
                             dlock_lease **out_lease);
 
@@ -193,7 +199,9 @@ DLOCK_API int64_t dlock_lease_valid_until(const dlock_lease *lease);
 DLOCK_API dlock_lease_state dlock_lease_state_get(const dlock_lease *lease);
 
 /* Registers the callback fired once when the lease becomes LOST (replacing the one given to
-   acquire). If the lease is already LOST, calls it before returning. Returns DLOCK_OK. */
+   acquire). If the lease is already LOST and its callback has not fired, calls it before returning.
+   If the previous callback of this lease is running, waits for it to return first (unless called
+   from that callback), so its user_data may be freed once this returns. Returns DLOCK_OK. */
 DLOCK_API int dlock_lease_on_lost(dlock_lease *lease, dlock_lost_callback callback, void *user_data);
 
 /* Extends the lease by its ttl now, whatever the keeper does. Returns DLOCK_OK (valid_until moved),

@@ -164,10 +164,17 @@ public:
         return s == lease_state::held || s == lease_state::suspect;
     }
 
-    // Calls `callback` once, from the client's keeper thread, when the lease becomes LOST.
-    // It must not destroy this lease or close the client.
+    // Calls `callback` once, from the client's callback thread, when the lease becomes LOST (at
+    // once, from this thread, if it already is). It may block without delaying renewals, but it
+    // holds up the client's later callbacks meanwhile. It must not destroy this lease or close the
+    // client. Calling on_lost again replaces the callback, safely even while the previous one runs
+    // (from inside it, too): a running callback is kept alive until it returns.
     void on_lost(std::function<void()> callback) {
-        lost_ = std::make_unique<std::function<void()>>(std::move(callback));
+        if (!lost_) lost_ = std::make_unique<lost_slot>();
+        {
+            std::lock_guard<std::mutex> guard(lost_->mutex);
+            lost_->callback = std::make_shared<std::function<void()>>(std::move(callback));
+        }
         const int status = dlock_lease_on_lost(handle_, &lease::call_lost, lost_.get());
         if (status != DLOCK_OK) detail::throw_status(status);
     }
@@ -204,15 +211,29 @@ public:
     }
 
 private:
-    static void call_lost(dlock_lease*, void* user) { (*static_cast<std::function<void()>*>(user))(); }
+    // The current lost callback. A run holds its own reference, so replacing the callback never
+    // frees one that is running.
+    struct lost_slot {
+        std::mutex mutex;
+        std::shared_ptr<std::function<void()>> callback;
+    };
+    static void call_lost(dlock_lease*, void* user) {
+        auto* slot = static_cast<lost_slot*>(user);
+        std::shared_ptr<std::function<void()>> callback;
+        {
+            std::lock_guard<std::mutex> guard(slot->mutex);
+            callback = slot->callback;
+        }
+        if (callback && *callback) (*callback)();
+    }
     void reset() noexcept {
         dlock_lease_destroy(std::exchange(handle_, nullptr));  // waits for a running callback
         lost_.reset();
     }
 
     dlock_lease* handle_ = nullptr;
-    // The on_lost callback lives on the heap so its address survives moves of the lease.
-    std::unique_ptr<std::function<void()>> lost_;
+    // On the heap so its address, given to the C ABI, survives moves of the lease.
+    std::unique_ptr<lost_slot> lost_;
 };
 
 // ---- client ------------------------------------------------------------------------------------

@@ -101,8 +101,11 @@ typedef struct dlock_plugin_host {
     /* Reports that a hold changed state by itself — the backend noticed its session expired, its
        key vanished, its connection dropped. `state` is a dlock_lease_state (HELD again, SUSPECT or
        LOST); `valid_until_ns` the new end of validity. `host_lease` is the cookie of the acquire
-       request. Any thread; may be called until hold_destroy returns for that hold; must not be
-       called while the plugin holds a lock that its release or renew entries take. */
+       request. Any thread, from the moment acquire registers the hold — even before acquire
+       returns: a grant reported LOST (or one whose valid_until is already past) when acquire
+       returns OK is given back through release and not handed out. May be called until
+       hold_destroy returns for that hold; must not be called while the plugin holds a lock that
+       its release or renew entries take. */
     void (*hold_state_changed)(void *context, void *host_lease, int state, int64_t valid_until_ns);
 } dlock_plugin_host;
 

@@ -8,6 +8,9 @@
 // Holds and leases: a hold is one acquisition in the backend. A lease is the application's handle
 // on a hold; reentrant acquisitions of one name share a hold, each with its own lease.
 //
+// Threads: the keeper renews and expires holds; a separate dispatcher runs the lost callbacks, so a
+// callback that blocks (say, re-acquiring with a wait) never delays a renewal.
+//
 // Locking: `mutex_` guards every field marked (m). It is never held across a plugin call or a
 // user callback. A hold being released or renewed is marked `busy`; others wait on `changed_`.
 #pragma once
@@ -73,6 +76,10 @@ public:
 private:
     client_core(config::client_config config, std::shared_ptr<const loader::module> module);
     void keeper_loop();
+    void dispatcher_loop();
+    // Gives back a grant that acquire must not hand out (lost or expired on arrival): releases it
+    // in the backend and destroys the plugin's hold. Best effort; never throws.
+    void give_back_grant(dlock_hold* plugin_hold, const std::string& name);
     // Marks a hold LOST and queues the callbacks of its leases. Needs mutex_.
     void mark_lost(hold& h);
     // Applies one renewal's result to a hold. Needs mutex_.
@@ -93,8 +100,10 @@ private:
     std::mutex mutex_;
     std::condition_variable changed_;   // holds, in-flight count, callbacks
     std::condition_variable keeper_wake_;
+    std::condition_variable dispatcher_wake_;              // a callback was queued, or stop
     bool closed_ = false;                                  // (m)
     bool stop_keeper_ = false;                             // (m)
+    bool stop_dispatcher_ = false;                         // (m) run what is queued, then exit
     // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
     int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
@@ -103,7 +112,14 @@ private:
     std::vector<std::shared_ptr<hold>> holds_;
     std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
     std::vector<dlock_lease*> lost_queue_;                 // (m) leases whose callback is due
+    // (m) the lease whose callback the dispatcher is running; reset to null if that lease is
+    // destroyed from inside its own callback, so the dispatcher no longer touches it.
+    dlock_lease* running_callback_ = nullptr;
     std::thread keeper_;
+    std::thread dispatcher_;
+    // The dispatcher's id, set before any lease exists and never changed: read without the mutex
+    // while close() may be joining `dispatcher_`.
+    std::thread::id dispatcher_id_;
 };
 
 }  // namespace dlock::core
