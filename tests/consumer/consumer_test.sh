@@ -81,6 +81,14 @@ consume() {
       echo "$out" | grep -q "^consumer_c: redis fencing token [1-9]" || fail "$3: no lock from redis"
     done
   fi
+  # The installed `dlock` command finds the installed plugins through its libdlock.
+  LD_LIBRARY_PATH="$libdir" "$prefix/bin/dlock" backends >"$work/backends.txt"
+  grep -qF "$libdir/dlock/plugins/libdlock-redis.so" "$work/backends.txt" ||
+    fail "$3: the installed dlock command lists no installed redis plugin: $(cat "$work/backends.txt")"
+  if [ -n "$redis_config" ]; then
+    LD_LIBRARY_PATH="$libdir" "$prefix/bin/dlock" run --config "$redis_config" consumer/cli -- true ||
+      fail "$3: the installed dlock command could not run under a redis lock"
+  fi
   echo "consumer_test: $3: find_package and pkg-config consumers built and ran against $prefix (libdir $2)"
 }
 
