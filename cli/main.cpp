@@ -1,13 +1,18 @@
 // dlock — the command-line tool: run a command under a lock, inspect a lock, list backends,
 // check a config. Human-readable output by default, --json for scripts.
 //
-// Exit codes of `dlock run` (sysexits.h values, so they rarely collide with a command's own):
+// Exit codes (sysexits.h values, so they rarely collide with a command's own):
+//   64 (EX_USAGE)    the command line is wrong (unknown subcommand or option, missing or extra
+//                    argument, an option value that does not parse); one line on stderr;
+//   78 (EX_CONFIG)   the config is invalid;
+//   69 (EX_UNAVAILABLE) another dlock error (backend unreachable, plugin missing, ...);
+//   70 (EX_SOFTWARE) an internal error (a bug: please report it).
+// `dlock run` also exits with:
 //   the command's own status (128+N when it died of signal N);
 //   75 (EX_TEMPFAIL) the lock was not acquired within --wait;
 //   76 (EX_PROTOCOL) the lease was lost while the command ran: it was sent SIGTERM;
-//   78 (EX_CONFIG)   the config is invalid;
-//   69 (EX_UNAVAILABLE) another dlock error (backend unreachable, plugin missing, ...);
 //   126/127          the command could not be executed / was not found.
+// `dlock inspect` exits 0 when the lock is held and 1 when it is free, so scripts can test it.
 #include "dlock_internal/config.hpp"
 #include "dlock_internal/loader.hpp"
 
@@ -35,10 +40,13 @@ extern char** environ;
 
 namespace {
 
+constexpr int exit_usage = 64;
+constexpr int exit_software = 70;
 constexpr int exit_not_acquired = 75;
 constexpr int exit_lost = 76;
 constexpr int exit_config = 78;
 constexpr int exit_dlock_error = 69;
+constexpr int exit_inspect_free = 1;
 
 using nlohmann::json;
 
@@ -88,6 +96,22 @@ struct run_args {
     std::vector<std::string> command;
 };
 
+// The option values of `dlock run`, parsed. Checked before the backend is touched, so a bad value
+// is a usage error that takes no lock.
+struct run_plan {
+    dlock::acquire_options options;
+    std::chrono::milliseconds kill_after{};
+};
+
+// Throws std::exception with a one-line message that names the option.
+run_plan plan_run(const run_args& args) {
+    run_plan plan;
+    plan.options.wait = args.wait.empty() ? dlock::forever : parse_cli_duration(args.wait, true, "--wait");
+    if (!args.ttl.empty()) plan.options.ttl = parse_cli_duration(args.ttl, false, "--ttl");
+    plan.kill_after = parse_cli_duration(args.kill_after, false, "--kill-after");
+    return plan;
+}
+
 int wait_child(pid_t pid) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -97,7 +121,7 @@ int wait_child(pid_t pid) {
     return exit_dlock_error;
 }
 
-int run_command(const std::string& config, const run_args& args) {
+int run_command(const std::string& config, const run_args& args, const run_plan& plan) {
     // Signals are received through a signalfd and forwarded to the command. Blocking them before
     // the client exists means the client's threads inherit the mask and never take them.
     sigset_t forwarded;
@@ -106,16 +130,8 @@ int run_command(const std::string& config, const run_args& args) {
     sigset_t original;
     pthread_sigmask(SIG_BLOCK, &forwarded, &original);
 
-    dlock::acquire_options options;
-    try {
-        if (!args.wait.empty()) options.wait = parse_cli_duration(args.wait, true, "--wait");
-        else options.wait = dlock::forever;
-        if (!args.ttl.empty()) options.ttl = parse_cli_duration(args.ttl, false, "--ttl");
-    } catch (const std::exception& e) {
-        std::cerr << "dlock: " << e.what() << "\n";
-        return exit_config;
-    }
-    const auto kill_after = parse_cli_duration(args.kill_after, false, "--kill-after");
+    const dlock::acquire_options& options = plan.options;
+    const std::chrono::milliseconds kill_after = plan.kill_after;
 
     std::error_code ec;
     dlock::client client = dlock::client::open(config, ec);
@@ -246,7 +262,7 @@ int inspect_lock(const std::string& config, const std::string& name, bool as_jso
             std::cout << "fencing token: " << info.fencing_token << (info.held ? " (current holder's)" : " (last issued)") << "\n";
             if (info.ttl_left) std::cout << "ttl left:      " << info.ttl_left->count() << " ms\n";
         }
-        return 0;
+        return info.held ? 0 : exit_inspect_free;
     } catch (const std::system_error& e) {
         return report(e);
     }
@@ -343,11 +359,32 @@ int check_config(const std::string& config, bool as_json) {
     }
 }
 
-}  // namespace
+// Reports a command-line mistake on one line, names the subcommand it concerns and where its help is.
+int usage_error(CLI::App& app, const CLI::ParseError& e) {
+    std::string command = "dlock";
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::string what = e.what();
+    if (app.get_subcommands().empty()) {
+        // CLI11 says only "A subcommand is required" when the word given is not a subcommand.
+        for (const std::string& word : app.remaining())
+            if (!word.empty() && word[0] != '-') {
+                what = fmt::format("`{}` is not a subcommand (run, inspect, backends, check)", word);
+                break;
+            }
+    }
+    if (command == "dlock run" && dynamic_cast<const CLI::ExtrasError*>(&e))
+        what += " (options of the command go after `--`: dlock run NAME -- COMMAND ARGS)";
+    std::cerr << command << ": " << what << "; see `" << command << " --help`\n";
+    return exit_usage;
+}
 
-int main(int argc, char** argv) {
+int dlock_main(int argc, char** argv) {
     CLI::App app{"dlock: one way to take a distributed lock, whatever runs behind it"};
     app.require_subcommand(1);
+    // Options a subcommand does not know fall through to the top level, so the global options
+    // (--config, --json) may also follow the subcommand, as in `dlock run --config FILE NAME -- CMD`.
+    app.fallthrough();
+    app.footer("Exit status: 64 usage error; 78 bad config; 69 other dlock errors; see each subcommand's --help.");
     std::string config;
     bool as_json = false;
     app.add_option("-c,--config", config, "Config file or DSN (default: $DLOCK_CONFIG, else the embedded `file` backend)");
@@ -362,11 +399,12 @@ int main(int argc, char** argv) {
     run_cmd->add_option("name", run.name, "Lock name")->required();
     run_cmd->add_option("command", run.command, "Command and arguments (after --)")->required();
     run_cmd->footer("Exit status: the command's; 75 not acquired in time; 76 lease lost (command got SIGTERM); "
-                    "78 bad config; 69 other dlock errors; 126/127 command not executable/not found.");
+                    "64 usage error; 78 bad config; 69 other dlock errors; 126/127 command not executable/not found.");
 
     std::string inspect_name;
     auto* inspect_cmd = app.add_subcommand("inspect", "Show who holds a lock, its fencing token and ttl left");
     inspect_cmd->add_option("name", inspect_name, "Lock name")->required();
+    inspect_cmd->footer("Exit status: 0 held; 1 free; 64 usage error; 78 bad config; 69 other dlock errors.");
 
     std::string describe;
     auto* backends_cmd = app.add_subcommand("backends", "List the backends found, their ABI versions and capabilities");
@@ -377,11 +415,36 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        return usage_error(app, e);
     }
-    if (*run_cmd) return run_command(config, run);
+    if (*run_cmd) {
+        run_plan plan;
+        try {
+            plan = plan_run(run);
+        } catch (const std::exception& e) {
+            std::cerr << "dlock run: " << e.what() << "; see `dlock run --help`\n";
+            return exit_usage;
+        }
+        return run_command(config, run, plan);
+    }
     if (*inspect_cmd) return inspect_lock(config, inspect_name, as_json);
     if (*backends_cmd) return list_backends(config, describe, as_json);
     if (*check_cmd) return check_config(config, as_json);
-    return 1;
+    return exit_usage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // Each subcommand reports its own errors; this is the last firewall, so that no exception ends
+    // dlock with a signal.
+    try {
+        return dlock_main(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "dlock: internal error: " << e.what() << "\n";
+    } catch (...) {
+        std::cerr << "dlock: internal error\n";
+    }
+    return exit_software;
 }

@@ -4,25 +4,21 @@
 #include "dlock_internal/common.hpp"
 #include "file_plugin.hpp"
 
-#include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 #include <boost/filesystem.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <dlfcn.h>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
-
-#ifndef DLOCK_BUILD_PLUGIN_DIR
-#define DLOCK_BUILD_PLUGIN_DIR ""
-#endif
-#ifndef DLOCK_INSTALL_PLUGIN_DIR
-#define DLOCK_INSTALL_PLUGIN_DIR ""
-#endif
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace dlock::loader {
 
@@ -102,6 +98,53 @@ std::shared_ptr<const module> builtin_file() {
     return file;
 }
 
+// A plugin runs with the rights of every program that loads it, so its file and every directory
+// above it must be changeable only by root or by this process's user: owned by one of them, and
+// writable neither by others nor by a group other than root's. A directory writable by others is
+// accepted with the sticky bit (as /tmp): nobody else can rename or delete what is in it then.
+// `canonical` is the path that is opened, so no symlink is left to swap after the check.
+// Throws error(DLOCK_PLUGIN) naming the file or directory, what is wrong and the fix.
+void check_trusted(const boost::filesystem::path& canonical) {
+    const uid_t self = geteuid();
+    auto check = [&](const boost::filesystem::path& p, bool is_plugin) {
+        struct stat st;
+        if (stat(p.c_str(), &st) != 0)
+            throw error(DLOCK_PLUGIN, fmt::format("plugin {}: cannot check {}: {}", canonical.string(), p.string(),
+                                                  std::strerror(errno)));
+        const std::string what = is_plugin ? "it" : fmt::format("its directory {}", p.string());
+        if (st.st_uid != 0 && st.st_uid != self)
+            throw error(DLOCK_PLUGIN, fmt::format("plugin {}: refused: {} is owned by uid {}, neither root nor the user "
+                                                  "running this program (uid {}), so that user could replace the plugin; "
+                                                  "a plugin must belong to root or to you",
+                                                  canonical.string(), what, st.st_uid, self));
+        const bool sticky_dir = !is_plugin && (st.st_mode & S_ISVTX);
+        const bool others_write = (st.st_mode & S_IWOTH) && !sticky_dir;
+        const bool group_write = (st.st_mode & S_IWGRP) && st.st_gid != 0 && !sticky_dir;
+        if (others_write || group_write)
+            throw error(DLOCK_PLUGIN, fmt::format("plugin {}: refused: {} is writable by other users (mode {:04o}{}), "
+                                                  "who could make every program that loads the plugin run their code; "
+                                                  "fix with `chmod go-w {}`",
+                                                  canonical.string(), what, st.st_mode & 07777,
+                                                  others_write ? "" : fmt::format(", group {}", st.st_gid), p.string()));
+    };
+    check(canonical, true);
+    for (auto dir = canonical.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+        check(dir, false);
+        if (dir == dir.root_path()) break;
+    }
+}
+
+// The plugin directory of the libdlock this process uses: lib/dlock/plugins beside libdlock.so.
+// Found from where the dynamic linker mapped dlock_version (libdlock's own, even when this code is
+// linked statically into the `dlock` command), so it holds for a build tree and an install tree
+// alike and nothing about either is compiled in. Empty if it cannot be told.
+std::string plugin_dir_next_to_libdlock() {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<const void*>(&dlock_version), &info) || !info.dli_fname || !*info.dli_fname) return {};
+    const auto library = boost::filesystem::absolute(info.dli_fname);
+    return (library.parent_path() / "dlock" / "plugins").string();
+}
+
 void append_split(std::vector<search_dir>& out, const std::string& list, char sep, const std::string& origin) {
     std::stringstream stream(list);
     for (std::string item; std::getline(stream, item, sep);)
@@ -114,11 +157,8 @@ std::vector<search_dir> search_path(const std::vector<std::string>& config_plugi
     std::vector<search_dir> dirs;
     for (const auto& d : config_plugin_path) dirs.push_back({d, "plugin_path"});
     if (const char* env = std::getenv("DLOCK_PLUGIN_PATH")) append_split(dirs, env, ':', "DLOCK_PLUGIN_PATH");
-    if (*DLOCK_BUILD_PLUGIN_DIR) dirs.push_back({DLOCK_BUILD_PLUGIN_DIR, "build tree"});
-    boost::system::error_code ec;
-    const auto self = boost::dll::this_line_location(ec);
-    if (!ec) dirs.push_back({(self.parent_path() / "dlock" / "plugins").string(), "next to libdlock"});
-    if (*DLOCK_INSTALL_PLUGIN_DIR) dirs.push_back({DLOCK_INSTALL_PLUGIN_DIR, "install"});
+    const std::string beside = plugin_dir_next_to_libdlock();
+    if (!beside.empty()) dirs.push_back({beside, "next to libdlock"});
     // The same directory reached twice is searched once.
     std::vector<search_dir> unique;
     std::set<std::string> seen;
@@ -133,7 +173,9 @@ std::vector<search_dir> search_path(const std::vector<std::string>& config_plugi
 std::shared_ptr<const module> load_file(const std::string& path, const std::string& expected_name) {
     boost::system::error_code ec;
     const auto canonical = boost::filesystem::canonical(path, ec);
-    const std::string key = ec ? path : canonical.string();
+    if (ec) throw error(DLOCK_PLUGIN, fmt::format("plugin {}: cannot load it: {}", path, ec.message()));
+    const std::string key = canonical.string();
+    check_trusted(canonical);  // on every load: a file's mode may have changed since it was cached
     std::lock_guard<std::mutex> lock(cache_mutex);
     if (auto cached = cache[key].lock()) {
         check_table(cached->table, key, expected_name);

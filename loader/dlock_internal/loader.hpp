@@ -4,8 +4,11 @@
 // Search order for backend NAME (file libdlock-NAME.so), first hit wins:
 //   1. each directory of the config's `plugin_path`;
 //   2. each directory of $DLOCK_PLUGIN_PATH (colon-separated);
-//   3. the build tree's plugin directory (when running from a build);
-//   4. dlock/plugins next to libdlock.so, then the configured install libdir.
+//   3. dlock/plugins next to the libdlock.so in use: the install directory of an installed
+//      library, the build's plugin directory for a build-tree one. No path is compiled in, so an
+//      installed library never searches the tree it was built in.
+// A plugin file is loaded only if it and every directory above it can be changed by no one but
+// root and the user running the program (see load_file).
 // The `file` backend is built into libdlock and needs no file.
 #pragma once
 
@@ -31,7 +34,7 @@ struct module {
 
 struct search_dir {
     std::string dir;
-    std::string origin;  // "plugin_path", "DLOCK_PLUGIN_PATH", "build tree", "install"
+    std::string origin;  // "plugin_path", "DLOCK_PLUGIN_PATH", "next to libdlock"
 };
 
 // The directories searched, in order, with where each came from.
@@ -43,7 +46,10 @@ std::vector<search_dir> search_path(const std::vector<std::string>& config_plugi
 std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path);
 
 // Loads and negotiates one shared object by path (expects its table to name `expected_name`
-// unless that is empty). Throws detail::error(DLOCK_PLUGIN).
+// unless that is empty). Refuses a file that a user other than root or the effective user could
+// change: owned by another user, or writable by others or by a group other than root's — the file
+// or any directory above it (a sticky directory such as /tmp is accepted). Throws
+// detail::error(DLOCK_PLUGIN) naming the file, the defect and the fix.
 std::shared_ptr<const module> load_file(const std::string& path, const std::string& expected_name);
 
 // Every backend available: the built-ins, then each plugin file found on the search path (the first

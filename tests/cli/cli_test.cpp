@@ -136,7 +136,7 @@ TEST_F(Cli, InspectAndCheckSpeakJson) {
     std::string line;
     ASSERT_TRUE(inspect.read_line(line, 5000));
     EXPECT_NE(line.find("\"held\":false"), std::string::npos) << line;
-    EXPECT_EQ(inspect.wait(), 0);
+    EXPECT_EQ(inspect.wait(), 1) << "inspect exits 1 when the lock is free";
     child_process check({DLOCK_CLI, "--config", config_, "--json", "check"}, true);
     ASSERT_TRUE(check.read_line(line, 5000));
     EXPECT_NE(line.find("\"ok\":true"), std::string::npos) << line;
