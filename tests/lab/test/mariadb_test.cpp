@@ -286,9 +286,8 @@ TEST(MariadbCommand, UpPrintsTheDsnAndTheServerDiesWithTheSupervisor) {
   std::cout << up.output;
   ASSERT_EQ(up.status, 0) << up.output;
   std::smatch dsn;
-  ASSERT_TRUE(std::regex_search(up.output, dsn,
-                                std::regex("\\n  mariadb +(mysql://dlock:lab-secret-7f3a@127\\.0\\.0\\.1:([0-9]+)/dlock)\\n")))
-      << "up prints the DSN";
+  std::regex dsn_line("\\n  mariadb +(mysql://dlock:lab-secret-7f3a@127\\.0\\.0\\.1:([0-9]+)/dlock)\\n");
+  ASSERT_TRUE(std::regex_search(up.output, dsn, dsn_line)) << "up prints the DSN";
   EXPECT_TRUE(std::regex_search(up.output, std::regex("\\n  mariadb +127\\.0\\.0\\.1:[0-9]+ +[0-9]+ ms")))
       << "up prints the startup time";
   auto state = lab::running_lab(state_dir);

@@ -289,7 +289,8 @@ int main(int argc, char** argv) {
   for (backend b : all_backends()) names.emplace_back(backend_name(b));
   for (backend b : opt_in_backends()) names.emplace_back(backend_name(b));
   auto* up = app.add_subcommand("up", "start servers in the background and wait until they answer");
-  up->add_option("backends", settings.backends, "which backends (default: all but the opt-in mariadb)")->check(CLI::IsMember(names));
+  up->add_option("backends", settings.backends, "which backends (default: all but the opt-in mariadb)")
+      ->check(CLI::IsMember(names));
   up->add_option("--timeout", settings.timeout_seconds, "seconds each backend may take to start")
       ->capture_default_str();
   up->add_flag("--redis-appendonly", settings.redis_appendonly, "the single Redis runs with appendonly yes");

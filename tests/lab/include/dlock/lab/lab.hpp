@@ -1,7 +1,7 @@
 // lab.hpp — defines dlock::lab::lab: a set of real servers (Redis, Redlock's Redis nodes, ZooKeeper
-// standalone and ensemble, etcd single and cluster, PostgreSQL; MariaDB on request) started in parallel on free loopback
-// ports in a fresh temporary directory, with the dlock config that reaches each, torn down by the
-// destructor. Include this header to get the whole lab API.
+// standalone and ensemble, etcd single and cluster, PostgreSQL; MariaDB on request) started in
+// parallel on free loopback ports in a fresh temporary directory, with the dlock config that reaches
+// each, torn down by the destructor. Include this header to get the whole lab API.
 #pragma once
 
 #include <chrono>
