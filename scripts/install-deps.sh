@@ -12,9 +12,10 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   # backend client libraries
   libhiredis-dev libzookeeper-mt-dev libssl-dev libpqxx-dev libgrpc++-dev protobuf-compiler-grpc
-  libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler libmariadb-dev
   # servers the lab starts, and their command-line clients
   redis-server redis-tools etcd-server etcd-client zookeeper default-jre-headless postgresql pgbouncer
+  mariadb-server
   # fault tools
   iproute2 iptables procps
   # peers measured side by side in the benchmarks

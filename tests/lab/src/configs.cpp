@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "dlock/lab/clients.hpp"
+#include "dlock/lab/mariadb_server.hpp"
 
 namespace dlock::lab {
 namespace {
@@ -18,7 +19,7 @@ struct backend_names {
   std::string_view plugin;
 };
 
-constexpr std::array<backend_names, 7> names = {{
+constexpr std::array<backend_names, 8> names = {{
     {backend::redis, "redis", "redis"},
     {backend::redlock, "redlock", "redlock"},
     {backend::zookeeper, "zookeeper", "zookeeper"},
@@ -26,6 +27,7 @@ constexpr std::array<backend_names, 7> names = {{
     {backend::etcd, "etcd", "etcd"},
     {backend::etcd_cluster, "etcd-cluster", "etcd"},
     {backend::sql, "sql", "sql"},
+    {backend::mariadb, "mariadb", "sql"},
 }};
 
 const backend_names& entry(backend which) {
@@ -62,6 +64,30 @@ void require_count(backend which, const std::vector<endpoint>& endpoints, bool e
   }
 }
 
+void reset_mariadb(const mariadb_login& login, bool terminate_sessions) {
+  mariadb_client client(login);
+  if (terminate_sessions) {
+    auto others = client.query_column(
+        "SELECT ID FROM information_schema.PROCESSLIST "
+        "WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Daemon' AND USER NOT IN ('system user', 'event_scheduler')");
+    for (const auto& id : others) {
+      try {
+        client.execute("KILL CONNECTION " + id.value_or("0"));
+      } catch (const mariadb_error& error) {
+        if (error.code() != 1094) throw;  // ER_NO_SUCH_THREAD: it ended meanwhile
+      }
+    }
+  }
+  auto truncates = client.query_column(
+      "SELECT CONCAT('TRUNCATE TABLE `', REPLACE(TABLE_SCHEMA, '`', '``'), '`.`', REPLACE(TABLE_NAME, '`', '``'), "
+      "'`') FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+      "AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')");
+  if (truncates.empty()) return;
+  std::string statements = "SET FOREIGN_KEY_CHECKS = 0";
+  for (const auto& truncate : truncates) statements += ";\n" + truncate.value_or("");
+  client.execute(statements + ";\nSET FOREIGN_KEY_CHECKS = 1");
+}
+
 }  // namespace
 
 std::string_view backend_name(backend which) { return entry(which).name; }
@@ -79,6 +105,11 @@ const std::vector<backend>& all_backends() {
                                              backend::zookeeper_ensemble, backend::etcd, backend::etcd_cluster,
                                              backend::sql};
   return every;
+}
+
+const std::vector<backend>& opt_in_backends() {
+  static const std::vector<backend> opt_in = {backend::mariadb};
+  return opt_in;
 }
 
 std::string config_env_var(backend which) {
@@ -115,6 +146,10 @@ std::string render_config(backend which, const std::vector<endpoint>& endpoints)
     case backend::sql:
       require_count(which, endpoints, true);
       out += "  dsn: " + yaml_quoted(postgres_dsn(endpoints[0])) + "\n";
+      break;
+    case backend::mariadb:
+      require_count(which, endpoints, true);
+      out += "  dsn: " + yaml_quoted(mariadb_dsn(endpoints[0])) + "\n";
       break;
   }
   return out;
@@ -183,6 +218,9 @@ END
 $$)sql");
       break;
     }
+    case backend::mariadb:
+      reset_mariadb(mariadb_login{access.endpoints.at(0)}, terminate_sql_sessions);
+      break;
   }
 }
 

@@ -65,7 +65,8 @@ std::filesystem::path make_lab_directory(const std::filesystem::path& requested_
   }
   std::filesystem::path dir = pattern;
   if (::geteuid() == 0) {
-    // PostgreSQL runs as the postgres user and must reach its sub-directory (traverse, not list).
+    // PostgreSQL and MariaDB run as the postgres and mysql users and must reach their sub-directories
+    // (traverse, not list).
     ::chmod(dir.c_str(), 0711);
   }
   std::ofstream owner(dir / "owner");
@@ -135,6 +136,7 @@ void lab::start_all(const std::vector<backend>& requested) {
         for (std::size_t i = 0; i < etcd_cluster_->size(); ++i) add(etcd_cluster_->member(i));
         break;
       case backend::sql: add(*sql_); break;
+      case backend::mariadb: add(*mariadb_); break;
     }
   }
   if (!failures_.empty() && options_.throw_on_failure) {
@@ -205,6 +207,14 @@ void lab::start_backend(backend which) {
           access.dsn = sql_->dsn();
           break;
         }
+        case backend::mariadb: {
+          mariadb_ = std::make_unique<mariadb_server>("mariadb", dir_ / "mariadb", reserve_loopback_ports(1)[0],
+                                                      options_.mariadb);
+          mariadb_->start(options_.startup_timeout);
+          access.endpoints = {mariadb_->client_endpoint()};
+          access.dsn = mariadb_->dsn();
+          break;
+        }
       }
       std::lock_guard<std::mutex> lock(start_mutex_);
       started_[which] = access;
@@ -219,6 +229,7 @@ void lab::start_backend(backend which) {
         case backend::etcd: etcd_.reset(); break;
         case backend::etcd_cluster: etcd_cluster_.reset(); break;
         case backend::sql: sql_.reset(); break;
+        case backend::mariadb: mariadb_.reset(); break;
       }
       if (attempt >= attempts || !looks_like_port_conflict(error.what())) throw;
       // A port was taken between choosing and binding it: start again on fresh ports.
@@ -254,6 +265,7 @@ zookeeper_ensemble& lab::zookeeper_ensemble() {
 etcd_server& lab::etcd() { return require(etcd_, backend::etcd, *this); }
 etcd_cluster& lab::etcd_cluster() { return require(etcd_cluster_, backend::etcd_cluster, *this); }
 postgres_server& lab::sql() { return require(sql_, backend::sql, *this); }
+mariadb_server& lab::mariadb() { return require(mariadb_, backend::mariadb, *this); }
 
 std::vector<server*> lab::servers() {
   std::vector<server*> out;
@@ -267,6 +279,7 @@ std::vector<server*> lab::servers() {
   if (etcd_cluster_)
     for (std::size_t i = 0; i < etcd_cluster_->size(); ++i) out.push_back(&etcd_cluster_->member(i));
   if (sql_) out.push_back(sql_.get());
+  if (mariadb_) out.push_back(mariadb_.get());
   return out;
 }
 
@@ -322,6 +335,7 @@ teardown_report lab::teardown() {
   etcd_.reset();
   etcd_cluster_.reset();
   sql_.reset();
+  mariadb_.reset();
   torn_down_ = true;
 
   report.survivors = wait_until_no_process_mentions(dir_.string(), std::chrono::seconds(2));

@@ -1,6 +1,7 @@
 // dlock-lab — starts the lab's servers in the background for developers and scripts, and stops them.
 //
 //   dlock-lab up [backends…]   start a detached supervisor that owns the servers; wait until ready
+//                              (default: all_backends(); mariadb only when named)
 //   dlock-lab env              print `export DLOCK_LAB_*` lines for the running lab
 //   dlock-lab status           print the running lab's servers
 //   dlock-lab down             stop the supervisor (it kills the servers) and remove the lab directory
@@ -51,6 +52,12 @@ void print_summary(const lab_state& state, const fs::path& state_dir) {
   fmt::print("configs:\n");
   for (const auto& access : state.backends) {
     fmt::print("  {:<20} {}\n", backend_name(access.kind), access.config.string());
+  }
+  bool any_dsn = false;
+  for (const auto& access : state.backends) any_dsn = any_dsn || !access.dsn.empty();
+  if (any_dsn) fmt::print("dsns:\n");
+  for (const auto& access : state.backends) {
+    if (!access.dsn.empty()) fmt::print("  {:<20} {}\n", backend_name(access.kind), access.dsn);
   }
   fmt::print("`eval \"$(dlock-lab env{})\"` exports DLOCK_LAB_<BACKEND>_CONFIG; `dlock-lab down{}` stops it.\n",
              state_dir == default_state_dir() ? "" : " --state-dir " + state_dir.string(),
@@ -271,7 +278,7 @@ int command_down(const fs::path& state_dir, int timeout_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dlock-lab: real Redis, ZooKeeper, etcd and PostgreSQL servers on loopback for dlock"};
+  CLI::App app{"dlock-lab: real Redis, ZooKeeper, etcd, PostgreSQL and MariaDB servers on loopback for dlock"};
   app.require_subcommand(1);
   std::string state_dir_text = default_state_dir().string();
   app.add_option("--state-dir", state_dir_text, "where the running lab is recorded")
@@ -280,8 +287,10 @@ int main(int argc, char** argv) {
   up_settings settings;
   std::vector<std::string> names;
   for (backend b : all_backends()) names.emplace_back(backend_name(b));
+  for (backend b : opt_in_backends()) names.emplace_back(backend_name(b));
   auto* up = app.add_subcommand("up", "start servers in the background and wait until they answer");
-  up->add_option("backends", settings.backends, "which backends (default: all)")->check(CLI::IsMember(names));
+  up->add_option("backends", settings.backends, "which backends (default: all but the opt-in mariadb)")
+      ->check(CLI::IsMember(names));
   up->add_option("--timeout", settings.timeout_seconds, "seconds each backend may take to start")
       ->capture_default_str();
   up->add_flag("--redis-appendonly", settings.redis_appendonly, "the single Redis runs with appendonly yes");

@@ -1,7 +1,7 @@
 // lab.hpp — defines dlock::lab::lab: a set of real servers (Redis, Redlock's Redis nodes, ZooKeeper
-// standalone and ensemble, etcd single and cluster, PostgreSQL) started in parallel on free loopback
-// ports in a fresh temporary directory, with the dlock config that reaches each, torn down by the
-// destructor. Include this header to get the whole lab API.
+// standalone and ensemble, etcd single and cluster, PostgreSQL; MariaDB on request) started in
+// parallel on free loopback ports in a fresh temporary directory, with the dlock config that reaches
+// each, torn down by the destructor. Include this header to get the whole lab API.
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "dlock/lab/configs.hpp"
 #include "dlock/lab/endpoint.hpp"
 #include "dlock/lab/etcd_server.hpp"
+#include "dlock/lab/mariadb_server.hpp"
 #include "dlock/lab/postgres_server.hpp"
 #include "dlock/lab/process.hpp"
 #include "dlock/lab/redis_server.hpp"
@@ -36,6 +37,7 @@ struct lab_options {
   etcd_options etcd;  // single and cluster
   std::size_t etcd_cluster_size = 3;
   postgres_options sql;
+  mariadb_options mariadb;
   // Bound on each backend's startup (launch until every server of it answers its probe).
   std::chrono::milliseconds startup_timeout = default_startup_timeout;
   // How often a backend is started on fresh ports when a port was taken ("address in use").
@@ -100,6 +102,7 @@ class lab {
   etcd_server& etcd();
   ::dlock::lab::etcd_cluster& etcd_cluster();
   postgres_server& sql();
+  mariadb_server& mariadb();
   // Every server of every started backend.
   std::vector<server*> servers();
 
@@ -135,6 +138,7 @@ class lab {
   std::unique_ptr<etcd_server> etcd_;
   std::unique_ptr<class etcd_cluster> etcd_cluster_;
   std::unique_ptr<postgres_server> sql_;
+  std::unique_ptr<mariadb_server> mariadb_;
   std::mutex start_mutex_;  // guards failures_ and started_ while backends start in parallel
   std::map<backend, std::string> failures_;
   std::map<backend, backend_access> started_;
