@@ -281,7 +281,8 @@ private:
 #endif
 
 // With a minority of the target's servers killed (the leader among them where there is one), a
-// client opened then acquires, renews and releases; the lock stays exclusive meanwhile.
+// client opened then acquires, renews and releases, and a lease taken before the fault is still
+// held, renews and releases; the locks stay exclusive meanwhile.
 TEST_P(Capabilities, QuorumTargetWorksWithAMinorityDown) {
     if (!has(DLOCK_CAP_QUORUM)) GTEST_SKIP() << "backend has no QUORUM capability";
 #ifdef DLOCK_WITH_LAB
@@ -290,6 +291,8 @@ TEST_P(Capabilities, QuorumTargetWorksWithAMinorityDown) {
     const auto which = lab_backend_of(GetParam());
     const auto servers = lab->access(which).endpoints.size();
     ASSERT_GE(servers, 3u) << "claims QUORUM with " << servers << " server(s): no minority can be lost";
+    // A lease taken before the fault must outlive it too.
+    auto before = client_.acquire(name_ + "-before", dlock::acquire_options().with_wait(0ms).with_ttl(10s));
     const auto start = clock_type::now();
     {
         downed_minority fault(*lab, which);
@@ -313,6 +316,13 @@ TEST_P(Capabilities, QuorumTargetWorksWithAMinorityDown) {
         EXPECT_EQ(lease.release(ec), dlock::release_outcome::released) << dlock_last_error();
         auto next = other.acquire(name_, dlock::acquire_options().with_wait(10s), ec);
         EXPECT_FALSE(ec) << "acquire after the release: " << dlock_last_error();
+
+        before.renew(ec);
+        EXPECT_FALSE(ec) << "renew of a lease taken before the fault: " << dlock_last_error();
+        EXPECT_EQ(before.state(), dlock::lease_state::held);
+        other.acquire(name_ + "-before", try_once, ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << "the lease taken before the fault must still exclude: " << dlock_last_error();
+        EXPECT_EQ(before.release(ec), dlock::release_outcome::released) << dlock_last_error();
     }
     std::cout << "[" << label() << "] minority down and back in "
               << std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - start).count() << " ms\n";
