@@ -143,7 +143,7 @@ TEST_P(Capabilities, FairWaitersAcquireInArrivalOrder) {
             auto lease = clients[i].acquire(name_, dlock::acquire_options().with_wait(60s).with_fair(true), wait_ec);
             {
                 std::lock_guard<std::mutex> lock(mutex);
-                if (wait_ec) failures.push_back("waiter " + std::to_string(i) + ": " + wait_ec.message());
+                if (wait_ec) failures.push_back("waiter " + std::to_string(i) + ": " + wait_ec.message() + ": " + dlock_last_error());
                 else order.push_back(i);
             }
             std::this_thread::sleep_for(10ms);
