@@ -267,9 +267,13 @@ public:
         for (auto* s : down_) s->kill();
     }
     ~downed_minority() {
-        for (auto* s : down_) s->restart(dlock::lab::data_policy::keep, 60s);
-        if (which_ == dlock::lab::backend::zookeeper_ensemble) lab_.zookeeper_ensemble().wait_for_leader(60s);
-        if (which_ == dlock::lab::backend::etcd_cluster) lab_.etcd_cluster().wait_for_leader(60s);
+        try {
+            for (auto* s : down_) s->restart(dlock::lab::data_policy::keep, 60s);
+            if (which_ == dlock::lab::backend::zookeeper_ensemble) lab_.zookeeper_ensemble().wait_for_leader(60s);
+            if (which_ == dlock::lab::backend::etcd_cluster) lab_.etcd_cluster().wait_for_leader(60s);
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "the killed servers did not come back: " << e.what();
+        }
     }
     const std::vector<dlock::lab::server*>& servers() const { return down_; }
 
@@ -300,7 +304,10 @@ TEST_P(Capabilities, QuorumTargetWorksWithAMinorityDown) {
         if (which == dlock::lab::backend::zookeeper_ensemble) lab->zookeeper_ensemble().wait_for_leader(60s);
         if (which == dlock::lab::backend::etcd_cluster) lab->etcd_cluster().wait_for_leader(60s);
         std::string down;
-        for (auto* s : fault.servers()) down += " " + s->name();
+        for (auto* s : fault.servers()) {
+            EXPECT_FALSE(s->running() || s->probe()) << s->name() << " still serves";
+            down += " " + s->name();
+        }
         std::cout << "[" << label() << "] killed" << down << " of " << servers << " servers\n";
 
         auto client = open();
