@@ -123,8 +123,10 @@ void zk_destroy(dlock_backend* b) {
     }
 }
 
-uint64_t zk_capabilities(dlock_backend*) {
-    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_QUORUM;
+// QUORUM only with several servers in `connect`: a lone server survives no loss.
+uint64_t zk_capabilities(dlock_backend* b) {
+    const bool ensemble = b && b->config().hosts.find(',') != std::string::npos;
+    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | (ensemble ? DLOCK_CAP_QUORUM : 0);
 }
 
 void zk_interrupt(dlock_backend* b) {
