@@ -116,6 +116,10 @@ struct acquisition {
     // An attempt of the enqueue Txn got no answer: a put of `key` may have happened, or may still
     // happen on a member that carries it out late. Set before the key can be cleaned up.
     bool put_in_doubt = false;
+    // The enqueue Txn was refused as unavailable by every member (no leader yet, a request the
+    // server timed out while its disk stalled, every member unreachable): nothing is queued, and
+    // an acquire with time left may try again.
+    bool enqueue_unavailable = false;
     // Where the acquire's own calls end: its deadline, or one request_timeout for a try-once; and
     // what a call out of time throws (DLOCK_TIMEOUT, or DLOCK_UNAVAILABLE for a try-once).
     int64_t calls_end_ns = forever_ns;
@@ -513,6 +517,7 @@ struct dlock_backend final : session_listener {
         const bool try_once = request.deadline_ns == 0;
         const int64_t calls_end = try_once ? now_ns() + config.request_timeout_ms * ns_per_ms : request.deadline_ns;
         const int out_of_time_status = try_once ? DLOCK_UNAVAILABLE : DLOCK_TIMEOUT;
+        bool warned_unavailable = false;
         for (int attempt = 0;; ++attempt) {
             auto a = std::make_shared<acquisition>();
             a->calls_end_ns = calls_end;
@@ -531,6 +536,21 @@ struct dlock_backend final : session_listener {
                 // with a new session.
                 if (attempt == 0 && f.message.find("requested lease not found") != std::string::npos) {
                     sessions->forget(a->s, DLOCK_BACKEND, "the server no longer has it (expired or revoked)");
+                    continue;
+                }
+                // Every member refused the enqueue as unavailable: a stall or an election, not an
+                // answer about the lock. An acquire that may still wait tries again (a new key; the
+                // old one, if its put is in doubt, is being cleaned up) until its deadline, and
+                // then says TIMEOUT with the last reason. A try-once answers what it got.
+                if (a->enqueue_unavailable && !try_once && !interrupted) {
+                    constexpr int64_t pause_ns = 50 * ns_per_ms;
+                    if (request.deadline_ns != forever_ns && now_ns() + pause_ns >= request.deadline_ns)
+                        fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline; the last "
+                                                        "attempt: {}", request.name, f.message));
+                    if (!warned_unavailable) log(2, f.message + "; retrying until the acquire's deadline");
+                    warned_unavailable = true;
+                    std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
+                    if (interrupted) fail(DLOCK_CANCELLED, "etcd: the client is closing");
                     continue;
                 }
                 throw;
@@ -555,6 +575,12 @@ struct dlock_backend final : session_listener {
             conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
                        acquire_call(*a, &unanswered));
         } catch (...) {
+            try {
+                throw;
+            } catch (const failure& f) {
+                a->enqueue_unavailable = f.status == DLOCK_UNAVAILABLE;
+            } catch (...) {
+            }
             // An attempt without an answer may have put the key, or may still put it: clean up,
             // in the background (the members are not answering). Refused outright: nothing was put.
             if (unanswered != 0) {

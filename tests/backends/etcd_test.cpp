@@ -662,6 +662,33 @@ TEST_F(EtcdFaults, AcquireHonoursItsDeadlineWhenNoMemberAnswers) {
         << "a failed attempt left its key";
 }
 
+// A server that answers nothing for a while (a stalled disk makes etcd answer "request timed out";
+// a blackhole here) is no answer about the lock: an acquire with time left tries again until the
+// server answers, and gets the lock; nothing of its unanswered attempts is left behind.
+TEST_F(EtcdFaults, AcquireWithTimeLeftRetriesWhileNoMemberAnswers) {
+    dlock::lab::tcp_proxy proxy(single());
+    auto client = dlock::client::from_yaml(
+        yaml({proxy.listen_endpoint()}, {"request_timeout: 300ms", "dial_timeout: 500ms", "session_ttl: 30s"}));
+    client.acquire("faults/retry-unavailable", dlock::acquire_options().with_wait(0ms)).release();  // session ready
+    proxy.blackhole();
+    std::thread healer([&] {
+        std::this_thread::sleep_for(1s);  // three or more unanswered attempts
+        proxy.heal();
+    });
+    std::error_code ec;
+    const auto start = clock_type::now();
+    auto lease = client.acquire("faults/retry-unavailable", dlock::acquire_options().with_wait(10s), ec);
+    healer.join();
+    std::cout << "[etcd] acquire across a 1 s blackhole: " << (ec ? ec.message() : "acquired") << " after "
+              << ms_since(start).count() << " ms\n";
+    ASSERT_FALSE(ec) << "an acquire with time left must not fail on a server that is silent for a while: "
+                     << dlock_last_error();
+    EXPECT_GE(ms_since(start), 900ms) << "the lock cannot have been granted while the server was cut off";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    EXPECT_TRUE(eventually([&] { return keys_under(single(), "dlock/faults%2Fretry-unavailable/").empty(); }, 5s))
+        << "an unanswered attempt left its key";
+}
+
 // The release's delete reaches member 0 and is carried out, but its answer never comes back; the
 // retry on member 1 finds the key gone. The first attempt released the lock: RELEASED, not
 // ALREADY_LOST.
