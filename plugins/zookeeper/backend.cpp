@@ -513,6 +513,7 @@ void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
     if (answered_by_server(rc) && via) via->confirm(c->sent_ns, c->relayed && rc != ZTHROTTLEDOP);
     std::lock_guard<std::mutex> lock(mutex);
     c->done = true;
+    c->done_order = ++handled_;
     if (c->notify) c->notify->cv.notify_one();
     if (c->wakes_monitor) wake_monitor_locked();
 }
@@ -553,13 +554,13 @@ void dlock_backend::watch(waiter& w, const session& s, const std::string& path) 
     w.watch_event = 0;
 }
 
-int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns) {
+int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns, uint64_t own_since) {
     std::unique_lock<std::mutex> lock(mutex);
     wait_until(lock, w, until_ns, true, [&] {
-        return w.watch_fired || w.own_event != 0 || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE ||
+        return w.watch_fired || w.own_event_at > own_since || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE ||
                s.state == ZOO_AUTH_FAILED_STATE;
     });
-    return w.watch_fired && w.own_event == 0 ? w.watch_event : 0;
+    return w.watch_fired && w.own_event_at <= own_since ? w.watch_event : 0;
 }
 
 void dlock_backend::unwatch(waiter& w) {
@@ -574,19 +575,17 @@ void dlock_backend::watching_children(waiter& w, const session& s, const std::st
     std::lock_guard<std::mutex> lock(mutex);
     w.queue_session = &s;
     w.lock_path = lock_path;
-    w.children_changed = false;
 }
 
 void dlock_backend::watching_own_node(waiter& w, const session& s, const std::string& own_path) {
     std::lock_guard<std::mutex> lock(mutex);
     w.queue_session = &s;
     w.own_path = own_path;
-    w.own_event = 0;
 }
 
-int dlock_backend::own_node_event(waiter& w) {
+int dlock_backend::own_node_event(waiter& w, uint64_t since) {
     std::lock_guard<std::mutex> lock(mutex);
-    return w.own_event;
+    return w.own_event_at > since ? w.own_event : 0;
 }
 
 void dlock_backend::interrupt() {
@@ -617,6 +616,7 @@ void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, con
     // A node event (deleted, changed, children changed, or the server stopped watching): wake whoever
     // waits on it, and record it for the acquisitions and holds whose nodes it concerns.
     std::lock_guard<std::mutex> lock(mutex);
+    const uint64_t order = ++handled_;
     for (waiter* w : waiters_) {
         if (w->watched_session == &s && w->watched_path == path) {
             w->watch_fired = true;
@@ -625,8 +625,9 @@ void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, con
         }
         if (w->queue_session != &s) continue;
         if (type == ZOO_CHILD_EVENT) {
-            if (w->lock_path == path) w->children_changed = true;
+            if (w->lock_path == path) w->children_changed_at = order;
         } else if (w->own_path == path) {
+            w->own_event_at = order;
             w->own_event = type;
             w->cv.notify_one();
         }
@@ -663,16 +664,16 @@ void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::
 
 // ---- holds -------------------------------------------------------------------------------------------
 
-void dlock_backend::register_hold(dlock_hold* h, const waiter& w, bool children_watched, bool own_watched) {
+void dlock_backend::register_hold(dlock_hold* h, const waiter& w, uint64_t children_since, uint64_t own_since) {
     {
         std::lock_guard<std::mutex> lock(holds_mutex);
         holds_.insert(h);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    const bool own_fired = w.own_path == h->node_path && w.own_event != 0;
+    const bool own_fired = w.own_path == h->node_path && w.own_event_at > own_since;
     if (own_fired && w.own_event == ZOO_DELETED_EVENT) h->node_deleted = true;
-    if (own_watched && !own_fired) h->watch = node_watch::own;
-    else if (children_watched && !w.children_changed && w.lock_path == h->lock_path) h->watch = node_watch::children;
+    if (own_since != 0 && !own_fired) h->watch = node_watch::own;
+    else if (children_since != 0 && w.children_changed_at <= children_since && w.lock_path == h->lock_path) h->watch = node_watch::children;
     else h->watch = node_watch::needed;
     watched_holds_.insert(h);
     if (h->node_deleted || h->watch == node_watch::needed) wake_monitor_locked();

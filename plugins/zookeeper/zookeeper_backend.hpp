@@ -108,11 +108,14 @@ struct waiter {
     int watch_event = 0;  // ZOO_DELETED_EVENT, ZOO_CHANGED_EVENT, ... once fired
     // An acquisition's lock node and queue node: the events of the watches it set on them (see
     // dlock_backend::watching_children, watching_own_node) are recorded here until its hold takes
-    // them over, so that none falls between the reply that set a watch and the grant.
+    // them over, so that none falls between the reply that set a watch and the grant. Recorded as
+    // dlock_backend::handled_ at the event: only an event handled after the reply that set a watch
+    // is that watch's (one before it came from an earlier watch, our previous release's say).
     const session* queue_session = nullptr;
     std::string lock_path, own_path;
-    bool children_changed = false;  // the watch on lock_path's children fired
-    int own_event = 0;              // the watch on own_path fired (the event type)
+    uint64_t children_changed_at = 0;  // a watch on lock_path's children fired
+    uint64_t own_event_at = 0;         // a watch on own_path fired
+    int own_event = 0;                 // ... with this event type
 };
 
 // One asynchronous ZooKeeper request. Shared by the issuing thread and the completion (which may
@@ -128,6 +131,7 @@ struct call {
     std::vector<std::string> names;   // get_children: the children; get_acl: "scheme:id perms"
     // guarded by dlock_backend::mutex
     bool done = false;
+    uint64_t done_order = 0;  // dlock_backend::handled_ when it completed (see there)
     waiter* notify = nullptr;
 };
 using call_ptr = std::shared_ptr<call>;
@@ -212,15 +216,17 @@ struct dlock_backend {
     bool await(dlock::zk::waiter& w, std::initializer_list<dlock::zk::call*> calls, int64_t until_ns, bool interruptible);
     // The predecessor wait: register before the watch is set, then wait_watch until it fires (returns
     // the event type), the session ends or `until_ns` passes (returns 0). Throws CANCELLED on interrupt.
-    // Also returns 0, at once, when the watch on the waiter's own node fires (own_node_event).
+    // Also returns 0, at once, when the watch on the waiter's own node set by the reply handled at
+    // `own_since` fires (own_node_event).
     void watch(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& path);
-    int wait_watch(dlock::zk::waiter& w, const dlock::zk::session& s, int64_t until_ns);
+    int wait_watch(dlock::zk::waiter& w, const dlock::zk::session& s, int64_t until_ns, uint64_t own_since);
     void unwatch(dlock::zk::waiter& w);
     // An acquisition is about to list `lock_path` with a children watch, or to set a watch on its own
-    // node: from then on the watch's events are recorded in the waiter (an earlier record is cleared).
+    // node: the waiter records the watch's events (compare with the reply's done_order).
     void watching_children(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& lock_path);
     void watching_own_node(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& own_path);
-    int own_node_event(dlock::zk::waiter& w);  // the event type that fired the own-node watch, or 0
+    // The event type that fired the own-node watch set by the reply handled at `since`, or 0.
+    int own_node_event(dlock::zk::waiter& w, uint64_t since);
 
     // A node of ours that an acquire or a hold could not delete (connection lost): the monitor
     // deletes it once the session is connected again, or forgets it when the session ended. With an
@@ -229,9 +235,10 @@ struct dlock_backend {
     void add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid);
 
     // Registers a granted hold. Which watch covers its node comes from what the acquisition `w` set
-    // (`children_watched`: its listing's children watch; `own_watched`: a watch on h->node_path),
-    // less what fired since, read atomically with the hold's registration.
-    void register_hold(dlock_hold* h, const dlock::zk::waiter& w, bool children_watched, bool own_watched);
+    // — a children watch by the listing whose reply was handled at `children_since`, a watch on
+    // h->node_path by the reply handled at `own_since` (0: none) — less what fired since, read
+    // atomically with the hold's registration.
+    void register_hold(dlock_hold* h, const dlock::zk::waiter& w, uint64_t children_since, uint64_t own_since);
     void forget_hold(dlock_hold* h);
     // A release is about to delete the hold's node: the watch events that delete causes are ours.
     // Cleared again when the delete certainly did not happen.
@@ -310,6 +317,9 @@ private:
     std::thread monitor_;
 
     std::set<dlock_hold*> watched_holds_;  // every registered hold, for watch events (under `mutex`)
+    // Replies and watch events handled so far, in the order the completion thread handled them,
+    // which is the order they arrived in (the client library queues both in one list).
+    uint64_t handled_ = 0;
 
     std::mutex holds_mutex;
     std::set<dlock_hold*> holds_;

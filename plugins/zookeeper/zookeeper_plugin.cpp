@@ -176,8 +176,12 @@ private:
     std::string own_;              // our queue node's name, once known
     uint64_t fence_ = 0;           // its czxid
     bool maybe_created_ = false;   // a create of ours may have happened without our seeing the reply
-    bool children_watched_ = false; // our last enqueue's listing left a watch on the lock node's children
-    std::string own_watched_;      // our node's path once a watch on it is set (and answered)
+    // The watches our node is covered by, as the handling order of the replies that set them (see
+    // waiter): the last enqueue's listing left one on the lock node's children; own_watched_ is our
+    // node's path once a watch on it is set. 0 / "": none.
+    uint64_t children_watched_ = 0;
+    std::string own_watched_;
+    uint64_t own_watched_since_ = 0;
     int64_t limit_ = forever_ns;   // when waiting for a connection or a reply stops
     std::string holder_;           // guid at the head of the queue when last listed
 };
@@ -200,7 +204,7 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 // A new session: nodes of the previous one vanished with it, and its watches.
                 own_.clear();
                 maybe_created_ = false;
-                children_watched_ = false;
+                children_watched_ = 0;
                 own_watched_.clear();
                 s_ = std::move(s);
             }
@@ -252,7 +256,7 @@ int acquisition::grant_hold(dlock_hold** out_hold, dlock_grant* grant) {
     grant->fencing_token = fence_;
     grant->valid_until_ns = s_->valid_until_ns();
     grant->ttl_ms = s_->timeout_ms();
-    b_.register_hold(h.get(), w_, children_watched_, own_watched_ == h->node_path);
+    b_.register_hold(h.get(), w_, children_watched_, own_watched_ == h->node_path ? own_watched_since_ : 0);
     *out_hold = h.release();
     own_.clear();
     return DLOCK_OK;
@@ -267,7 +271,7 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
     auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_)), ZOO_EPHEMERAL_SEQUENTIAL);
     // Pipelined behind the create: one session's requests run in order, so it lists our node too.
     // Its watch on the children tells a holder that its node was deleted, at no extra request.
-    children_watched_ = false;
+    children_watched_ = 0;
     b_.watching_children(w_, *s_, lock_path_);
     auto listed = b_.children(*s_, lock_path_, true);
     if (!b_.await(w_, {created.get(), listed.get()}, request_bound(), true)) return false;
@@ -277,7 +281,7 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         own_ = created->text.substr(slash + 1);
         fence_ = uint64_t(created->stat.czxid);
         if (listed->rc == ZOK) {
-            children_watched_ = true;
+            children_watched_ = listed->done_order;
             queue = queue_of(listed->names);
             return true;
         }
@@ -417,6 +421,7 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
             return false;  // ours is gone: list again, and queue again
         }
         own_watched_ = own_path();
+        own_watched_since_ = own->done_order;
     }
     if (got->rc != ZOK) {
         if (got->rc != ZNONODE) retryable(got->rc, "watching", path);
@@ -427,8 +432,8 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
         dlock_backend& b;
         ~waiting_on_exit() { b.waiting(-1); }
     } waiting{b_};
-    const int event = b_.wait_watch(w_, *s_, deadline_ns);
-    if (b_.own_node_event(w_) != 0) {  // ours was deleted (or changed: the watch is spent): list again
+    const int event = b_.wait_watch(w_, *s_, deadline_ns, own_watched_since_);
+    if (b_.own_node_event(w_, own_watched_since_) != 0) {  // ours was deleted (or changed: the watch is spent): list again
         own_watched_.clear();
         return false;
     }
