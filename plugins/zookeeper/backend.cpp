@@ -14,6 +14,13 @@
 // the heartbeat always runs, so that a grant's bound starts from a recent anchor. The same heartbeat
 // runs while an acquire waits in the queue, so that its grant starts from a fresh contact even when
 // it skips the final listing (see acquisition::wait_for).
+//
+// A hold's queue node may also be deleted by someone else (an operator, another client of the same
+// identity); the next client then holds the lock at once, so the monitor reports LOST as soon as a
+// watch sees the deletion: the acquire's listing leaves a watch on the lock node's children (no
+// extra request), a waiter watches its own node, and when the children watch fires while the lock
+// is held (a newcomer queued) the monitor replaces it by a watch on the hold's own node — one
+// request per hold at most, and only when the lock is contended.
 #include "zookeeper_backend.hpp"
 
 #include <fmt/format.h>
@@ -133,10 +140,11 @@ void on_auth(int rc, const void* data) {
 }
 
 template <typename Start>
-call_ptr issue(dlock_backend& b, session& s, bool relayed, Start&& start) {
+call_ptr issue(dlock_backend& b, session& s, bool relayed, Start&& start, bool wakes_monitor = false) {
     auto c = std::make_shared<call>();
     auto* data = new pending{c, &b, &s};
     c->relayed = relayed;
+    c->wakes_monitor = wakes_monitor;
     c->sent_ns = now_ns();
     const int rc = start(s.handle(), data);
     if (rc != ZOK) {  // refused at once (bad state or arguments): no completion will come
@@ -456,8 +464,11 @@ call_ptr dlock_backend::create(session& s, const std::string& path, int mode) {
     });
 }
 
-call_ptr dlock_backend::children(session& s, const std::string& path) {
-    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, data); });
+call_ptr dlock_backend::children(session& s, const std::string& path, bool watch) {
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) {
+        return watch ? zoo_awget_children(zh, path.c_str(), on_watcher, &s, on_strings, data)
+                     : zoo_aget_children(zh, path.c_str(), 0, on_strings, data);
+    });
 }
 
 call_ptr dlock_backend::remove(session& s, const std::string& path) {
@@ -502,7 +513,9 @@ void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
     if (answered_by_server(rc) && via) via->confirm(c->sent_ns, c->relayed && rc != ZTHROTTLEDOP);
     std::lock_guard<std::mutex> lock(mutex);
     c->done = true;
+    c->done_order = ++handled_;
     if (c->notify) c->notify->cv.notify_one();
+    if (c->wakes_monitor) wake_monitor_locked();
 }
 
 // ---- waits ----------------------------------------------------------------------------------------
@@ -541,12 +554,13 @@ void dlock_backend::watch(waiter& w, const session& s, const std::string& path) 
     w.watch_event = 0;
 }
 
-int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns) {
+int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns, uint64_t own_since) {
     std::unique_lock<std::mutex> lock(mutex);
     wait_until(lock, w, until_ns, true, [&] {
-        return w.watch_fired || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE || s.state == ZOO_AUTH_FAILED_STATE;
+        return w.watch_fired || w.own_event_at > own_since || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE ||
+               s.state == ZOO_AUTH_FAILED_STATE;
     });
-    return w.watch_fired ? w.watch_event : 0;
+    return w.watch_fired && w.own_event_at <= own_since ? w.watch_event : 0;
 }
 
 void dlock_backend::unwatch(waiter& w) {
@@ -555,6 +569,23 @@ void dlock_backend::unwatch(waiter& w) {
     w.watched_path.clear();
     w.watch_fired = false;
     w.watch_event = 0;
+}
+
+void dlock_backend::watching_children(waiter& w, const session& s, const std::string& lock_path) {
+    std::lock_guard<std::mutex> lock(mutex);
+    w.queue_session = &s;
+    w.lock_path = lock_path;
+}
+
+void dlock_backend::watching_own_node(waiter& w, const session& s, const std::string& own_path) {
+    std::lock_guard<std::mutex> lock(mutex);
+    w.queue_session = &s;
+    w.own_path = own_path;
+}
+
+int dlock_backend::own_node_event(waiter& w, uint64_t since) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return w.own_event_at > since ? w.own_event : 0;
 }
 
 void dlock_backend::interrupt() {
@@ -582,15 +613,46 @@ void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, con
         return;
     }
     if (!path) return;
-    // A node event (deleted, changed, or the server stopped watching): wake whoever waits on it.
+    // A node event (deleted, changed, children changed, or the server stopped watching): wake whoever
+    // waits on it, and record it for the acquisitions and holds whose nodes it concerns.
     std::lock_guard<std::mutex> lock(mutex);
+    const uint64_t order = ++handled_;
     for (waiter* w : waiters_) {
         if (w->watched_session == &s && w->watched_path == path) {
             w->watch_fired = true;
             w->watch_event = type;
             w->cv.notify_one();
         }
+        if (w->queue_session != &s) continue;
+        if (type == ZOO_CHILD_EVENT) {
+            if (w->lock_path == path) w->children_changed_at = order;
+        } else if (w->own_path == path) {
+            w->own_event_at = order;
+            w->own_event = type;
+            w->cv.notify_one();
+        }
     }
+    bool for_monitor = false;
+    for (dlock_hold* h : watched_holds_) {
+        if (h->generation != s.generation || h->releasing) continue;
+        if (type == ZOO_CHILD_EVENT) {
+            // Our node deleted, or (far more often) a newcomer queued: the monitor watches our node.
+            if (h->lock_path == path && h->watch == node_watch::children) {
+                h->watch = node_watch::needed;
+                for_monitor = true;
+            }
+        } else if (h->node_path == path) {
+            if (type == ZOO_DELETED_EVENT) h->node_deleted = true;
+            else h->watch = node_watch::needed;  // changed, or no longer watched: the watch is spent
+            for_monitor = true;
+        }
+    }
+    if (for_monitor) wake_monitor_locked();
+}
+
+void dlock_backend::wake_monitor_locked() {
+    ++events_;
+    if (monitor_waiter_) monitor_waiter_->cv.notify_one();
 }
 
 void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid) {
@@ -602,14 +664,27 @@ void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::
 
 // ---- holds -------------------------------------------------------------------------------------------
 
-void dlock_backend::register_hold(dlock_hold* h) {
+void dlock_backend::register_hold(dlock_hold* h, const waiter& w, uint64_t children_since, uint64_t own_since) {
     {
         std::lock_guard<std::mutex> lock(holds_mutex);
         holds_.insert(h);
     }
-    // The monitor must keep this hold's valid_until moving; wake it unless its heartbeat timer runs.
     std::lock_guard<std::mutex> lock(mutex);
-    kick_monitor_locked();
+    const bool own_fired = w.own_path == h->node_path && w.own_event_at > own_since;
+    if (own_fired && w.own_event == ZOO_DELETED_EVENT) h->node_deleted = true;
+    if (own_since != 0 && !own_fired) h->watch = node_watch::own;
+    else if (children_since != 0 && w.children_changed_at <= children_since && w.lock_path == h->lock_path) h->watch = node_watch::children;
+    else h->watch = node_watch::needed;
+    watched_holds_.insert(h);
+    if (h->node_deleted || h->watch == node_watch::needed) wake_monitor_locked();
+    // The monitor must keep this hold's valid_until moving; wake it unless its heartbeat timer runs.
+    else kick_monitor_locked();
+}
+
+void dlock_backend::set_releasing(dlock_hold* h, bool releasing) {
+    std::lock_guard<std::mutex> lock(mutex);
+    h->releasing = releasing;
+    if (!releasing && (h->node_deleted || h->watch == node_watch::needed)) wake_monitor_locked();
 }
 
 void dlock_backend::waiting(int delta) {
@@ -626,8 +701,12 @@ void dlock_backend::kick_monitor_locked() {
 }
 
 void dlock_backend::forget_hold(dlock_hold* h) {
-    std::lock_guard<std::mutex> lock(holds_mutex);
-    holds_.erase(h);
+    {
+        std::lock_guard<std::mutex> lock(holds_mutex);
+        holds_.erase(h);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    watched_holds_.erase(h);
 }
 
 size_t dlock_backend::holds_of(uint64_t generation) {
@@ -688,6 +767,54 @@ void dlock_backend::tend_orphans(waiter& w, const std::shared_ptr<session>& s) {
     }
 }
 
+// Sets the watches holds need on their own nodes, takes the answers (a node already gone is a
+// deletion too), and reports LOST for each hold whose node someone else deleted.
+void dlock_backend::tend_node_watches(const std::shared_ptr<session>& s, bool connected, std::vector<node_watch_request>& requests) {
+    struct deletion {
+        dlock_hold* hold;
+        std::string node_path, name;
+    };
+    std::vector<deletion> deleted;
+    std::vector<node_watch_request> to_send;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (auto r = requests.begin(); r != requests.end();) {
+            if (!r->call->done) { ++r; continue; }
+            // The hold may have been destroyed meanwhile (and another allocated at its address).
+            if (watched_holds_.count(r->hold) && r->hold->node_path == r->node_path) {
+                dlock_hold& h = *r->hold;
+                if (r->call->rc == ZNONODE) h.node_deleted = true;
+                if (h.watch == node_watch::setting) h.watch = r->call->rc == ZOK ? node_watch::own : node_watch::needed;
+            }
+            r = requests.erase(r);
+        }
+        for (dlock_hold* h : watched_holds_) {
+            if (h->generation != s->generation || h->releasing) continue;
+            if (h->node_deleted && !h->deletion_reported) {
+                h->deletion_reported = true;
+                deleted.push_back({h, h->node_path, h->name});
+            } else if (connected && !h->node_deleted && h->watch == node_watch::needed) {
+                h->watch = node_watch::setting;
+                to_send.push_back({h, h->node_path, nullptr});
+            }
+        }
+    }
+    for (auto& r : to_send) {
+        r.call = issue(*this, *s, false, [&](zhandle_t* zh, pending* data) {
+            return zoo_awget(zh, r.node_path.c_str(), on_watcher, s.get(), on_data, data);
+        }, true);
+        requests.push_back(std::move(r));
+    }
+    for (const auto& d : deleted)
+        log(2, fmt::format("{}: the node `{}` of lock `{}` was deleted by another client; the lock is LOST", where(s.get()),
+                           d.node_path, d.name));
+    if (deleted.empty() || !host_.hold_state_changed) return;
+    std::lock_guard<std::mutex> lock(holds_mutex);
+    for (const auto& d : deleted)
+        if (holds_.count(d.hold) && d.hold->node_path == d.node_path)
+            host_.hold_state_changed(host_.context, d.hold->host_lease, DLOCK_LEASE_LOST, 0);
+}
+
 void dlock_backend::monitor_loop() {
     waiter w;
     {
@@ -698,6 +825,7 @@ void dlock_backend::monitor_loop() {
     uint64_t seen_generation = 0;
     bool suspect = false;          // holds of the current session were reported SUSPECT
     int64_t reported_bound = 0;    // the last valid_until reported
+    std::vector<node_watch_request> node_watches;  // in flight
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping_) {
         const uint64_t seen_events = events_;
@@ -714,7 +842,10 @@ void dlock_backend::monitor_loop() {
             seen_generation = s->generation;
             suspect = false;
             reported_bound = 0;
+            node_watches.clear();  // the ended session's holds are lost with it
         }
+        if (s && state != ZOO_EXPIRED_SESSION_STATE && state != ZOO_AUTH_FAILED_STATE)
+            tend_node_watches(s, state == ZOO_CONNECTED_STATE, node_watches);
         if (s && (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)) {
             if (!lost_reported) {
                 const size_t n = holds_of(s->generation);

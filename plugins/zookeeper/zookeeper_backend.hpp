@@ -6,7 +6,10 @@
 //   - libzookeeper-mt runs two threads per handle: I/O, and completions (every completion and
 //     watcher below runs on the latter and must not block or call zookeeper_close).
 //   - dlock_backend::mutex guards the current session, session states, the waiters, the completion
-//     flags of requests and the orphan list. No ZooKeeper API is called while it is held.
+//     flags of requests, the orphan list and the watches on holds' nodes (watched_holds_). No
+//     ZooKeeper API is called while it is held. Watch events arrive on the completion thread, which
+//     must not wait for holds_mutex (the monitor holds it while it calls the host, whose renew may
+//     wait for a completion), so what they change about holds lives under this mutex.
 //   - dlock_backend::holds_mutex guards the hold registry and is held while the monitor reports hold
 //     states to the host; release and renew never take it (plugin.h forbids reporting under a lock
 //     those entries take); hold_destroy takes it, so no report follows hold_destroy's return.
@@ -103,6 +106,16 @@ struct waiter {
     std::string watched_path;
     bool watch_fired = false;
     int watch_event = 0;  // ZOO_DELETED_EVENT, ZOO_CHANGED_EVENT, ... once fired
+    // An acquisition's lock node and queue node: the events of the watches it set on them (see
+    // dlock_backend::watching_children, watching_own_node) are recorded here until its hold takes
+    // them over, so that none falls between the reply that set a watch and the grant. Recorded as
+    // dlock_backend::handled_ at the event: only an event handled after the reply that set a watch
+    // is that watch's (one before it came from an earlier watch, our previous release's say).
+    const session* queue_session = nullptr;
+    std::string lock_path, own_path;
+    uint64_t children_changed_at = 0;  // a watch on lock_path's children fired
+    uint64_t own_event_at = 0;         // a watch on own_path fired
+    int own_event = 0;                 // ... with this event type
 };
 
 // One asynchronous ZooKeeper request. Shared by the issuing thread and the completion (which may
@@ -111,12 +124,14 @@ struct waiter {
 struct call {
     int64_t sent_ns = 0;
     bool relayed = false;             // a write or a sync: answered only after the leader took part
+    bool wakes_monitor = false;       // its completion wakes the session monitor
     int rc = ZSYSTEMERROR;
     std::string text;                 // create: the created path
     Stat stat{};                      // create2, exists, get: the node's stat
     std::vector<std::string> names;   // get_children: the children; get_acl: "scheme:id perms"
     // guarded by dlock_backend::mutex
     bool done = false;
+    uint64_t done_order = 0;  // dlock_backend::handled_ when it completed (see there)
     waiter* notify = nullptr;
 };
 using call_ptr = std::shared_ptr<call>;
@@ -126,11 +141,22 @@ bool answered_by_server(int rc);  // the server processed (or refused) it: a con
 bool outcome_unknown(int rc);     // connection lost or timed out: it may or may not have happened
 bool session_gone(int rc);        // the session expired, was closed, or failed authentication
 
+// What tells a hold that its queue node was deleted by someone else. A node's deletion lets the
+// next client in at once, so the holder must hear of it from a watch, not from its session.
+enum class node_watch {
+    children,  // the watch that the acquire's listing left on the lock node's children, not fired
+               // since: it fires on any child's deletion, ours included (free: no extra request)
+    own,       // a data watch on the node itself (set while waiting in the queue, or by the monitor)
+    needed,    // neither (the children watch fired, for a newcomer most likely): the monitor sets one
+    setting,   // the monitor's request setting it is in flight
+};
+
 }  // namespace dlock::zk
 
 // A hold: one node of ours that was lowest in its lock's queue.
 struct dlock_hold {
     std::string name;        // the lock's name, for messages
+    std::string lock_path;   // full path of the lock node (the queue node's parent)
     std::string node_path;   // full path of our queue node (relative to the chroot)
     uint64_t generation = 0; // the session it lives in
     uint64_t fence = 0;      // its czxid
@@ -140,6 +166,11 @@ struct dlock_hold {
     // retry that finds the node gone has released it.
     int64_t release_in_doubt_ns = 0;
     bool settled = false;    // deleted by a confirmed release, or known gone
+    // guarded by dlock_backend::mutex
+    dlock::zk::node_watch watch = dlock::zk::node_watch::needed;
+    bool node_deleted = false;  // a watch saw our node deleted (not by our release)
+    bool deletion_reported = false;
+    bool releasing = false;     // our own delete is on its way: its watch events are not a loss
 };
 
 struct dlock_backend {
@@ -162,7 +193,8 @@ struct dlock_backend {
 
     // Requests (asynchronous; a call whose API call failed at once is returned done).
     dlock::zk::call_ptr create(dlock::zk::session& s, const std::string& path, int mode);
-    dlock::zk::call_ptr children(dlock::zk::session& s, const std::string& path);
+    // With `watch`, leaves a watch on the node's children (fires once, on any child created or deleted).
+    dlock::zk::call_ptr children(dlock::zk::session& s, const std::string& path, bool watch = false);
     dlock::zk::call_ptr remove(dlock::zk::session& s, const std::string& path);
     // A delete through the client's synchronous call: its reply reaches the calling thread straight
     // from the I/O thread, one thread hop fewer than an asynchronous completion (release's hot
@@ -184,9 +216,17 @@ struct dlock_backend {
     bool await(dlock::zk::waiter& w, std::initializer_list<dlock::zk::call*> calls, int64_t until_ns, bool interruptible);
     // The predecessor wait: register before the watch is set, then wait_watch until it fires (returns
     // the event type), the session ends or `until_ns` passes (returns 0). Throws CANCELLED on interrupt.
+    // Also returns 0, at once, when the watch on the waiter's own node set by the reply handled at
+    // `own_since` fires (own_node_event).
     void watch(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& path);
-    int wait_watch(dlock::zk::waiter& w, const dlock::zk::session& s, int64_t until_ns);
+    int wait_watch(dlock::zk::waiter& w, const dlock::zk::session& s, int64_t until_ns, uint64_t own_since);
     void unwatch(dlock::zk::waiter& w);
+    // An acquisition is about to list `lock_path` with a children watch, or to set a watch on its own
+    // node: the waiter records the watch's events (compare with the reply's done_order).
+    void watching_children(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& lock_path);
+    void watching_own_node(dlock::zk::waiter& w, const dlock::zk::session& s, const std::string& own_path);
+    // The event type that fired the own-node watch set by the reply handled at `since`, or 0.
+    int own_node_event(dlock::zk::waiter& w, uint64_t since);
 
     // A node of ours that an acquire or a hold could not delete (connection lost): the monitor
     // deletes it once the session is connected again, or forgets it when the session ended. With an
@@ -194,8 +234,15 @@ struct dlock_backend {
     // for children of `lock_path` carrying `guid`.
     void add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid);
 
-    void register_hold(dlock_hold* h);
+    // Registers a granted hold. Which watch covers its node comes from what the acquisition `w` set
+    // — a children watch by the listing whose reply was handled at `children_since`, a watch on
+    // h->node_path by the reply handled at `own_since` (0: none) — less what fired since, read
+    // atomically with the hold's registration.
+    void register_hold(dlock_hold* h, const dlock::zk::waiter& w, uint64_t children_since, uint64_t own_since);
     void forget_hold(dlock_hold* h);
+    // A release is about to delete the hold's node: the watch events that delete causes are ours.
+    // Cleared again when the delete certainly did not happen.
+    void set_releasing(dlock_hold* h, bool releasing);
     // An acquire starts or stops waiting for its predecessor (the monitor keeps the session's
     // confirmed contact fresh meanwhile, as for holds).
     void waiting(int delta);
@@ -228,6 +275,12 @@ private:
         uint64_t generation;
         std::string lock_path, node_path, guid;
     };
+    // A watch the monitor is setting on a hold's node (the hold is found again by pointer and path).
+    struct node_watch_request {
+        dlock_hold* hold;
+        std::string node_path;
+        dlock::zk::call_ptr call;
+    };
     template <typename Pred>
     bool wait_until(std::unique_lock<std::mutex>& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done);
     std::shared_ptr<dlock::zk::session> open_session();
@@ -235,6 +288,8 @@ private:
     void detect_ensemble(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void monitor_loop();
     void tend_orphans(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
+    void tend_node_watches(const std::shared_ptr<dlock::zk::session>& s, bool connected, std::vector<node_watch_request>& requests);
+    void wake_monitor_locked();
     bool probe(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     size_t holds_of(uint64_t generation);
     void report(uint64_t generation, int state, int64_t valid_until_ns);
@@ -260,6 +315,11 @@ private:
     bool stopping_ = false;
     std::vector<orphan> orphans_;
     std::thread monitor_;
+
+    std::set<dlock_hold*> watched_holds_;  // every registered hold, for watch events (under `mutex`)
+    // Replies and watch events handled so far, in the order the completion thread handled them,
+    // which is the order they arrived in (the client library queues both in one list).
+    uint64_t handled_ = 0;
 
     std::mutex holds_mutex;
     std::set<dlock_hold*> holds_;

@@ -18,6 +18,11 @@
 // cancelled acquire deletes what it created; what it cannot delete right away (connection down) is
 // handed to the session monitor, which deletes it after reconnecting.
 //
+// Someone else may delete a queue node (an operator, another client of the same identity): a holder
+// learns it from a watch (see backend.cpp: the listing's children watch, then one on its own node)
+// and reads LOST within about a round trip; a waiter watches its own node along with its
+// predecessor and queues again, instead of taking the lock on a node that no longer exists.
+//
 // Fencing token: the holder node's czxid — the zxid of the transaction that created it, strictly
 // increasing across the ensemble; the next holder's node was created after ours, so its czxid is
 // higher. Locks are bound to the session (the keeper has nothing to renew; the lease's ttl is the
@@ -173,6 +178,12 @@ private:
     std::string own_;              // our queue node's name, once known
     uint64_t fence_ = 0;           // its czxid
     bool maybe_created_ = false;   // a create of ours may have happened without our seeing the reply
+    // The watches our node is covered by, as the handling order of the replies that set them (see
+    // waiter): the last enqueue's listing left one on the lock node's children; own_watched_ is our
+    // node's path once a watch on it is set. 0 / "": none.
+    uint64_t children_watched_ = 0;
+    std::string own_watched_;
+    uint64_t own_watched_since_ = 0;
     int64_t limit_ = forever_ns;   // when waiting for a connection or a reply stops
     std::string holder_;           // guid at the head of the queue when last listed
 };
@@ -192,9 +203,11 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
             }
             std::shared_ptr<session> s = b_.connected_session(w_, limit_, true);
             if (s != s_) {
-                // A new session: nodes of the previous one vanished with it.
+                // A new session: nodes of the previous one vanished with it, and its watches.
                 own_.clear();
                 maybe_created_ = false;
+                children_watched_ = 0;
+                own_watched_.clear();
                 s_ = std::move(s);
             }
             std::vector<queue_entry> queue;
@@ -237,6 +250,7 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
 int acquisition::grant_hold(dlock_hold** out_hold, dlock_grant* grant) {
     auto h = std::make_unique<dlock_hold>();
     h->name = req_.name;
+    h->lock_path = lock_path_;
     h->node_path = own_path();
     h->generation = s_->generation;
     h->fence = fence_;
@@ -244,7 +258,7 @@ int acquisition::grant_hold(dlock_hold** out_hold, dlock_grant* grant) {
     grant->fencing_token = fence_;
     grant->valid_until_ns = s_->valid_until_ns();
     grant->ttl_ms = s_->timeout_ms();
-    b_.register_hold(h.get());
+    b_.register_hold(h.get(), w_, children_watched_, own_watched_ == h->node_path ? own_watched_since_ : 0);
     *out_hold = h.release();
     own_.clear();
     return DLOCK_OK;
@@ -258,7 +272,10 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
     maybe_created_ = true;  // from here until the reply tells
     auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_)), ZOO_EPHEMERAL_SEQUENTIAL);
     // Pipelined behind the create: one session's requests run in order, so it lists our node too.
-    auto listed = b_.children(*s_, lock_path_);
+    // Its watch on the children tells a holder that its node was deleted, at no extra request.
+    children_watched_ = 0;
+    b_.watching_children(w_, *s_, lock_path_);
+    auto listed = b_.children(*s_, lock_path_, true);
     if (!b_.await(w_, {created.get(), listed.get()}, request_bound(), true)) return false;
     if (created->rc == ZOK) {
         maybe_created_ = false;
@@ -266,6 +283,7 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         own_ = created->text.substr(slash + 1);
         fence_ = uint64_t(created->stat.czxid);
         if (listed->rc == ZOK) {
+            children_watched_ = listed->done_order;
             queue = queue_of(listed->names);
             return true;
         }
@@ -382,8 +400,10 @@ void acquisition::ensure_lock_node() {
 // grow, and the lock node cannot be deleted and recreated while it holds ours), so its deletion
 // leaves ours first — one round trip less per handoff. Listing is still done when the session's last
 // confirmed contact is older than a quarter of the session timeout (the listing's reply gives the
-// lease its validity) and after any other wake-up. (Like every holder, this trusts that nobody but
-// dlock deletes dlock's queue nodes.)
+// lease its validity) and after any other wake-up. Our own node is watched too, in the same round
+// trip (once per node): should someone else delete it, the wait ends and the listing that follows
+// queues us again — events arrive in order, so a deletion of ours that came before the
+// predecessor's is seen before its deletion is.
 bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head) {
     const std::string path = join_path(lock_path_, predecessor.node);
     b_.watch(w_, *s_, path);  // before the request: its event may arrive right after the reply
@@ -392,8 +412,19 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
         waiter& w;
         ~unwatch_on_exit() { b.unwatch(w); }
     } unwatch{b_, w_};
+    const bool watch_own = own_watched_ != own_path();
+    if (watch_own) b_.watching_own_node(w_, *s_, own_path());
     auto got = b_.get_and_watch(*s_, path);
-    if (!b_.await(w_, {got.get()}, request_bound(), true)) return false;
+    auto own = watch_own ? b_.get_and_watch(*s_, own_path()) : got;
+    if (!b_.await(w_, {got.get(), own.get()}, request_bound(), true)) return false;
+    if (watch_own) {
+        if (own->rc != ZOK) {
+            if (own->rc != ZNONODE) retryable(own->rc, "watching", own_path());
+            return false;  // ours is gone: list again, and queue again
+        }
+        own_watched_ = own_path();
+        own_watched_since_ = own->done_order;
+    }
     if (got->rc != ZOK) {
         if (got->rc != ZNONODE) retryable(got->rc, "watching", path);
         return false;  // gone already: list again
@@ -403,7 +434,11 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
         dlock_backend& b;
         ~waiting_on_exit() { b.waiting(-1); }
     } waiting{b_};
-    const int event = b_.wait_watch(w_, *s_, deadline_ns);
+    const int event = b_.wait_watch(w_, *s_, deadline_ns, own_watched_since_);
+    if (b_.own_node_event(w_, own_watched_since_) != 0) {  // ours was deleted (or changed: the watch is spent): list again
+        own_watched_.clear();
+        return false;
+    }
     return predecessor_is_head && event == ZOO_DELETED_EVENT &&
            now_ns() - s_->confirmed_send_ns() < s_->timeout_ms() * ns_per_ms / 4;
 }
@@ -462,6 +497,7 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
         // it so), whatever the delete says; the node is still deleted in case the session lives.
         const int64_t sent = now_ns();
         const bool past_bound = sent >= s->valid_until_ns();
+        b->set_releasing(h, true);
         const int rc = b->remove_now(*s, h->node_path);
         if (rc == ZOK) {
             h->settled = true;
@@ -483,6 +519,7 @@ int zk_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
             return DLOCK_LOST;
         }
         if (outcome_unknown(rc) && h->release_in_doubt_ns == 0) h->release_in_doubt_ns = sent;
+        if (!outcome_unknown(rc)) b->set_releasing(h, false);  // refused: the node is still ours to watch
         fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` failed: {}; retry the release", b->where(s.get()), h->node_path, zerror(rc)));
     });
 }

@@ -6,6 +6,8 @@
 //   11 session expiry while holding — LOST before the waiter proceeds; connection loss during the
 //      create — the node is found again by its guid (no ghost, no self-deadlock);
 //   14 missing chroot, wrong credentials — clear errors; ACLs keep other identities out;
+//   a queue node deleted by someone else — its holder reads LOST within a round trip, its waiter
+//      queues again; a release of our own is never taken for a loss;
 //   and the herd detector: with 100 waiters, each handoff costs O(1) server operations.
 // Client-side faults (partitions, lost replies) go through the lab's TCP proxy.
 #include "backend_test.hpp"
@@ -419,6 +421,139 @@ TEST_F(ZooKeeperFaults, NodeCarryingOurGuidAheadOfOursIsTreatedAsOurs) {
     EXPECT_TRUE(queue_nodes(standalone().to_string(), lock_node).empty());
 }
 
+// ---- a queue node deleted by someone else ----------------------------------------------------------
+
+// Deletes, through a session of its own, the queue node of `lock_node` that carries `owner` (the
+// acquisition's guid); returns the instant just before the delete was sent.
+clock_type::time_point delete_node_of(raw_session& raw, const std::string& lock_node, std::string_view owner) {
+    for (const auto& node : raw.children(lock_node)) {
+        if (node.find(std::string(owner)) == std::string::npos) continue;
+        const auto at = clock_type::now();
+        EXPECT_EQ(raw.remove(lock_node + "/" + node), ZOK) << node;
+        return at;
+    }
+    ADD_FAILURE() << "no queue node of " << owner << " under " << lock_node;
+    return clock_type::now();
+}
+
+// Someone else (an operator, a script, a client with the same identity) deletes the holder's queue
+// node: from then on the next client may take the lock, so the holder must learn that it lost it
+// within about one round trip — from a watch on its node — and not when its session ends (never,
+// while the holder lives). Three ways to have become holder, each covered by a different watch:
+// uncontended (the listing of the acquire itself leaves a watch on the lock node's children); after
+// waiting in the queue (the waiter watched its own node); uncontended, then a waiter queued behind
+// (its arrival spent the children watch, which the holder replaced by one on its own node). The
+// session timeout is 4 s: LOST within 500 ms cannot come from the session.
+TEST_F(ZooKeeperFaults, HolderLearnsItsNodeWasDeletedWithinARoundTrip) {
+    const std::string cfg = config(standalone().to_string(), {"session_timeout: 4s"});
+    auto a_client = dlock::client::open(cfg), b_client = dlock::client::open(cfg);
+    raw_session raw(standalone().to_string());
+    auto expect_lost_soon = [&](dlock::lease& lease, const std::string& lock_node, const char* how) {
+        auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the callback may outlive this check
+        lease.on_lost([lost_at] { *lost_at = clock_type::now().time_since_epoch().count(); });
+        ASSERT_EQ(lease.state(), dlock::lease_state::held) << how;
+        const auto deleted = delete_node_of(raw, lock_node, lease.owner());
+        EXPECT_TRUE(eventually([&] { return lost_at->load() != 0; }, 3s, 2ms)) << how << ": LOST never reported";
+        if (lost_at->load() == 0) return;
+        const auto latency = (lost_at->load() - deleted.time_since_epoch().count()) / 1'000'000;
+        std::cout << "[zookeeper] " << how << ": LOST " << latency << " ms after its node was deleted\n";
+        EXPECT_LT(latency, 500) << how << ": LOST within about one round trip, far below the 4 s session";
+        EXPECT_EQ(lease.state(), dlock::lease_state::lost) << how;
+        EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost) << how;
+    };
+
+    {
+        auto lease = a_client.acquire("faults/deleted-alone", dlock::acquire_options().with_wait(0ms));
+        expect_lost_soon(lease, "/dlock/faults%2Fdeleted-alone", "uncontended holder");
+    }
+    {
+        auto first = b_client.acquire("faults/deleted-waited", dlock::acquire_options().with_wait(0ms));
+        std::promise<dlock::lease> got;
+        std::thread waiter([&] { got.set_value(a_client.acquire("faults/deleted-waited", dlock::acquire_options().with_wait(10s))); });
+        ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), "/dlock/faults%2Fdeleted-waited").size() == 2; }, 5s));
+        std::this_thread::sleep_for(100ms);  // the waiter set its watches
+        EXPECT_EQ(first.release(), dlock::release_outcome::released);
+        auto lease = got.get_future().get();
+        waiter.join();
+        expect_lost_soon(lease, "/dlock/faults%2Fdeleted-waited", "holder after waiting");
+    }
+    {
+        auto lease = a_client.acquire("faults/deleted-contended", dlock::acquire_options().with_wait(0ms));
+        std::promise<uint64_t> next_token;
+        std::thread waiter([&] {
+            auto next = b_client.acquire("faults/deleted-contended", dlock::acquire_options().with_wait(10s));
+            next_token.set_value(next.fencing_token());
+            next.release();
+        });
+        ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), "/dlock/faults%2Fdeleted-contended").size() == 2; }, 5s));
+        std::this_thread::sleep_for(100ms);
+        const uint64_t token = lease.fencing_token();
+        expect_lost_soon(lease, "/dlock/faults%2Fdeleted-contended", "holder with a waiter behind");
+        auto next = next_token.get_future();
+        EXPECT_EQ(next.wait_for(5s), std::future_status::ready) << "the waiter takes the lock once the holder's node is gone";
+        waiter.join();
+        EXPECT_GT(next.get(), token);
+    }
+}
+
+// The watches above fire on the holder's own release too (it deletes its node): that must never read
+// as LOST — uncontended, handing off to a waiter, or after waiting.
+TEST_F(ZooKeeperFaults, OwnReleaseIsNeverReportedLost) {
+    const std::string cfg = config(standalone().to_string(), {"session_timeout: 4s"});
+    auto a_client = dlock::client::open(cfg), b_client = dlock::client::open(cfg);
+    std::atomic<int> lost{0};
+    for (int i = 0; i < 20; ++i) {
+        auto lease = a_client.acquire("faults/own-release", dlock::acquire_options().with_wait(0ms));
+        lease.on_lost([&] { ++lost; });
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+    for (int i = 0; i < 10; ++i) {  // ping-pong: every acquisition of b waited behind a
+        auto lease = a_client.acquire("faults/own-handoff", dlock::acquire_options().with_wait(5s));
+        lease.on_lost([&] { ++lost; });
+        std::promise<void> queued;
+        std::thread waiter([&] {
+            auto next = b_client.acquire("faults/own-handoff", dlock::acquire_options().with_wait(5s));
+            next.on_lost([&] { ++lost; });
+            std::this_thread::sleep_for(20ms);
+            EXPECT_EQ(next.release(), dlock::release_outcome::released);
+        });
+        EXPECT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), "/dlock/faults%2Fown-handoff").size() == 2; }, 5s));
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+        waiter.join();
+    }
+    std::this_thread::sleep_for(300ms);  // late watch events would report now
+    EXPECT_EQ(lost.load(), 0) << "a release of our own was reported as a loss";
+}
+
+// A waiter's node deleted while it waits: when its predecessor goes, it must not take the lock on a
+// node that no longer exists (nothing would keep a third client out); it queues again.
+TEST_F(ZooKeeperFaults, WaiterWhoseNodeWasDeletedQueuesAgain) {
+    const std::string cfg = config(standalone().to_string(), {"session_timeout: 4s"});
+    const std::string name = "faults/deleted-waiter", lock_node = "/dlock/faults%2Fdeleted-waiter";
+    auto h_client = dlock::client::open(cfg), w_client = dlock::client::open(cfg);
+    raw_session raw(standalone().to_string());
+    auto h = h_client.acquire(name, dlock::acquire_options().with_wait(0ms));
+    std::promise<dlock::lease> got;
+    std::thread waiter([&] { got.set_value(w_client.acquire(name, dlock::acquire_options().with_wait(10s))); });
+    ASSERT_TRUE(eventually([&] { return queue_nodes(standalone().to_string(), lock_node).size() == 2; }, 5s));
+    std::this_thread::sleep_for(100ms);
+    std::string waiter_node;
+    for (const auto& node : queue_nodes(standalone().to_string(), lock_node))
+        if (node.find(std::string(h.owner())) == std::string::npos) waiter_node = node;
+    ASSERT_EQ(raw.remove(lock_node + "/" + waiter_node), ZOK);
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(h.release(), dlock::release_outcome::released);
+    auto lease = got.get_future().get();
+    waiter.join();
+    const auto nodes = queue_nodes(standalone().to_string(), lock_node);
+    ASSERT_EQ(nodes.size(), 1u) << "the new holder has a node of its own";
+    EXPECT_NE(nodes[0].find(std::string(lease.owner())), std::string::npos) << nodes[0];
+    auto third = dlock::client::open(cfg);
+    EXPECT_FALSE(third.try_acquire(name)) << "the lock is held: a third client must not get it";
+    EXPECT_EQ(lease.state(), dlock::lease_state::held);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
 // ---- FAULTS.md 10: quorum ---------------------------------------------------------------------------
 
 class ZooKeeperEnsembleFaults : public ZooKeeperFaults {
@@ -802,7 +937,7 @@ TEST_F(ZooKeeperFaults, HandoffWithAHundredWaitersCostsConstantServerOperations)
     const double sent = double(after.at("zk_packets_sent") - before.at("zk_packets_sent")) / waiters;
     std::cout << "[zookeeper] 100 waiters: " << chain_ms << " ms for 100 handoffs; per handoff " << received
               << " packets received by the server (the release's delete + the next waiter's listing), " << sent
-              << " sent (replies + one watch notification)\n";
+              << " sent (replies + two watch notifications: the next waiter's, the releaser's own node's)\n";
     EXPECT_LE(received, 4.0) << "O(1) requests per handoff, not O(waiters)";
     EXPECT_GE(received, 1.0) << "at least the release's delete";
     EXPECT_LE(sent, 6.0) << "one notification per handoff, not one per waiter";

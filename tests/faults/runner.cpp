@@ -46,9 +46,17 @@ const std::vector<target_spec>& target_specs() {
         {"file", "file", {}, milliseconds(1000), milliseconds(0), ""},
         {"redis", "redis", {backend::redis}, milliseconds(1000), milliseconds(1000), ""},
         {"redlock", "redlock", {backend::redlock}, milliseconds(1000), milliseconds(1000), ""},
-        // The lab's ZooKeeper (tickTime 200 ms) bounds sessions to [0.4 s, 4 s].
-        {"zookeeper", "zookeeper", {backend::zookeeper}, milliseconds(2000), milliseconds(2000), "  session_timeout: 2s\n"},
-        {"zookeeper_ensemble", "zookeeper", {backend::zookeeper_ensemble}, milliseconds(4000), milliseconds(4000), "  session_timeout: 4s\n"},
+        // The lab's ZooKeeper (tickTime 200 ms) bounds sessions to [0.4 s, 4 s]. Liveness: the
+        // server's SessionTrackerImpl files a session, on each packet received at t, under the
+        // expiry time (floor((t + timeout) / tickTime) + 1) x tickTime (ExpiryQueue.update,
+        // roundToNextInterval) and expires each such batch when its time comes, so a dead client's
+        // session ends within (timeout, timeout + tickTime] of its last packet: timeout + tickTime.
+        {"zookeeper", "zookeeper", {backend::zookeeper}, milliseconds(2000),
+         milliseconds(2000) + dlock::lab::zookeeper_options{}.tick_time, "  session_timeout: 2s\n"},
+        // On an ensemble the leader alone expires sessions, and touches one held through a follower
+        // when that follower answers its ping (every tickTime / 2): timeout + 1.5 x tickTime.
+        {"zookeeper_ensemble", "zookeeper", {backend::zookeeper_ensemble}, milliseconds(4000),
+         milliseconds(4000) + dlock::lab::zookeeper_options{}.tick_time * 3 / 2, "  session_timeout: 4s\n"},
         // etcd leases are whole seconds; one session lease per client carries every lock.
         {"etcd", "etcd", {backend::etcd}, milliseconds(2000), milliseconds(2000), "  session_ttl: 2s\n"},
         // Quorum targets get a ttl well above an election (docs/backends/zookeeper.md's advice), so a

@@ -279,12 +279,6 @@ void lost_detection(context& ctx, const std::string& name) {
         const auto bound = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.tgt().ttl) / 3 + round_trip;
         if (lost_at) {
             ctx.record_lost_detection(std::chrono::nanoseconds(*lost_at - fault_at), bound);
-        } else if (ctx.tgt().plugin == "zookeeper") {
-            // docs/backends/zookeeper.md: a holder does not watch its own node; nobody but dlock may
-            // delete dlock's nodes. Recorded, not failed.
-            ctx.note(fmt::format("lost detection: LOST not reported within {} ms of the lock node's deletion "
-                                 "(documented: a holder does not watch its own node)",
-                                 detection_limit.count()));
         } else {
             ctx.require(false, "LOST reported after the server lost the lock");
         }

@@ -118,7 +118,8 @@ struct target {
     milliseconds ttl{1000};
     // Documented time from a holder's death to the lock being free again (FAULTS.md 2): 0 for
     // session-bound backends (file, sql_advisory), ttl for redis/redlock/sql_lease/etcd, the session
-    // timeout for zookeeper. Checks compare with generous margins (liveness_limit()).
+    // timeout + tickTime for zookeeper (+ tickTime/2 on an ensemble; runner.cpp says why). Checks
+    // compare with generous margins (liveness_limit()).
     milliseconds liveness_bound{0};
     // Where a measured liveness must fall: bound + max(2 s, bound / 2). Noise on a shared 2-core
     // machine is large; the margin is for noise, not for a wrong bound.
