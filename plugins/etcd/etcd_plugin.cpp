@@ -124,6 +124,9 @@ struct acquisition {
     // Signals to the waiting thread (guarded by m).
     std::mutex m;
     std::condition_variable cv;
+    uint64_t predecessor_watch_number = 0;  // the current predecessor watch: signals of earlier ones are ignored
+    bool predecessor_watch_created = false;
+    int64_t predecessor_watch_after = 0;    // the watch delivers every deletion after this revision
     bool predecessor_gone = false;
     bool predecessor_reset = false;
     bool own_gone = false;
@@ -634,26 +637,59 @@ struct dlock_backend final : session_listener {
         return true;
     }
 
+    // Watches `predecessor` for its deletion from the server's current revision, so that etcd serves
+    // the watch as events commit, never from its 100 ms catch-up loop (watcher.hpp). The revisions
+    // between the read that found the predecessor and the watch's start are covered by wait_in_queue,
+    // with a second read once the watch is created. Returns the watch's id.
+    int64_t watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor) {
+        uint64_t number;
+        {
+            std::lock_guard<std::mutex> signal(a->m);
+            number = ++a->predecessor_watch_number;
+            a->predecessor_watch_created = false;
+            a->predecessor_gone = a->predecessor_reset = false;
+        }
+        // A watch cancelled while its callback runs may still signal: the number tells it apart.
+        std::weak_ptr<acquisition> weak = a;
+        auto signal_of_this_watch = [weak, number](auto set) {
+            if (auto locked = weak.lock()) {
+                std::lock_guard<std::mutex> signal(locked->m);
+                if (locked->predecessor_watch_number != number) return;
+                set(*locked);
+                locked->cv.notify_all();
+            }
+        };
+        return watches->watch_deletion(
+            predecessor, 0,
+            [signal_of_this_watch](watch_event e) {
+                signal_of_this_watch([e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+            },
+            [signal_of_this_watch](int64_t revision) {
+                signal_of_this_watch([revision](acquisition& w) {
+                    w.predecessor_watch_created = true;
+                    w.predecessor_watch_after = revision;
+                });
+            });
+    }
+
     int wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
                       int64_t seen_at, dlock_hold** out_hold, dlock_grant* grant) {
         int64_t predecessor_watch = 0;
+        // Whether the watch on `predecessor` covers every revision after `seen_at`, the revision of
+        // the last read that found it: only then is waiting for its event enough.
+        bool watch_covers = false;
         try {
             for (;;) {
-                {
-                    std::weak_ptr<acquisition> weak = a;
-                    predecessor_watch = watches->watch_deletion(predecessor, seen_at + 1, [weak](watch_event e) {
-                        if (auto locked = weak.lock()) {
-                            std::lock_guard<std::mutex> signal(locked->m);
-                            (e == watch_event::deleted ? locked->predecessor_gone : locked->predecessor_reset) = true;
-                            locked->cv.notify_all();
-                        }
-                    });
+                if (predecessor_watch == 0) {
+                    predecessor_watch = watch_predecessor(a, predecessor);
+                    watch_covers = false;
                 }
-                bool rewatch_own = false;
+                bool rewatch_own = false, watch_fired = false;
                 {
                     std::unique_lock<std::mutex> lock(a->m);
-                    if (request.deadline_ns == forever_ns) a->cv.wait(lock, [&] { return a->signalled(); });
-                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), [&] { return a->signalled(); });
+                    auto woken = [&] { return a->signalled() || (!watch_covers && a->predecessor_watch_created); };
+                    if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
+                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), woken);
                     if (a->cancelled) {
                         lock.unlock();
                         abandon(a, predecessor_watch);
@@ -674,16 +710,29 @@ struct dlock_backend final : session_listener {
                                                         "session lease was revoked, or someone deleted it); not acquired",
                                                         a->key, a->name));
                     }
-                    if (!a->signalled()) {  // the deadline passed
+                    if (!woken()) {  // the deadline passed
                         lock.unlock();
                         abandon(a, predecessor_watch);
                         fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline", a->name));
                     }
+                    if (!a->signalled()) {
+                        // The watch is created, from just after revision predecessor_watch_after.
+                        watch_covers = true;
+                        if (a->predecessor_watch_after <= seen_at) continue;  // no revision between the read and the watch
+                    }
                     rewatch_own = a->own_reset;
+                    watch_fired = a->predecessor_gone || a->predecessor_reset;
                     a->predecessor_gone = a->predecessor_reset = a->own_reset = false;
                 }
-                watches->cancel(predecessor_watch);
-                predecessor_watch = 0;
+                if (watch_fired) {
+                    watches->cancel(predecessor_watch);
+                    predecessor_watch = 0;
+                }
+                // The predecessor went, or the watch ended, or our own key's watch did, or the watch
+                // started after revisions the last read did not see: read the queue again. A
+                // predecessor still there at this read (after the watch's start) is deleted after
+                // it, which the watch delivers.
+                const std::string watched = predecessor;
                 if (!next_in_queue(a, predecessor, seen_at)) {
                     abandon(a, 0);
                     fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while waiting (its session "
@@ -691,6 +740,10 @@ struct dlock_backend final : session_listener {
                                                     a->key, a->name));
                 }
                 if (rewatch_own) watch_own_key(a, seen_at + 1);
+                if (predecessor_watch != 0 && predecessor != watched) {
+                    watches->cancel(predecessor_watch);
+                    predecessor_watch = 0;
+                }
                 if (predecessor.empty()) return become_holder(a, out_hold, grant);
             }
         } catch (...) {

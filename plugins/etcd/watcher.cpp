@@ -31,10 +31,10 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
     stream_->Write(request);
 }
 
-int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event) {
+int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t id = next_id_++;
-    const watch& w = watches_.emplace(id, watch{key, start_revision, std::move(on_event)}).first->second;
+    const watch& w = watches_.emplace(id, watch{key, start_revision, std::move(on_event), std::move(on_created)}).first->second;
     if (!started_) {
         started_ = true;
         reader_ = std::thread([this] { reader_loop(); });
@@ -103,9 +103,20 @@ void watcher::reader_loop() {
 
         pb::WatchResponse response;
         std::vector<std::pair<callback, watch_event>> due;
+        created_callback created;
         while (stream->Read(&response)) {
             lock.lock();
-            if (response.canceled()) {
+            if (response.created() && !response.canceled()) {
+                // etcd answers a create before it sends any event of that watch.
+                auto it = watches_.find(response.watch_id());
+                if (it != watches_.end()) {
+                    watch& w = it->second;
+                    // Created again on a new stream, it must go on from where it starts now.
+                    if (w.start_revision == 0) w.start_revision = response.header().revision() + 1;
+                    created = std::move(w.on_created);
+                    w.on_created = nullptr;
+                }
+            } else if (response.canceled()) {
                 // The server ended the watch: history compacted, or the create was refused. Our own
                 // cancel requests erased theirs already.
                 auto it = watches_.find(response.watch_id());
@@ -133,6 +144,8 @@ void watcher::reader_loop() {
                 }
             }
             lock.unlock();
+            if (created) created(response.header().revision());
+            created = nullptr;
             for (auto& [on_event, what] : due) on_event(what);
             due.clear();
         }
