@@ -12,9 +12,12 @@
 // directory by create_revision (ours and the one just before it); else read it (only a retried
 // request finds it existing, and so learns its revision). The key with the lowest create_revision in
 // the directory holds the lock: with no key before ours, we hold it. Otherwise we watch the key just
-// before ours for its deletion, from the revision at which we saw it (so the event cannot be
-// missed), and when it goes, one read-only Txn checks that our key still exists and finds the next
-// key before ours, if any. Each waiter watches one other key: a release wakes one waiter.
+// before ours for its deletion, and when it goes, one read-only Txn checks that our key still
+// exists and finds the next key before ours, if any. Each waiter watches one other key: a release
+// wakes one waiter. The watch starts at the server's current revision, so that etcd sends its event
+// as it commits (a watch from an earlier revision waits for etcd's 100 ms catch-up loop); when that
+// revision is after the read that found the predecessor, the same read-only Txn, made once the
+// watch exists, covers the revisions in between (see wait_in_queue).
 // Try-lock, timeouts, cancellation and any failure after the put delete our key — with a tombstone
 // that stops a put still on its way when an attempt of the put got no answer (see retire_key).
 //
