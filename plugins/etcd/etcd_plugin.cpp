@@ -662,7 +662,7 @@ struct dlock_backend final : session_listener {
         }
         // A watch cancelled while its callback runs may still signal: the numbers tell it apart.
         std::weak_ptr<acquisition> weak = a;
-        auto signal = [weak, on, number](bool newest_only, auto set) {
+        auto tell_waiter = [weak, on, number](bool newest_only, auto set) {
             if (auto locked = weak.lock()) {
                 std::lock_guard<std::mutex> guard(locked->m);
                 if (locked->predecessor_number != on || (newest_only && locked->newest_watch != number)) return;
@@ -672,17 +672,17 @@ struct dlock_backend final : session_listener {
         };
         return watches->watch_deletion(
             predecessor, 0,
-            [signal](watch_event e) {
-                signal(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+            [tell_waiter](watch_event e) {
+                tell_waiter(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
             },
-            [signal](int64_t revision) {
-                signal(true, [revision](acquisition& w) {
+            [tell_waiter](int64_t revision) {
+                tell_waiter(true, [revision](acquisition& w) {
                     w.watch_created = true;
                     w.watch_created_at = revision;
                 });
             },
-            [signal](int64_t revision) {
-                signal(true, [revision](acquisition& w) {
+            [tell_waiter](int64_t revision) {
+                tell_waiter(true, [revision](acquisition& w) {
                     w.watch_progress = true;
                     w.watch_progress_at = revision;
                 });

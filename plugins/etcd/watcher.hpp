@@ -13,7 +13,7 @@
 // its events, including those committed after it was created, wait for that loop until it has
 // caught up. A watch created from the server's current revision (start revision 0) is synced, but
 // for a write committed between etcd reading its revision and registering the watch (a short window,
-// longer on a loaded server: measured, about 1 watch in 200 under contention). The owner learns that
+// longer on a loaded server: measured, 26 of 4 587 watches in a contention benchmark). The owner learns that
 // revision from the created answer (and covers the revisions before it with a read of its own), and
 // can ask whether the watch is surely synced: a progress request sent right after the create is
 // answered with the server's revision after the watch was registered; when that is still the
