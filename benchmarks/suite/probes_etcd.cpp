@@ -96,6 +96,26 @@ struct floor_client {
         pb::TxnResponse response;
         conn.call("floor release", [&](ec::member& m, grpc::ClientContext& ctx) { return m.kv->Txn(&ctx, txn, &response); });
     }
+    // A waiter's queue read (etcd_plugin.cpp next_in_queue): a read-only Txn that checks the key is
+    // still ours and reads the key just before it; what a handoff needs after the delete's event.
+    void queue_read(const std::string& key, int64_t revision) {
+        pb::TxnRequest txn;
+        pb::Compare* c = txn.add_compare();
+        c->set_result(pb::Compare::EQUAL);
+        c->set_target(pb::Compare::CREATE);
+        c->set_key(key);
+        c->set_create_revision(revision);
+        pb::RangeRequest* before = txn.add_success()->mutable_request_range();
+        before->set_key(dir);
+        before->set_range_end(ec::prefix_end(dir));
+        before->set_sort_target(pb::RangeRequest::CREATE);
+        before->set_sort_order(pb::RangeRequest::DESCEND);
+        before->set_limit(1);
+        before->set_keys_only(true);
+        before->set_max_create_revision(revision - 1);
+        pb::TxnResponse response;
+        conn.call("floor queue read", [&](ec::member& m, grpc::ClientContext& ctx) { return m.kv->Txn(&ctx, txn, &response); });
+    }
     void serializable_range() {
         pb::RangeRequest range;
         range.set_key(dir);
@@ -233,6 +253,13 @@ calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size)
     }
     c.operations.emplace_back("Txn acquire (put-if-absent + queue head)", summarize(acquire_us));
     c.operations.emplace_back("Txn release (guarded delete)", summarize(release_us));
+    {
+        // A handoff's parts besides the watch event: the release's delete above, and this read.
+        const int64_t revision = f.acquire(key);
+        c.operations.emplace_back("Txn queue read (read-only: own key + key before it)",
+                                  support::time_cycles(cycles, warmup, [&] { f.queue_read(key, revision); }));
+        f.release(key, revision);
+    }
     c.floor = support::time_cycles(cycles, warmup, [&] { f.release(key, f.acquire(key)); });
     c.method = "acquire Txn (put-if-absent with the lease + queue head) + release Txn (delete guarded by create_revision), "
                "through the plugin's gRPC connection layer";

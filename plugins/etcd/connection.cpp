@@ -187,6 +187,11 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
             }
             const int64_t sent_ns = now_ns();
             grpc::Status status = rpc(m, context);
+            // etcd ends a request whose deadline passed while it waited (a linearizable read waiting
+            // for its read index, a write for its commit) with the bare context error, which its gRPC
+            // server sends as UNKNOWN "context deadline exceeded": the same as our own deadline firing.
+            if (status.error_code() == grpc::StatusCode::UNKNOWN && contains(status.error_message(), "context deadline exceeded"))
+                status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, status.error_message());
             if (options.cancel_on_interrupt) {
                 std::lock_guard<std::mutex> lock(in_flight_mutex_);
                 in_flight_.erase(&context);
@@ -215,8 +220,11 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
                                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                                           ? fmt::format("no answer within {} ms", attempt_ms)
                                           : status.error_message());
-                // Cut short by the caller's deadline, not by the member: do not move off it.
-                if (capped && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) out_of_time();
+                // Cut short by the caller's deadline, not by the member: do not move off it. etcd
+                // also answers a write whose deadline passed before it committed with UNAVAILABLE
+                // "request timed out", which may reach us before our own deadline fires.
+                if (capped && (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || now_ns() >= options.deadline_ns))
+                    out_of_time();
                 fail_over(index);
                 break;
             }

@@ -12,9 +12,12 @@
 // directory by create_revision (ours and the one just before it); else read it (only a retried
 // request finds it existing, and so learns its revision). The key with the lowest create_revision in
 // the directory holds the lock: with no key before ours, we hold it. Otherwise we watch the key just
-// before ours for its deletion, from the revision at which we saw it (so the event cannot be
-// missed), and when it goes, one read-only Txn checks that our key still exists and finds the next
-// key before ours, if any. Each waiter watches one other key: a release wakes one waiter.
+// before ours for its deletion, and when it goes, one read-only Txn checks that our key still
+// exists and finds the next key before ours, if any. Each waiter watches one other key: a release
+// wakes one waiter. The watch starts at the server's current revision, so that etcd sends its event
+// as it commits (a watch from an earlier revision waits for etcd's 100 ms catch-up loop); when that
+// revision is after the read that found the predecessor, the same read-only Txn, made once the
+// watch exists, covers the revisions in between (see wait_in_queue).
 // Try-lock, timeouts, cancellation and any failure after the put delete our key — with a tombstone
 // that stops a put still on its way when an attempt of the put got no answer (see retire_key).
 //
@@ -128,6 +131,14 @@ struct acquisition {
     // Signals to the waiting thread (guarded by m).
     std::mutex m;
     std::condition_variable cv;
+    // The watches on the key before ours (wait_in_queue): signals of watches on an earlier
+    // predecessor are ignored, and the created and progress answers count for the newest watch only.
+    uint64_t predecessor_number = 0;
+    uint64_t newest_watch = 0;
+    bool watch_created = false;
+    int64_t watch_created_at = 0;   // the newest watch delivers every deletion after this revision
+    bool watch_progress = false;
+    int64_t watch_progress_at = 0;  // the server's revision after the newest watch was registered
     bool predecessor_gone = false;
     bool predecessor_reset = false;
     bool own_gone = false;
@@ -660,56 +671,138 @@ struct dlock_backend final : session_listener {
         return true;
     }
 
+    // Watches `predecessor` for its deletion from the server's current revision, so that etcd serves
+    // the watch as events commit, not from its 100 ms catch-up loop (watcher.hpp); `another`: one
+    // more watch on the same predecessor. Returns the watch's id.
+    int64_t watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another) {
+        uint64_t on, number;
+        {
+            std::lock_guard<std::mutex> signal(a->m);
+            if (!another) {
+                ++a->predecessor_number;
+                a->predecessor_gone = a->predecessor_reset = false;
+            }
+            on = a->predecessor_number;
+            number = ++a->newest_watch;
+            a->watch_created = a->watch_progress = false;
+        }
+        // A watch cancelled while its callback runs may still signal: the numbers tell it apart.
+        std::weak_ptr<acquisition> weak = a;
+        auto tell_waiter = [weak, on, number](bool newest_only, auto set) {
+            if (auto locked = weak.lock()) {
+                std::lock_guard<std::mutex> guard(locked->m);
+                if (locked->predecessor_number != on || (newest_only && locked->newest_watch != number)) return;
+                set(*locked);
+                locked->cv.notify_all();
+            }
+        };
+        return watches->watch_deletion(
+            predecessor, 0,
+            [tell_waiter](watch_event e) {
+                tell_waiter(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+            },
+            [tell_waiter](int64_t revision) {
+                tell_waiter(true, [revision](acquisition& w) {
+                    w.watch_created = true;
+                    w.watch_created_at = revision;
+                });
+            },
+            [tell_waiter](int64_t revision) {
+                tell_waiter(true, [revision](acquisition& w) {
+                    w.watch_progress = true;
+                    w.watch_progress_at = revision;
+                });
+            });
+    }
+
+    // The most watches a waiter keeps on one predecessor.
+    static constexpr size_t max_predecessor_watches = 3;
+
+    // Waits in the queue behind `predecessor`, seen at revision `seen_at`, until we hold the lock.
+    //
+    // Nothing is missed: the watch on the predecessor starts at the server's revision when it is
+    // created; when that is after `seen_at`, the deletion may have come in between, so once the
+    // watch exists the queue is read again (the predecessor still there is deleted later, which the
+    // watch delivers). Nothing waits for a timer: a watch from the current revision is synced, but
+    // for a write that slips between etcd reading its revision and registering the watch. The
+    // progress answer that follows the created one tells whether one did; if so, another watch is
+    // made on the same predecessor (up to max_predecessor_watches), the earlier ones kept: the first
+    // event of any wakes the waiter.
     int wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
                       int64_t seen_at, dlock_hold** out_hold, dlock_grant* grant) {
-        int64_t predecessor_watch = 0;
+        std::vector<int64_t> predecessor_watches;  // on `predecessor`, the newest last
+        bool watch_covers = false;   // the newest watch delivers every deletion after seen_at
+        bool watch_settled = false;  // the newest watch is synced, or no other will be made
+        auto cancel_watches = [&] {
+            for (const int64_t id : predecessor_watches) watches->cancel(id);
+            predecessor_watches.clear();
+        };
         try {
             for (;;) {
-                {
-                    std::weak_ptr<acquisition> weak = a;
-                    predecessor_watch = watches->watch_deletion(predecessor, seen_at + 1, [weak](watch_event e) {
-                        if (auto locked = weak.lock()) {
-                            std::lock_guard<std::mutex> signal(locked->m);
-                            (e == watch_event::deleted ? locked->predecessor_gone : locked->predecessor_reset) = true;
-                            locked->cv.notify_all();
-                        }
-                    });
+                if (predecessor_watches.empty()) {
+                    predecessor_watches.push_back(watch_predecessor(a, predecessor, false));
+                    watch_covers = watch_settled = false;
                 }
-                bool rewatch_own = false;
+                bool rewatch_own = false, watch_fired = false;
                 {
                     std::unique_lock<std::mutex> lock(a->m);
-                    if (request.deadline_ns == forever_ns) a->cv.wait(lock, [&] { return a->signalled(); });
-                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), [&] { return a->signalled(); });
+                    auto woken = [&] {
+                        return a->signalled() || (!watch_covers && a->watch_created) ||
+                               (watch_covers && !watch_settled && a->watch_progress);
+                    };
+                    if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
+                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), woken);
                     if (a->cancelled) {
                         lock.unlock();
-                        abandon(a, predecessor_watch);
+                        abandon(a, 0);
                         fail(DLOCK_CANCELLED, "etcd: the client is closing");
                     }
                     if (a->session_ended) {
                         const int status = a->session_status == DLOCK_BACKEND ? DLOCK_BACKEND : DLOCK_UNAVAILABLE;
                         const std::string why = a->session_reason;
                         lock.unlock();
-                        abandon(a, predecessor_watch);
+                        abandon(a, 0);
                         fail(status, fmt::format("etcd: session lease {} ended while waiting for lock `{}` ({}); not acquired",
                                                  lease_hex(a->s->id), a->name, why));
                     }
                     if (a->own_gone) {
                         lock.unlock();
-                        abandon(a, predecessor_watch);
+                        abandon(a, 0);
                         fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` was deleted while waiting (its "
                                                         "session lease was revoked, or someone deleted it); not acquired",
                                                         a->key, a->name));
                     }
-                    if (!a->signalled()) {  // the deadline passed
+                    if (!woken()) {  // the deadline passed
                         lock.unlock();
-                        abandon(a, predecessor_watch);
+                        abandon(a, 0);
                         fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline", a->name));
                     }
+                    if (!a->signalled()) {
+                        if (!watch_covers) {
+                            // The newest watch is created.
+                            watch_covers = true;
+                            if (a->watch_created_at <= seen_at) continue;  // no revision between the read and the watch
+                            // Otherwise read the queue again, below.
+                        } else {
+                            // The progress answer: a revision after the watch's creation means a write
+                            // may have slipped in before its registration.
+                            watch_settled = true;
+                            if (a->watch_progress_at != a->watch_created_at && predecessor_watches.size() < max_predecessor_watches) {
+                                lock.unlock();
+                                predecessor_watches.push_back(watch_predecessor(a, predecessor, true));
+                                watch_covers = watch_settled = false;
+                            }
+                            continue;
+                        }
+                    }
                     rewatch_own = a->own_reset;
+                    watch_fired = a->predecessor_gone || a->predecessor_reset;
                     a->predecessor_gone = a->predecessor_reset = a->own_reset = false;
                 }
-                watches->cancel(predecessor_watch);
-                predecessor_watch = 0;
+                if (watch_fired) cancel_watches();
+                // The predecessor went, or a watch ended, or our own key's watch did, or the newest
+                // watch started after revisions the last read did not see: read the queue again.
+                const std::string watched = predecessor;
                 if (!next_in_queue(a, predecessor, seen_at)) {
                     abandon(a, 0);
                     fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while waiting (its session "
@@ -717,11 +810,12 @@ struct dlock_backend final : session_listener {
                                                     a->key, a->name));
                 }
                 if (rewatch_own) watch_own_key(a, seen_at + 1);
+                if (predecessor != watched) cancel_watches();
                 if (predecessor.empty()) return become_holder(a, out_hold, grant);
             }
         } catch (...) {
             // A call failed (or was cancelled) mid-wait: acquire_with deletes our key.
-            if (predecessor_watch) watches->cancel(predecessor_watch);
+            cancel_watches();
             throw;
         }
     }

@@ -29,12 +29,19 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
     create->set_watch_id(id);
     // A failed write means the stream broke: the reader reopens it and creates every live watch again.
     stream_->Write(request);
+    if (w.start_revision == 0 && w.on_progress) {
+        pb::WatchRequest progress;
+        progress.mutable_progress_request();
+        stream_->Write(progress);
+    }
 }
 
-int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event) {
+int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created,
+                                progress_callback on_progress) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t id = next_id_++;
-    const watch& w = watches_.emplace(id, watch{key, start_revision, std::move(on_event)}).first->second;
+    const watch& w =
+        watches_.emplace(id, watch{key, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
     if (!started_) {
         started_ = true;
         reader_ = std::thread([this] { reader_loop(); });
@@ -98,14 +105,42 @@ void watcher::reader_loop() {
             if (stopping_) context.TryCancel();
         }
         stream_ = stream.get();
-        for (const auto& [id, w] : watches_) send_create_locked(id, w);
+        for (auto& [id, w] : watches_) {
+            // A progress answer on this stream says nothing of a watch created on the last one.
+            w.awaiting_progress = false;
+            if (w.start_revision != 0) w.on_progress = nullptr;
+            send_create_locked(id, w);
+        }
         lock.unlock();
 
         pb::WatchResponse response;
         std::vector<std::pair<callback, watch_event>> due;
+        created_callback created;
+        std::vector<progress_callback> progressed;
         while (stream->Read(&response)) {
             lock.lock();
-            if (response.canceled()) {
+            if (response.created() && !response.canceled()) {
+                // etcd answers a create before it sends any event of that watch.
+                auto it = watches_.find(response.watch_id());
+                if (it != watches_.end()) {
+                    watch& w = it->second;
+                    // Created again on a new stream, it must go on from where it starts now.
+                    if (w.start_revision == 0) w.start_revision = response.header().revision() + 1;
+                    created = std::move(w.on_created);
+                    w.on_created = nullptr;
+                    w.awaiting_progress = bool(w.on_progress);
+                }
+            } else if (response.watch_id() == -1 && !response.canceled() && response.events_size() == 0) {
+                // A progress answer. etcd handles a stream's requests in order and answers its creates
+                // and progress requests in that order: this revision was read after every watch whose
+                // created answer came before it had been registered.
+                for (auto& [id, w] : watches_)
+                    if (w.awaiting_progress) {
+                        w.awaiting_progress = false;
+                        progressed.push_back(std::move(w.on_progress));
+                        w.on_progress = nullptr;
+                    }
+            } else if (response.canceled()) {
                 // The server ended the watch: history compacted, or the create was refused. Our own
                 // cancel requests erased theirs already.
                 auto it = watches_.find(response.watch_id());
@@ -133,6 +168,10 @@ void watcher::reader_loop() {
                 }
             }
             lock.unlock();
+            if (created) created(response.header().revision());
+            created = nullptr;
+            for (auto& on_progress : progressed) on_progress(response.header().revision());
+            progressed.clear();
             for (auto& [on_event, what] : due) on_event(what);
             due.clear();
         }

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -1067,6 +1068,70 @@ TEST_F(EtcdFaults, HundredWaitersCostO1ServerOperationsPerHandoff) {
     std::cout << "[etcd] " << waiters << " handoffs in " << elapsed.count() << " ms: " << operations
               << " server operations (" << breakdown << " ), " << per_handoff << " per handoff\n";
     EXPECT_LE(per_handoff, 6.0) << "a herd would cost O(waiters) per handoff";
+}
+
+// etcd serves a watch whose start revision is not after its current revision from an "unsynced"
+// group that a loop catches up every 100 ms; only a watch that starts after the current revision
+// is served as events commit. A waiter's wake-up must never wait for that loop. Here another
+// client's lock cycles move the revision on all the time, as other contenders' puts do, so a
+// watch created from the revision of the read that found the predecessor would land in that group.
+// 30 handoffs, each released 10 ms after the waiter started (it is queued and watching by then),
+// or 0–2 ms after it, while its first read and watch are in flight (a deletion there must wake it
+// too, or it would wait for its deadline). A wake that waited for the loop takes up to 100 ms; a
+// wake by the event, a delete commit and one read (a few ms). The bound, 60 ms, leaves room for a
+// loaded machine; a few slow handoffs are tolerated for the same reason.
+TEST_F(EtcdFaults, WaiterWakesWithoutEtcdsUnsyncedWatchLoop) {
+    const std::string name = "faults/handoff-timer";
+    auto noise_client = dlock::client::open(config(backend::etcd));
+    auto holder_client = dlock::client::open(config(backend::etcd));
+    auto waiter_client = dlock::client::open(config(backend::etcd));
+    std::atomic<bool> stop{false};
+    std::atomic<long> noise_cycles{0};
+    std::thread noise([&] {
+        while (!stop) {
+            std::error_code ec;
+            auto l = noise_client.acquire("faults/handoff-noise", dlock::acquire_options().with_wait(5s), ec);
+            if (!ec) l.release(ec);
+            ++noise_cycles;
+        }
+    });
+    constexpr int handoffs = 30;
+    constexpr auto slow = 60ms;
+    std::vector<long long> handoff_ms;
+    int failed = 0;
+    for (int i = 0; i < handoffs; ++i) {
+        auto held = holder_client.acquire(name, dlock::acquire_options().with_wait(5s));
+        std::error_code waiter_error;
+        dlock::lease taken;
+        clock_type::time_point taken_at;
+        std::thread waiter([&] {
+            taken = waiter_client.acquire(name, dlock::acquire_options().with_wait(10s), waiter_error);
+            taken_at = clock_type::now();
+        });
+        std::this_thread::sleep_for(i % 3 == 2 ? std::chrono::milliseconds(i % 9 / 3) : 10ms);
+        const auto released_at = clock_type::now();
+        held.release();
+        waiter.join();
+        if (waiter_error) {
+            ++failed;
+            ADD_FAILURE() << "handoff " << i << ": the waiter did not get the lock: " << waiter_error.message();
+            continue;
+        }
+        handoff_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(taken_at - released_at).count());
+        taken.release();
+    }
+    stop = true;
+    noise.join();
+    std::sort(handoff_ms.begin(), handoff_ms.end());
+    const auto over = std::count_if(handoff_ms.begin(), handoff_ms.end(), [&](long long ms) { return ms > slow.count(); });
+    std::string all;
+    for (long long ms : handoff_ms) all += " " + std::to_string(ms);
+    std::cout << "[etcd] " << handoffs << " handoffs while another client made " << noise_cycles.load()
+              << " lock cycles; handoff ms, sorted:" << all << "\n";
+    EXPECT_EQ(failed, 0);
+    EXPECT_GT(noise_cycles.load(), handoffs) << "the revision did not move on between handoffs: the test proves nothing";
+    EXPECT_LE(over, 2) << over << " of " << handoff_ms.size() << " handoffs took over " << slow.count()
+                       << " ms: woken by etcd's catch-up loop, not by the deletion's event";
 }
 
 }  // namespace
