@@ -28,15 +28,23 @@
 //                       is released at once)
 //       wallclock    -> seconds since the epoch by this process's wall clock (to see a clock shift)
 //       quit         -> bye (releases what it holds, logged; closes the client; exits 0)
+//
+// With DLOCK_FAULT_NETNS=<name> in its environment, the worker first enters the network namespace
+// /run/netns/<name> (the client side of a lab::partition, FAULTS.md 16), before any socket exists.
 #include <dlock/dlock.hpp>
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -422,6 +430,15 @@ int main(int argc, char** argv) {
     const std::string mode = argv[1];
     const arguments args = parse_arguments(argc, argv, 2);
     if (!get(args, "stderr").empty()) std::freopen(get(args, "stderr").c_str(), "a", stderr);
+    if (const char* ns = std::getenv("DLOCK_FAULT_NETNS"); ns && *ns) {
+        const std::string path = std::string("/run/netns/") + ns;
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+            std::fprintf(stderr, "fault_worker: cannot enter network namespace %s: %s\n", path.c_str(), std::strerror(errno));
+            return 4;
+        }
+        ::close(fd);
+    }
     try {
         if (mode == "contend") return contend(args);
         if (mode == "holder") return holder(args);
