@@ -370,15 +370,17 @@ partition::~partition() {
   run_command({"ip", "netns", "del", server_ns_});
 }
 
+// iptables -w: the xtables lock (/run/xtables.lock) is shared by every namespace of the machine, so
+// parallel runs (and the lab's port_cut) wait for it rather than fail.
 void partition::cut(const std::vector<std::size_t>& servers, direction which) {
   for (std::size_t i : servers) {
     if (i >= servers_.size()) throw fault_error("partition::cut: no server " + std::to_string(i));
     const std::string port = std::to_string(servers_[i].port);
     if (which == direction::upstream || which == direction::both)
-      must_run({"ip", "netns", "exec", server_ns_, "iptables", "-I", "INPUT", "-s", client_address_, "-p", "tcp",
+      must_run({"ip", "netns", "exec", server_ns_, "iptables", "-w", "-I", "INPUT", "-s", client_address_, "-p", "tcp",
                 "--dport", port, "-j", "DROP"});
     if (which == direction::downstream || which == direction::both)
-      must_run({"ip", "netns", "exec", client_ns_, "iptables", "-I", "INPUT", "-s", server_address_, "-p", "tcp",
+      must_run({"ip", "netns", "exec", client_ns_, "iptables", "-w", "-I", "INPUT", "-s", server_address_, "-p", "tcp",
                 "--sport", port, "-j", "DROP"});
   }
   cut_ = true;
@@ -391,8 +393,8 @@ void partition::cut_all(direction which) {
 }
 
 void partition::heal() {
-  must_run({"ip", "netns", "exec", server_ns_, "iptables", "-F", "INPUT"});
-  must_run({"ip", "netns", "exec", client_ns_, "iptables", "-F", "INPUT"});
+  must_run({"ip", "netns", "exec", server_ns_, "iptables", "-w", "-F", "INPUT"});
+  must_run({"ip", "netns", "exec", client_ns_, "iptables", "-w", "-F", "INPUT"});
   cut_ = false;
 }
 
