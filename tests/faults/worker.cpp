@@ -28,15 +28,26 @@
 //                       is released at once)
 //       wallclock    -> seconds since the epoch by this process's wall clock (to see a clock shift)
 //       quit         -> bye (releases what it holds, logged; closes the client; exits 0)
+//
+// With DLOCK_FAULT_NETNS=<name> in its environment, the worker first enters the network namespace
+// /run/netns/<name> (the client side of a lab::partition, FAULTS.md 16), before any socket exists.
+// With DLOCK_FAULT_STOP_ON_LOST=1, a holder behaves as an application that stops using a lock the
+// moment it is told LOST: its on_lost callback also logs a release invoke (status
+// "stopped_on_lost"), which ends the hold for the checkers; the later `release` is logged as usual.
 #include <dlock/dlock.hpp>
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -364,6 +375,14 @@ private:
             e.t_ns = now;
             e.owner = owner;
             history_.append(e);
+            if (stop_on_lost_) {
+                // The application stops acting as the holder here; its release call comes later.
+                history_event stop = event("release", "invoke", name);
+                stop.t_ns = now;
+                stop.owner = owner;
+                stop.status = "stopped_on_lost";
+                history_.append(stop);
+            }
         });
         const std::string answer = "ok " + std::to_string(lease.fencing_token()) + " " +
                                    std::to_string(to_ns(lease.valid_until())) + " " + owner + " " + times;
@@ -376,6 +395,10 @@ private:
     // Declared so that the leases go first (their destructors wait for a running lost callback,
     // which uses the history and lost_at_), then the client.
     shared_history history_;
+    const bool stop_on_lost_ = [] {
+        const char* v = std::getenv("DLOCK_FAULT_STOP_ON_LOST");
+        return v && std::string(v) == "1";
+    }();
     std::mutex lost_mutex_;
     std::map<std::string, int64_t> lost_at_;
     dlock::client client_;
@@ -422,6 +445,15 @@ int main(int argc, char** argv) {
     const std::string mode = argv[1];
     const arguments args = parse_arguments(argc, argv, 2);
     if (!get(args, "stderr").empty()) std::freopen(get(args, "stderr").c_str(), "a", stderr);
+    if (const char* ns = std::getenv("DLOCK_FAULT_NETNS"); ns && *ns) {
+        const std::string path = std::string("/run/netns/") + ns;
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+            std::fprintf(stderr, "fault_worker: cannot enter network namespace %s: %s\n", path.c_str(), std::strerror(errno));
+            return 4;
+        }
+        ::close(fd);
+    }
     try {
         if (mode == "contend") return contend(args);
         if (mode == "holder") return holder(args);
