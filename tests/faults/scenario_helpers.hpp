@@ -1,5 +1,6 @@
 // scenario_helpers.hpp — small helpers the backend-specific scenario files share: restoring a
-// server whatever ends a cell, joining a helper thread on unwind, soak rounds, and millisecond text.
+// server whatever ends a cell, joining a helper thread on unwind, soak rounds, millisecond text, and
+// lock names as ZooKeeper and etcd escape them.
 #pragma once
 
 #include <chrono>
@@ -54,6 +55,14 @@ inline void in_rounds(context& ctx, int soak_rounds, const std::function<void(co
     const int rounds = ctx.ci_or_soak(1, soak_rounds);
     for (int i = 0; i < rounds; ++i) round(i == 0 ? "" : "-" + std::to_string(i + 1));
     ctx.check_histories();
+}
+
+// A lock name as one path element / key directory: ZooKeeper and etcd both turn `/` (and `%`) into
+// %XX (docs/backends/zookeeper.md, etcd.md); the suite's names hold nothing else they would escape.
+inline std::string escaped(const std::string& name) {
+    std::string out;
+    for (char ch : name) out += ch == '/' ? std::string("%2F") : ch == '%' ? std::string("%25") : std::string(1, ch);
+    return out;
 }
 
 inline double ms_between(int64_t from_ns, int64_t to_ns) { return double(to_ns - from_ns) / 1e6; }

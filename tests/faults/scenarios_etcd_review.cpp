@@ -24,14 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using namespace helpers;
 
-// A lock name as etcd's key directory: the plugin turns `/` and `%` into %XX (docs/backends/etcd.md);
-// the suite's names hold nothing else it would escape.
-std::string escaped(const std::string& name) {
-    std::string out;
-    for (char ch : name) out += ch == '/' ? std::string("%2F") : ch == '%' ? std::string("%25") : std::string(1, ch);
-    return out;
-}
-
 // The keys under `dir`, read with etcdctl from `member`; throws when etcdctl fails (the cell errors).
 std::vector<std::string> keys_under(const lab::endpoint& member, const std::string& dir) {
     std::string output;

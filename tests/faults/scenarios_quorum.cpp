@@ -33,14 +33,6 @@ using namespace std::chrono_literals;
 
 using namespace helpers;
 
-// A lock name as one path element / key directory: ZooKeeper and etcd both turn `/` (and `%`) into
-// %XX (docs/backends/zookeeper.md, etcd.md); the suite's names hold nothing else they would escape.
-std::string escaped(const std::string& name) {
-    std::string out;
-    for (char ch : name) out += ch == '/' ? std::string("%2F") : ch == '%' ? std::string("%25") : std::string(1, ch);
-    return out;
-}
-
 bool is_zookeeper(context& ctx) { return ctx.tgt().plugin == "zookeeper"; }
 
 // The members of the target's ZooKeeper ensemble or etcd cluster, behind one interface.
