@@ -111,6 +111,14 @@ std::chrono::milliseconds ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t);
 }
 
+// The keys under `dir`, read from `member` with etcdctl.
+std::vector<std::string> keys_under(const dlock::lab::endpoint& member, const std::string& dir) {
+    std::vector<std::string> keys;
+    for (const auto& k : etcdctl(member.to_string(), {"get", "--prefix", dir, "--keys-only"}))
+        if (!k.empty()) keys.push_back(k);
+    return keys;
+}
+
 class EtcdFaults : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -156,6 +164,20 @@ protected:
             cluster.wait_for_leader(20s);
         }
     };
+
+    // Nothing of a failed acquisition of `name` stays on the cluster: within `within` the name's key
+    // directory (read on member 1) is empty — `left_key` says what a key there would mean — and then
+    // another client's try-once gets the lock.
+    void expect_nothing_left_of(const std::string& name, std::chrono::milliseconds within, const std::string& left_key) {
+        const auto member1 = lab_->etcd_cluster().member(1).client_endpoint();
+        std::string dir = "dlock/";
+        for (char ch : name) dir += ch == '/' ? std::string("%2F") : std::string(1, ch);
+        dir += "/";
+        EXPECT_TRUE(eventually([&] { return keys_under(member1, dir).empty(); }, within)) << left_key;
+        auto other = dlock::client::from_yaml(yaml({member1}));
+        std::error_code ec;
+        EXPECT_TRUE(other.acquire(name, dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+    }
 
     dlock::lab::lab* lab_ = nullptr;
     dlock::test::scratch_dir scratch_{"dlock-etcd-test"};
@@ -551,14 +573,6 @@ struct proxied_cluster {
     }
 };
 
-// The keys under `dir`, read from `member` with etcdctl.
-std::vector<std::string> keys_under(const dlock::lab::endpoint& member, const std::string& dir) {
-    std::vector<std::string> keys;
-    for (const auto& k : etcdctl(member.to_string(), {"get", "--prefix", dir, "--keys-only"}))
-        if (!k.empty()) keys.push_back(k);
-    return keys;
-}
-
 // The acquire's put reaches member 0, but its answer never comes back; the retry on member 1 finds
 // the key (a repeated request) and then the read of the queue fails on every member. The key, first
 // in its queue and on the client's live session lease, must not stay: it would keep the lock taken
@@ -588,11 +602,7 @@ TEST_F(EtcdFaults, FailureAfterARetriedPutLeavesNoKey) {
     std::cout << "[etcd-cluster] acquire after a retried put: " << ec.message() << ": " << dlock_last_error() << "\n";
     EXPECT_TRUE(ec) << "no member could read the queue: the acquire cannot have succeeded";
     proxies.heal_all();
-    const auto member1 = cluster.member(1).client_endpoint();
-    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fretried-put/").empty(); }, 5s))
-        << "the failed acquire left its key on the live session lease";
-    auto other = dlock::client::from_yaml(yaml({member1}));
-    EXPECT_TRUE(other.acquire("faults/retried-put", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+    expect_nothing_left_of("faults/retried-put", 5s, "the failed acquire left its key on the live session lease");
 }
 
 // Every member answers later than request_timeout: the acquire tries each in turn until its wait
@@ -623,11 +633,8 @@ TEST_F(EtcdFaults, CleanupBeforeADelayedPutLeavesNoGhostKey) {
     EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
     proxies.heal_all();
     std::this_thread::sleep_for(start + 2500ms - clock_type::now());  // the last put (sent at ~1 s) has landed
-    const auto member1 = cluster.member(1).client_endpoint();
-    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fghost/").empty(); }, 3s))
-        << "a delayed put created the key again after the clean-up (a ghost on the live session lease)";
-    auto other = dlock::client::from_yaml(yaml({member1}));
-    EXPECT_TRUE(other.acquire("faults/ghost", dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
+    expect_nothing_left_of("faults/ghost", 3s,
+                           "a delayed put created the key again after the clean-up (a ghost on the live session lease)");
 }
 
 // No member answers: an acquire with a 1 s wait returns TIMEOUT at its deadline, and a try-once
@@ -658,9 +665,7 @@ TEST_F(EtcdFaults, AcquireHonoursItsDeadlineWhenNoMemberAnswers) {
     EXPECT_EQ(ec, dlock::errc::unavailable) << dlock_last_error();
     EXPECT_LT(tried, 2s + 1500ms) << "a try-once takes one request_timeout, not one per member";
     proxies.heal_all();
-    const auto member1 = cluster.member(1).client_endpoint();
-    EXPECT_TRUE(eventually([&] { return keys_under(member1, "dlock/faults%2Fdeadline/").empty(); }, 5s))
-        << "a failed attempt left its key";
+    expect_nothing_left_of("faults/deadline", 5s, "a failed attempt left its key");
 }
 
 // A server that answers nothing for a while (a stalled disk makes etcd answer "request timed out";
