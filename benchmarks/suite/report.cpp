@@ -429,11 +429,14 @@ std::string scenario_tables(const json& report) {
 
     bool any_error = false;
     std::ostringstream errors;
-    for (const auto& t : targets)
-        for (const auto& [scenario, text] : t.value("errors", json::object()).items()) {
+    for (const auto& t : targets) {
+        // items() views the object it is called on: keep that object alive for the loop.
+        const json target_errors = t.value("errors", json::object());
+        for (const auto& [scenario, text] : target_errors.items()) {
             any_error = true;
             errors << "| " << str(t, "name") << " | " << scenario << " | " << text.get<std::string>() << " |\n";
         }
+    }
     if (report.contains("lab_failures"))
         for (const auto& [backend, text] : report.at("lab_failures").items()) {
             any_error = true;
