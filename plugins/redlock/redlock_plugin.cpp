@@ -21,8 +21,9 @@
 // from any node, at the holders' expiry, or after retry_delay, and then retries at once. Only a
 // round that failed without a quorum refusing it (a split vote, or too few nodes answering) is
 // followed by a random pause of up to retry_delay, so waiters woken by the same release do not
-// keep splitting the votes in lockstep. While fewer than a quorum of subscriptions stand it polls
-// every retry_delay instead of trusting to hear the release.
+// keep splitting the votes in lockstep; a waiter that lost a race after a wake pauses after every
+// later wake too, or a crowd of waiters would all retry on every message. While fewer than a
+// quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the release.
 #include "redis_common.hpp"
 
 #include <fmt/format.h>
@@ -389,8 +390,11 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             }
         } guard{wakers, channel};
 
+        bool woken = false;  // the coming round starts at once on a wake
+        bool raced = false;  // a round that started at once on a wake has failed
         for (uint64_t round = 1;; ++round) {
             const uint64_t seen = wakers ? heard(*wakers, channel) : 0;  // before the round
+            const size_t listeners = wakers ? listening(*wakers, channel) : 0;
             const std::string value = round_value(h->owner, round);
             const round_result r = acquire_round(b, h->keys, value, req->ttl_ms);
             if (r.acquired) {
@@ -419,14 +423,23 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                 [&] { return listening(*wakers, channel) >= b->quorum; });
                 continue;
             }
-            // A quorum refusing without a single grant means the lock is held: wait for its release
-            // (a message), the holders' expiry, or the retry time, and then retry at once. Any other
-            // failed round was a split vote (some node was free, yet no quorum) or too few nodes
-            // answered: no release is coming, so pause a random part of retry_delay instead, so
-            // that waiters woken together do not split the next vote in lockstep as well.
-            if (r.granted > 0 || r.answered < b->quorum) {
+            // A round that started at once on a wake and still failed lost a race to other waiters
+            // woken with it (or to the releaser): from then on this waiter pauses after every wake.
+            if (woken) raced = true;
+            woken = false;
+            const auto pause = [&] {
                 const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
-                sleep_interruptibly(b, std::min(now + jitter_ns + 1'000'000, req->deadline_ns));
+                sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
+            };
+            // A quorum refusing without a single grant means the lock is held: wait for its release
+            // (a message), the holders' expiry, or the retry time, and then retry at once unless
+            // this waiter already lost such a race. Any other failed round was a split vote (some
+            // node was free, yet no quorum) or too few nodes answered: no release is coming, so
+            // pause a random part of retry_delay instead, so that waiters woken together do not
+            // split the next vote in lockstep as well.
+            if (r.granted > 0 || r.answered < b->quorum) {
+                sleep_interruptibly(b, std::min(now + 1'000'000, req->deadline_ns));  // never a spin
+                pause();
                 continue;
             }
             int64_t until = r.min_holder_ttl_ms >= 0 ? now + (r.min_holder_ttl_ms + 1) * 1'000'000
@@ -434,6 +447,10 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             // Fewer than a quorum listening could miss the release: poll until they are back.
             if (listening(*wakers, channel) < b->quorum) until = std::min(until, now + b->retry_delay_ms * 1'000'000);
             wait_for_wakers(b, std::min(until, req->deadline_ns), [&] { return heard(*wakers, channel) != seen; });
+            // A node confirming its subscription also wakes us; that wake announces no release, and
+            // finding the lock still held after it is no lost race.
+            woken = listening(*wakers, channel) <= listeners;
+            if (raced) pause();
         }
     });
 }
