@@ -5,7 +5,7 @@
 // every socket); the lock is ours when a quorum N/2+1 answered "set" and time remains:
 // validity = ttl - elapsed - drift, drift = ttl/100 + 2 ms, all on CLOCK_MONOTONIC, so valid_until =
 // send time + ttl - drift. Otherwise the owner-fenced release goes to ALL nodes, including those that
-// did not answer (they may have set the key after all), and a waiter retries after a random delay.
+// did not answer (they may have set the key after all), and a waiter tries again (see Waiting).
 // Every round writes its own value (owner token + round number), so a failed round's release that
 // a slow node runs late cannot delete what a later round of the same acquisition set there.
 // Renewal needs a quorum within the validity; release goes to every node. A fan-out's time budget
@@ -18,9 +18,12 @@
 //
 // Waiting: the client watches the name's channel on every node (a release publishes where the
 // holder's key was: on a quorum, which meets any quorum of listeners); a waiter wakes on a message
-// from any node, at the holders' expiry, or after a jittered retry delay, so waiters do not split
-// the votes of the next round in lockstep. While fewer than a quorum of subscriptions stand it
-// polls every retry_delay instead of trusting to hear the release.
+// from any node, at the holders' expiry, or after retry_delay, and then retries at once. Only a
+// round that failed without a quorum refusing it (a split vote, or too few nodes answering) is
+// followed by a random pause of up to retry_delay, so waiters woken by the same release do not
+// keep splitting the votes in lockstep; a waiter that lost a race after a wake pauses after every
+// later wake too, or a crowd of waiters would all retry on every message. While fewer than a
+// quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the release.
 #include "redis_common.hpp"
 
 #include <fmt/format.h>
@@ -145,7 +148,7 @@ const dlock_option_desc redlock_options[] = {
     {"connect_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "200ms", "Timeout of a TCP connect to one node."},
     {"command_timeout", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "200ms",
      "How long a round waits for the nodes' replies; keep it well below the ttl."},
-    {"retry_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "50ms", "A waiter retries after a random delay up to this long."},
+    {"retry_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "50ms", "After a split vote a waiter retries after a random delay up to this long."},
     {"pool_size", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "8", "Connections kept per node."},
 };
 
@@ -387,8 +390,11 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             }
         } guard{wakers, channel};
 
+        bool woken = false;  // the coming round starts at once on a wake
+        bool raced = false;  // a round that started at once on a wake has failed
         for (uint64_t round = 1;; ++round) {
             const uint64_t seen = wakers ? heard(*wakers, channel) : 0;  // before the round
+            const size_t listeners = wakers ? listening(*wakers, channel) : 0;
             const std::string value = round_value(h->owner, round);
             const round_result r = acquire_round(b, h->keys, value, req->ttl_ms);
             if (r.acquired) {
@@ -417,17 +423,34 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                 [&] { return listening(*wakers, channel) >= b->quorum; });
                 continue;
             }
-            // Wake on a release, at the holders' expiry, or at the retry time; then pause a random
-            // part of retry_delay so waiters woken by the same release do not split the next vote.
-            const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
+            // A round that started at once on a wake and still failed lost a race to other waiters
+            // woken with it (or to the releaser): from then on this waiter pauses after every wake.
+            if (woken) raced = true;
+            woken = false;
+            const auto pause = [&] {
+                const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
+                sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
+            };
+            // A quorum refusing without a single grant means the lock is held: wait for its release
+            // (a message), the holders' expiry, or the retry time, and then retry at once unless
+            // this waiter already lost such a race. Any other failed round was a split vote (some
+            // node was free, yet no quorum) or too few nodes answered: no release is coming, so
+            // pause a random part of retry_delay instead, so that waiters woken together do not
+            // split the next vote in lockstep as well.
+            if (r.granted > 0 || r.answered < b->quorum) {
+                sleep_interruptibly(b, std::min(now + 1'000'000, req->deadline_ns));  // never a spin
+                pause();
+                continue;
+            }
             int64_t until = r.min_holder_ttl_ms >= 0 ? now + (r.min_holder_ttl_ms + 1) * 1'000'000
                                                      : now + b->retry_delay_ms * 1'000'000;
-            if (r.answered < b->quorum) until = now + jitter_ns + 1'000'000;  // nodes down: retry soon
             // Fewer than a quorum listening could miss the release: poll until they are back.
             if (listening(*wakers, channel) < b->quorum) until = std::min(until, now + b->retry_delay_ms * 1'000'000);
-            until = std::min(until, req->deadline_ns);
-            wait_for_wakers(b, until, [&] { return heard(*wakers, channel) != seen; });
-            sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
+            wait_for_wakers(b, std::min(until, req->deadline_ns), [&] { return heard(*wakers, channel) != seen; });
+            // A node confirming its subscription also wakes us; that wake announces no release, and
+            // finding the lock still held after it is no lost race.
+            woken = listening(*wakers, channel) <= listeners;
+            if (raced) pause();
         }
     });
 }

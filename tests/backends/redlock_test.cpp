@@ -1,7 +1,8 @@
 // The `redlock` backend under faults that concern its rounds, its fan-out and its waiters, on the
 // lab's five independent Redis nodes: a late node that executes a failed round's requests after
 // the next round won, one node paused for longer than several ttls, waiters whose watched node
-// misses the release, a failed acquisition on paused nodes, and a release a quorum refuses.
+// misses the release, a failed acquisition on paused nodes, a release a quorum refuses, and a
+// waiter woken by a release, which must retry without the split-vote pause.
 // (The FAULTS.md scenarios redlock shares with `redis` are in redis_test.cpp.)
 #include "backend_test.hpp"
 #include "support.hpp"
@@ -13,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -20,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
 using dlock::lab::backend;
@@ -203,6 +206,40 @@ TEST_F(RedlockFaults, ReleaseRefusedByAQuorumIsAlreadyLost) {
     on_exit resume{[&] { node(3).resume(); }};
     EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost) << dlock_last_error();
     EXPECT_FALSE(key_exists(4, name)) << "the release must still delete our key where it was ours";
+}
+
+// A waiter woken by a release retries at once: the random pause of up to `retry_delay` belongs
+// only after a split vote, where waiters woken together would otherwise keep splitting. Here the
+// waiter's round before the release was refused by every node (the lock clearly held), so its
+// next round starts on the release message. retry_delay 200ms: a jittered retry would put the
+// median handoff near 100 ms; the bound of 15 ms leaves a wide margin for a loaded machine.
+TEST_F(RedlockFaults, WaiterWokenByAReleaseRetriesWithoutJitter) {
+    const std::string name = "redlock/handoff-no-jitter";
+    const std::string path = config_with_node0_at(node(0).client_endpoint(), "  retry_delay: 200ms\n");
+    auto holder_client = dlock::client::open(path);
+    auto waiter_client = dlock::client::open(path);
+    std::vector<std::chrono::microseconds> handoffs;
+    for (int i = 0; i < 20; ++i) {
+        auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+        ASSERT_TRUE(a) << "handoff " << i;
+        auto waiting = std::async(std::launch::async, [&] {
+            std::error_code ec;
+            auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(5s).with_ttl(30s), ec);
+            return std::make_pair(std::move(b), steady::now());
+        });
+        std::this_thread::sleep_for(80ms);  // the waiter has failed a round and listens
+        const auto released_at = steady::now();
+        ASSERT_EQ(a.release(), dlock::release_outcome::released) << "handoff " << i;
+        auto [b, acquired_at] = waiting.get();
+        ASSERT_TRUE(b) << "handoff " << i << ": the waiter never got the released lock";
+        handoffs.push_back(std::chrono::duration_cast<std::chrono::microseconds>(acquired_at - released_at));
+        EXPECT_EQ(b.release(), dlock::release_outcome::released);
+    }
+    std::sort(handoffs.begin(), handoffs.end());
+    const auto median = handoffs[handoffs.size() / 2];
+    RecordProperty("median_handoff_us", std::to_string(median.count()));
+    EXPECT_LT(median.count(), 15000) << "median handoff " << median.count() << " us (min " << handoffs.front().count()
+                            << " us, max " << handoffs.back().count() << " us)";
 }
 
 // A node that answers but whose ACL user may not publish or subscribe on dlock's channels is an
