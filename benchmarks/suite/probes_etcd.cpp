@@ -59,15 +59,19 @@ struct floor_client {
         s.endpoints = {where.to_string()};
         return s;
     }
-    // The acquire Txn (put-if-absent with the lease + read of the queue head); returns its revision.
-    int64_t acquire(std::string& key) {
-        key = fmt::format("{}{}-{:x}", dir, ec::lease_hex(lease), ++n);
-        pb::TxnRequest txn;
+    // The guard every Txn of the recipe carries: `key`'s create_revision is `revision` (0: absent).
+    static void require_create_revision(pb::TxnRequest& txn, const std::string& key, int64_t revision) {
         pb::Compare* c = txn.add_compare();
         c->set_result(pb::Compare::EQUAL);
         c->set_target(pb::Compare::CREATE);
         c->set_key(key);
-        c->set_create_revision(0);
+        c->set_create_revision(revision);
+    }
+    // The acquire Txn (put-if-absent with the lease + read of the queue head); returns its revision.
+    int64_t acquire(std::string& key) {
+        key = fmt::format("{}{}-{:x}", dir, ec::lease_hex(lease), ++n);
+        pb::TxnRequest txn;
+        require_create_revision(txn, key, 0);
         pb::PutRequest* put = txn.add_success()->mutable_request_put();
         put->set_key(key);
         put->set_value(std::string(32, 'f'));
@@ -87,11 +91,7 @@ struct floor_client {
     // The release Txn: delete guarded by create_revision.
     void release(const std::string& key, int64_t revision) {
         pb::TxnRequest txn;
-        pb::Compare* c = txn.add_compare();
-        c->set_result(pb::Compare::EQUAL);
-        c->set_target(pb::Compare::CREATE);
-        c->set_key(key);
-        c->set_create_revision(revision);
+        require_create_revision(txn, key, revision);
         txn.add_success()->mutable_request_delete_range()->set_key(key);
         pb::TxnResponse response;
         conn.call("floor release", [&](ec::member& m, grpc::ClientContext& ctx) { return m.kv->Txn(&ctx, txn, &response); });
@@ -100,11 +100,7 @@ struct floor_client {
     // still ours and reads the key just before it; what a handoff needs after the delete's event.
     void queue_read(const std::string& key, int64_t revision) {
         pb::TxnRequest txn;
-        pb::Compare* c = txn.add_compare();
-        c->set_result(pb::Compare::EQUAL);
-        c->set_target(pb::Compare::CREATE);
-        c->set_key(key);
-        c->set_create_revision(revision);
+        require_create_revision(txn, key, revision);
         pb::RangeRequest* before = txn.add_success()->mutable_request_range();
         before->set_key(dir);
         before->set_range_end(ec::prefix_end(dir));
