@@ -39,6 +39,18 @@ struct on_exit {
     ~on_exit() { action(); }
 };
 
+// Starts `client.acquire(name)` on another thread; the future yields the lease (empty when the
+// acquire failed) and when the acquire returned.
+std::future<std::pair<dlock::lease, steady::time_point>> acquire_in_background(dlock::client& client, const std::string& name,
+                                                                              std::chrono::milliseconds wait,
+                                                                              std::chrono::milliseconds ttl) {
+    return std::async(std::launch::async, [&client, name, wait, ttl] {
+        std::error_code ec;
+        auto lease = client.acquire(name, dlock::acquire_options().with_wait(wait).with_ttl(ttl), ec);
+        return std::make_pair(std::move(lease), steady::now());
+    });
+}
+
 class RedlockFaults : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -137,11 +149,7 @@ TEST_F(RedlockFaults, WaiterWakesWhenTheReleaseSkipsItsFirstNode) {
     auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
     ASSERT_TRUE(a);
     auto waiter_client = dlock::client::open(config());
-    auto waiting = std::async(std::launch::async, [&] {
-        std::error_code ec;
-        auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(8s).with_ttl(10s), ec);
-        return std::make_pair(std::move(b), steady::now());
-    });
+    auto waiting = acquire_in_background(waiter_client, name, 8s, 10s);
     std::this_thread::sleep_for(700ms);  // the waiter is waiting
     const auto released_at = steady::now();
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
@@ -158,11 +166,7 @@ TEST_F(RedlockFaults, WaiterWakesWithItsFirstNodePaused) {
     auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
     ASSERT_TRUE(a);
     auto waiter_client = dlock::client::open(config());
-    auto waiting = std::async(std::launch::async, [&] {
-        std::error_code ec;
-        auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(8s).with_ttl(10s), ec);
-        return std::make_pair(std::move(b), steady::now());
-    });
+    auto waiting = acquire_in_background(waiter_client, name, 8s, 10s);
     std::this_thread::sleep_for(700ms);  // the waiter watches the channel
     node(0).pause();
     on_exit resume{[&] { node(0).resume(); }};
@@ -222,11 +226,7 @@ TEST_F(RedlockFaults, WaiterWokenByAReleaseRetriesWithoutJitter) {
     for (int i = 0; i < 20; ++i) {
         auto a = holder_client.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
         ASSERT_TRUE(a) << "handoff " << i;
-        auto waiting = std::async(std::launch::async, [&] {
-            std::error_code ec;
-            auto b = waiter_client.acquire(name, dlock::acquire_options().with_wait(5s).with_ttl(30s), ec);
-            return std::make_pair(std::move(b), steady::now());
-        });
+        auto waiting = acquire_in_background(waiter_client, name, 5s, 30s);
         std::this_thread::sleep_for(80ms);  // the waiter has failed a round and listens
         const auto released_at = steady::now();
         ASSERT_EQ(a.release(), dlock::release_outcome::released) << "handoff " << i;
