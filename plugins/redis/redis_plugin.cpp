@@ -140,7 +140,7 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64
     attempt a;
     reply_ptr r;
     {
-        std::optional<pool::lease> c;
+        std::optional<pool::borrowed> c;
         try {
             c.emplace(b->connections->borrow(borrow_deadline_ns));
         } catch (const failure& f) {

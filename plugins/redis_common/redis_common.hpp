@@ -118,11 +118,11 @@ public:
     const endpoint& where() const { return where_; }
     const settings& config() const { return settings_; }
 
-    class lease {
+    class borrowed {
     public:
-        lease(pool* p, std::unique_ptr<connection> c) : pool_(p), conn_(std::move(c)) {}
-        lease(lease&&) = default;
-        ~lease();
+        borrowed(pool* p, std::unique_ptr<connection> c) : pool_(p), conn_(std::move(c)) {}
+        borrowed(borrowed&&) = default;
+        ~borrowed();
         connection* operator->() { return conn_.get(); }
         connection& operator*() { return *conn_; }
 
@@ -133,14 +133,14 @@ public:
     // A live connection: an idle one, else a new one while fewer than pool_size are open, else the
     // first one given back before `deadline_ns`. Throws failure(DLOCK_UNAVAILABLE) when the server
     // cannot be reached (or a reconnect backoff runs) or every connection stayed busy until the
-    // deadline. A thread must give its lease back before it borrows another: with pool_size 1 a
+    // deadline. A thread must give its connection back before it borrows another: with pool_size 1 a
     // second borrow could only time out.
-    lease borrow(int64_t deadline_ns);
-    // borrow() waiting at most connect_timeout + command_timeout: how long one lease is normally kept.
-    lease borrow();
+    borrowed borrow(int64_t deadline_ns);
+    // borrow() waiting at most connect_timeout + command_timeout: how long one connection is normally kept.
+    borrowed borrow();
 
 private:
-    friend class lease;
+    friend class borrowed;
     void give_back(std::unique_ptr<connection> c);
 
     endpoint where_;

@@ -84,13 +84,13 @@ namespace {
 
 // Connections to every node for one round; a node whose connection cannot be borrowed has none.
 struct round_connections {
-    std::vector<std::unique_ptr<pool::lease>> leases;
+    std::vector<std::unique_ptr<pool::borrowed>> borrowed;
     std::vector<connection*> conns;
-    explicit round_connections(dlock_backend* b) : leases(b->nodes.size()), conns(b->nodes.size(), nullptr) {
+    explicit round_connections(dlock_backend* b) : borrowed(b->nodes.size()), conns(b->nodes.size(), nullptr) {
         for (size_t i = 0; i < b->nodes.size(); ++i) {
             try {
-                leases[i] = std::make_unique<pool::lease>(b->nodes[i].connections->borrow());
-                conns[i] = &**leases[i];
+                borrowed[i] = std::make_unique<pool::borrowed>(b->nodes[i].connections->borrow());
+                conns[i] = &**borrowed[i];
             } catch (const failure&) {
             }
         }
