@@ -213,7 +213,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
             try {
                 auto c = nd.connections->borrow();
                 ++reachable;
-                check_permissions(*c, b->config);
+                check_permissions(*c, b->config, /*waiter_queue=*/false);
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
