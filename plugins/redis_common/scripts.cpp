@@ -59,8 +59,11 @@ end
 // per call, so a script's cost stays bounded. wake_next publishes on the first waiter's channel
 // (prefix .. owner), and gives it claim_ms to take the lock before its entry lapses. A first
 // waiter nobody hears on its channel (its client died and its connection with it) is dropped and
-// the next one woken instead, up to 10 in one call. A live waiter dropped so (its subscription was
-// not yet confirmed, or was being restored) queues again with its next retry, which comes at once.
+// the next one woken instead, up to 10 in one call — unless it queued less than claim_ms ago: a
+// waiter subscribes only after its first attempt queued it, and retries once it has, so it is kept,
+// and the waiter after it is woken too, to take over once the first one's claim lapses if it never
+// comes. (A live waiter dropped, its pub/sub connection being restored, queues again at the back
+// with its next retry, which follows the restored subscription at once.)
 const char* const queue_lua = R"lua(
 local function server_time()
   local t = redis.call('TIME')
@@ -73,17 +76,22 @@ local function drop_lapsed(now)
     redis.call('ZREM', KEYS[4], unpack(lapsed))
   end
 end
-local function wake_next(now, claim_ms, prefix)
+local function wake_next(now, now_us, claim_ms, prefix)
   for _ = 1, 10 do
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    if not first then return end
-    if redis.call('PUBLISH', prefix .. first, 'next') > 0 then
-      local lapses = tonumber(redis.call('ZSCORE', KEYS[4], first))
-      if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, first) end
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    if #first == 0 then return end
+    local heard = redis.call('PUBLISH', prefix .. first[1], 'next') > 0
+    if heard or now_us - tonumber(first[2]) < claim_ms * 1000 then
+      local lapses = tonumber(redis.call('ZSCORE', KEYS[4], first[1]))
+      if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, first[1]) end
+      if not heard then
+        local second = redis.call('ZRANGE', KEYS[3], 1, 1)[1]
+        if second then redis.call('PUBLISH', prefix .. second, 'next') end
+      end
       return
     end
-    redis.call('ZREM', KEYS[3], first)
-    redis.call('ZREM', KEYS[4], first)
+    redis.call('ZREM', KEYS[3], first[1])
+    redis.call('ZREM', KEYS[4], first[1])
   end
 end
 )lua";
@@ -157,9 +165,9 @@ return 0
 static const std::string queue_release_source = std::string(queue_lua) + R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
-local now = server_time()
+local now, now_us = server_time()
 drop_lapsed(now)
-wake_next(now, tonumber(ARGV[2]), ARGV[3])
+wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
 redis.call('DEL', KEYS[1])
 return 1
 )lua";
@@ -171,9 +179,9 @@ static const std::string leave_queue_source = std::string(queue_lua) + R"lua(
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if not redis.call('GET', KEYS[1]) then
-  local now = server_time()
+  local now, now_us = server_time()
   drop_lapsed(now)
-  wake_next(now, tonumber(ARGV[2]), ARGV[3])
+  wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
 end
 return removed
 )lua";

@@ -530,21 +530,21 @@ std::vector<std::string> queued(dlock::lab::redis_client& raw, const std::string
 }
 
 // A waiter process killed while it waits leaves its entry first in the queue, where nothing will
-// ever take it out but its lapse. After the holder's release the next waiter is blocked by it for
-// the dead waiter's claim time at most (command_timeout: 2 s here), not for the holder's ttl nor
-// for the dead entry's whole lapse (the holder's ttl and more); the dead entry is gone after that.
-TEST_F(RedisFaults, WaiterKilledInTheQueueHoldsTheNextOneUpBriefly) {
-    const std::string name = "faults/queue-dead";
-    auto holder = dlock::client::open(config(backend::redis));
+// ever take it out but its lapse (the holder's ttl and more). After the holder's release, returns
+// how long the next waiter waited; the dead entry must be gone by then. `age`: how long after the
+// dead waiter queued the holder releases.
+double next_waiter_wait_behind_a_dead_one(RedisFaults& t, const std::string& name, std::chrono::milliseconds age) {
+    auto holder = dlock::client::open(t.config(backend::redis));
     auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
-    child_process dead({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redis), name, "20000"}, true);
-    auto raw = redis();
+    child_process dead({DLOCK_CONFORMANCE_WORKER, "hold", t.config(backend::redis), name, "20000"}, true);
+    auto raw = t.redis();
     for (int i = 0; i < 300 && queued(raw, name).empty(); ++i) std::this_thread::sleep_for(10ms);
-    ASSERT_EQ(queued(raw, name).size(), 1u) << "the waiting process never queued";
+    EXPECT_EQ(queued(raw, name).size(), 1u) << "the waiting process never queued";
+    const auto dead_queued = std::chrono::steady_clock::now();
     dead.kill(SIGKILL);
     dead.wait();
 
-    auto waiter = dlock::client::open(config(backend::redis));
+    auto waiter = dlock::client::open(t.config(backend::redis));
     std::error_code ec;
     std::chrono::steady_clock::time_point released_at, acquired_at;
     std::thread b([&] {
@@ -552,16 +552,31 @@ TEST_F(RedisFaults, WaiterKilledInTheQueueHoldsTheNextOneUpBriefly) {
         acquired_at = std::chrono::steady_clock::now();
     });
     for (int i = 0; i < 300 && queued(raw, name).size() < 2; ++i) std::this_thread::sleep_for(10ms);
-    ASSERT_EQ(queued(raw, name).size(), 2u) << "the live waiter never queued behind the dead one";
-    std::this_thread::sleep_for(300ms);  // subscribed to its channel
+    EXPECT_EQ(queued(raw, name).size(), 2u) << "the live waiter never queued behind the dead one";
+    std::this_thread::sleep_until(std::max(dead_queued + age, std::chrono::steady_clock::now() + 300ms));  // subscribed
     released_at = std::chrono::steady_clock::now();
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
     b.join();
-    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
-    const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_TRUE(queued(raw, name).empty()) << "the dead waiter's entry is still queued";
+    return std::chrono::duration<double>(acquired_at - released_at).count();
+}
+
+// The dead waiter queued long ago (more than its claim time, command_timeout: 2 s here): nobody
+// hears its channel, so the release drops it and wakes the next waiter at once.
+TEST_F(RedisFaults, WaiterKilledInTheQueueIsSkippedAtTheRelease) {
+    const double waited = next_waiter_wait_behind_a_dead_one(*this, "faults/queue-dead-old", 2500ms);
+    std::cout << "next waiter acquired " << waited << " s after the release, behind a dead waiter\n";
+    EXPECT_LT(waited, 1.0) << "held up by a dead waiter whose channel nobody hears";
+}
+
+// The dead waiter queued just before the release (a live waiter subscribes to its channel only
+// after it queued, so a young unheard entry is kept): the next waiter, woken with it, takes over
+// when the dead one's claim time (2 s) runs out — not after the holder's ttl nor the entry's lapse.
+TEST_F(RedisFaults, WaiterKilledJustAfterQueueingHoldsTheNextOneUpForItsClaimAtMost) {
+    const double waited = next_waiter_wait_behind_a_dead_one(*this, "faults/queue-dead-young", 0ms);
     std::cout << "next waiter acquired " << waited << " s after the release, behind a dead waiter\n";
     EXPECT_LT(waited, 2.0 + 2.0) << "held up longer than the dead waiter's claim time (2 s) and a margin";
-    EXPECT_TRUE(queued(raw, name).empty()) << "the dead waiter's entry is still queued";
 }
 
 // A waiter that gives up (its wait ran out) leaves the queue: no entry and no queue key remain.
@@ -595,7 +610,9 @@ TEST_F(RedisFaults, FairTriesRespectTheQueueAndUnfairOnesBarge) {
     EXPECT_EQ(ec, dlock::errc::timeout) << "a fair try took the lock before the waiter queued first";
     auto barged = newcomer.acquire(name, dlock::acquire_options().with_wait(0ms).with_fair(false), ec);
     EXPECT_FALSE(ec) << "an unfair try must barge: " << dlock_last_error();
-    if (!ec) EXPECT_EQ(barged.release(), dlock::release_outcome::released);
+    if (!ec) {
+        EXPECT_EQ(barged.release(), dlock::release_outcome::released);
+    }
     raw.checked({"DEL", "dlock:{" + name + "}:queue", "dlock:{" + name + "}:queue-lapses"});
 }
 
