@@ -257,16 +257,18 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
                                 : req->deadline_ns == 0 ? queue_mode::fair_try
                                                         : queue_mode::fair_wait;
         // A fair waiter queued by its first attempt leaves the queue unless it got the lock (a
-        // timeout, a cancel, an error): best effort, as its entry lapses anyway.
+        // timeout, an error): best effort, as its entry lapses anyway. Not when the client is
+        // closing, which must not wait on the server: its subscription goes with it, and a release
+        // drops a waiter nobody hears.
         struct leave_guard {
             dlock_backend* b;
             const dlock_hold* h;
             ~leave_guard() {
-                if (!h) return;
+                if (!h || b->interrupted) return;
                 try {
                     auto c = b->connections->borrow();
                     run_script(*c, leave_queue_script, h->acquire_keys(), h->release_args(b));
-                } catch (const failure&) {
+                } catch (...) {  // a destructor: nothing may escape
                 }
             }
         } leave{b, mode == queue_mode::fair_wait ? h.get() : nullptr};
