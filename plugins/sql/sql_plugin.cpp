@@ -596,6 +596,12 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         if (a.acquired) return finish(a);
         const int64_t now = now_ns();
         if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+        // The turnstile's session was lost (terminated, a restart): so was our place. Queue again.
+        if (admitted && admitted->on()->broken()) {
+            admitted.reset();
+            admitted = std::make_unique<turnstile>(b, req);
+            continue;
+        }
         if (a.holder_left_ms < 0) continue;  // the holder's row was not visible yet: look again
         const int64_t expiry_ns = now + (a.holder_left_ms + 1) * 1'000'000;
         waker.wait_change(h->channel, seen, std::min(req->deadline_ns, expiry_ns));

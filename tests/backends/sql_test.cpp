@@ -175,6 +175,31 @@ TEST_F(SqlFaults, LeaseWaiterKilledInTheQueueFreesItsPlaceAtOnce) {
     EXPECT_TRUE(eventually([&] { return advisory_lock_count(true) == 0; }, 5s)) << "the turnstile was not left";
 }
 
+// The session holding a fair waiter's place in the turnstile is terminated while it waits: the
+// waiter queues again and still takes the lock at the holder's release.
+TEST_F(SqlFaults, LeaseWaiterWhoseQueueSessionEndsQueuesAgain) {
+    const std::string name = "faults/queue-terminated";
+    auto holder = open("lease");
+    auto waiter = open("lease");
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    clock_type::time_point released_at, acquired_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(10s).with_ttl(5s), ec);
+        acquired_at = clock_type::now();
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the waiter was never admitted";
+    EXPECT_EQ(scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted"), 1);
+    std::this_thread::sleep_for(300ms);
+    released_at = clock_type::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
+    std::cout << "[sql lease] waiter acquired " << waited << " s after the release, its queue session terminated\n";
+    EXPECT_LT(waited, 2.0);
+}
+
 // A fair waiter that gives up (its wait ran out) leaves the turnstile: no advisory lock remains.
 TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
     const std::string name = "faults/queue-timeout";
