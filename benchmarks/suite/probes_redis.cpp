@@ -80,7 +80,8 @@ struct served {
     long long from_clients = 0, inside_scripts = 0;
 };
 served commands_served(const std::vector<dlock::lab::endpoint>& nodes) {
-    static const std::set<std::string> scripted = {"get", "set", "incr", "del", "publish", "pttl", "pexpire"};
+    static const std::set<std::string> scripted = {"get",  "set",  "incr", "del",    "publish",       "pttl",  "pexpire",
+                                                   "time", "zadd", "zrem", "zrange", "zrangebyscore", "zscore"};
     served total;
     for (const auto& node : nodes) {
         dlock::lab::redis_client c(node);

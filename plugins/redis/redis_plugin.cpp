@@ -5,19 +5,22 @@
 // ttl. Release (compare owner, DEL, PUBLISH) and renewal (compare owner, PEXPIRE; any number of
 // leases in one call) are scripts too, all run by EVALSHA with a NOSCRIPT fallback.
 //
-// Waiting: the client's one subscriber connection watches the name's channel BEFORE the retry, so
+// Waiting: the client's one subscriber connection watches the waiter's channel BEFORE the retry, so
 // a release between the retry and the wait still wakes the waiter; the waiter also retries when the
 // holder's remaining ttl runs out (a holder that died never publishes). No polling interval while
 // the subscription is confirmed; while it is not (the pub/sub connection is down or re-subscribing)
 // the waiter retries on a short timer instead, so it never depends on one subscription's health.
 //
-// Connections: a pooled connection the server closed (restart, idle `timeout`) is dropped before
-// use; a command that still meets a closed connection is retried once on a fresh one when that is
-// safe (the server runs nothing more from a closed connection). An acquire retries within its wait
-// while the server is unreachable.
-//
-// Validity: valid_until = send time + ttl - drift, drift = ttl/100 + 2 ms (the server's clock may
-// run slightly fast relative to ours).
+// Fairness (`fair: true`, the default): a waiter queues in the lock's waiter queue (a sorted set of
+// owner tokens by arrival, in the lock's hash tag) with its first attempt, and a free lock goes to
+// the first in the queue. A release wakes the first waiter only, on its own channel: the server
+// work per handoff does not grow with the number of waiters. A first waiter that nobody hears on its
+// channel (its client died) is dropped and the next one woken instead. An entry lapses unless its
+// waiter renews it by retrying (every retry does, and a waiter retries at the latest when the
+// holder's key would expire), so a waiter that stopped without leaving (paused, or its release of
+// the queue failed) holds the queue up for a bounded time: the woken first waiter has `claim`
+// (command_timeout, at least 500 ms) to take the lock. `fair: false`: the queue is ignored (a free
+// lock goes to whoever asks first) and the waiter is woken by every release of the name.
 #include "redis_common.hpp"
 
 #include <fmt/format.h>
@@ -34,6 +37,9 @@ namespace {
 
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int64_t ms_ns = 1'000'000;
+
+// How a try treats the waiter queue (queue_acquire_script's mode).
+enum class queue_mode { barging = 0, fair_try = 1, fair_wait = 2 };
 
 }  // namespace
 
@@ -52,6 +58,11 @@ struct dlock_backend {
         if (!waker) waker = std::make_unique<subscriber>(where, config);
         return *waker;
     }
+    // After a release, how long the woken first waiter has to take the lock before it loses its
+    // place: a live waiter needs a message and one script's round trip.
+    int64_t claim_ms() const { return std::max<int64_t>(500, config.command_timeout_ms); }
+    // How long a queue entry outlives the latest time its waiter retries by.
+    int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
     // Sleeps until `until_ns` or interrupt.
     void sleep_until(int64_t until_ns) {
         std::unique_lock<std::mutex> lock(waker_mutex);
@@ -63,6 +74,12 @@ struct dlock_backend {
 struct dlock_hold {
     lock_keys keys;
     std::string owner;
+
+    std::vector<std::string> acquire_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses}; }
+    std::vector<std::string> release_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel}; }
+    std::vector<std::string> release_args(const dlock_backend* b) const {
+        return {owner, std::to_string(b->claim_ms()), keys.waiter_channel_prefix};
+    }
 };
 
 namespace {
@@ -92,7 +109,7 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
             // Connect eagerly: a wrong address, password or missing ACL right is an error at open,
             // not at first use.
             auto c = b->connections->borrow();
-            check_permissions(*c, b->config);
+            check_permissions(*c, b->config, /*waiter_queue=*/true);
             for (const auto& w : hazard_warnings(*c))
                 if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
         }
@@ -103,7 +120,7 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
 
 void redis_destroy(dlock_backend* b) { delete b; }
 
-uint64_t redis_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL; }
+uint64_t redis_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL; }
 
 void redis_interrupt(dlock_backend* b) {
     std::lock_guard<std::mutex> lock(b->waker_mutex);
@@ -115,7 +132,8 @@ void redis_interrupt(dlock_backend* b) {
 struct attempt {
     bool acquired = false;
     uint64_t fence = 0;
-    int64_t holder_ttl_ms = -1;
+    int64_t holder_ttl_ms = -1;  // or, when queued_behind, until the first waiter's entry lapses
+    bool queued_behind = false;  // the lock is free, but other waiters queue before us
     int64_t sent_ns = 0;
 };
 
@@ -136,11 +154,11 @@ struct settled_failure {
 //   gets to them (a release on another connection could overtake the queued SET and leave our key
 //   behind); the failure (DLOCK_UNKNOWN) is thrown. No retry: a retry's grant could be deleted by
 //   that queued release.
-attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64_t borrow_deadline_ns) {
+attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue_mode mode, int64_t borrow_deadline_ns) {
     attempt a;
     reply_ptr r;
     {
-        std::optional<pool::lease> c;
+        std::optional<pool::borrowed> c;
         try {
             c.emplace(b->connections->borrow(borrow_deadline_ns));
         } catch (const failure& f) {
@@ -149,20 +167,22 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64
         }
         a.sent_ns = now_ns();
         try {
-            r = run_script(**c, acquire_script, {h.keys.lock, h.keys.fence}, {h.owner, std::to_string(ttl_ms)});
+            r = run_script(**c, queue_acquire_script, h.acquire_keys(),
+                           {h.owner, std::to_string(ttl_ms), std::to_string(int(mode)), std::to_string(b->entry_grace_ms())});
         } catch (const failure& f) {
             if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
             if (f.status != DLOCK_UNKNOWN) throw;
             if ((*c)->closed_by_server()) throw settled_failure{f, true};
-            (*c)->send_behind_pending(script_command(release_script, true, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner}));
+            (*c)->send_behind_pending(script_command(queue_release_script, true, h.release_keys(), h.release_args(b)));
             throw;
         }
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
         fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to the acquire script", b->where.text()));
     a.acquired = r->element[0]->integer == 1;
     if (a.acquired) a.fence = uint64_t(r->element[1]->integer);
     else a.holder_ttl_ms = r->element[1]->integer;
+    a.queued_behind = !a.acquired && r->elements > 2 && r->element[2]->integer == 0;
     return a;
 }
 
@@ -170,7 +190,7 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64
 // server) until `deadline_ns` — or once more for a try-once acquire, so a connection that died
 // with a restart costs no error. A key a closed connection may have set is released by owner
 // first (its connection is gone, so nothing queued can overtake the release).
-attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, int64_t deadline_ns) {
+attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue_mode mode, int64_t deadline_ns) {
     bool release_first = false;
     for (int tries = 0;; ++tries) {
         if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
@@ -180,10 +200,10 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
         try {
             if (release_first) {
                 auto c = b->connections->borrow(borrow_deadline);
-                run_script(*c, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+                run_script(*c, queue_release_script, h.release_keys(), h.release_args(b));
                 release_first = false;
             }
-            return try_acquire(b, h, ttl_ms, borrow_deadline);
+            return try_acquire(b, h, ttl_ms, mode, borrow_deadline);
         } catch (const settled_failure& f) {
             release_first = release_first || f.maybe_set;
             const int64_t after = now_ns();
@@ -191,7 +211,7 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
                 if (release_first) {  // best effort: the key, if it was set, expires after ttl
                     try {
                         auto c = b->connections->borrow(after + busy_wait_ns);
-                        run_script(*c, release_script, {h.keys.lock, h.keys.fence, h.keys.channel}, {h.owner});
+                        run_script(*c, queue_release_script, h.release_keys(), h.release_args(b));
                     } catch (const failure&) {
                     }
                 }
@@ -226,32 +246,64 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             return DLOCK_OK;
         };
         auto held_message = [&](const attempt& a) {
+            if (a.queued_behind)
+                return fmt::format("lock `{}` on redis {} goes to the waiters queued before this one", req->name,
+                                   b->where.text());
             return fmt::format("lock `{}` is held on redis {} (expires in {} ms unless renewed)", req->name, b->where.text(),
                                a.holder_ttl_ms);
         };
 
-        attempt a = acquire_retrying(b, *h, req->ttl_ms, req->deadline_ns);
-        if (a.acquired) return finish(a);
+        const queue_mode mode = !req->fair ? queue_mode::barging
+                                : req->deadline_ns == 0 ? queue_mode::fair_try
+                                                        : queue_mode::fair_wait;
+        // A fair waiter queued by its first attempt leaves the queue unless it got the lock (a
+        // timeout, an error): best effort, as its entry lapses anyway. Not when the client is
+        // closing, which must not wait on the server: its subscription goes with it, and a release
+        // drops a waiter nobody hears.
+        struct leave_guard {
+            dlock_backend* b;
+            const dlock_hold* h;
+            ~leave_guard() {
+                if (!h || b->interrupted) return;
+                try {
+                    auto c = b->connections->borrow();
+                    run_script(*c, leave_queue_script, h->acquire_keys(), h->release_args(b));
+                } catch (...) {  // a destructor: nothing may escape
+                }
+            }
+        } leave{b, mode == queue_mode::fair_wait ? h.get() : nullptr};
+
+        attempt a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
+        if (a.acquired) {
+            leave.h = nullptr;
+            return finish(a);
+        }
         if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
 
+        // A fair waiter is woken on its own channel, by the release that makes it (one of) the next.
+        const std::string channel =
+            mode == queue_mode::barging ? h->keys.channel : h->keys.waiter_channel_prefix + h->owner;
         subscriber& waker = b->subscriber_for_waits();
         struct unwatch_guard {
             subscriber& s;
             const std::string& channel;
             ~unwatch_guard() { s.unwatch(channel); }
-        } guard{waker, h->keys.channel};
-        waker.watch(h->keys.channel);
-        waker.wait_subscribed(h->keys.channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
+        } guard{waker, channel};
+        waker.watch(channel);
+        waker.wait_subscribed(channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
         // While the subscription is not confirmed a release may go unheard: retry on a timer,
         // 10 ms doubling to 200 ms, until it is.
         int64_t unheard_retry_ms = 10;
         for (;;) {
             if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
             // Both read before the retry: no lost wake-up.
-            const bool hearing = waker.wait_subscribed(h->keys.channel, 0);
-            const uint64_t seen = waker.generation(h->keys.channel);
-            a = acquire_retrying(b, *h, req->ttl_ms, req->deadline_ns);
-            if (a.acquired) return finish(a);
+            const bool hearing = waker.wait_subscribed(channel, 0);
+            const uint64_t seen = waker.generation(channel);
+            a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
+            if (a.acquired) {
+                leave.h = nullptr;
+                return finish(a);
+            }
             const int64_t now = now_ns();
             if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
             // Retry at the latest when the holder's key expires (-1: no expiry set by someone else's
@@ -264,7 +316,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
                 until = std::min(until, now + unheard_retry_ms * ms_ns);
                 unheard_retry_ms = std::min<int64_t>(unheard_retry_ms * 2, 200);
             }
-            waker.wait_change(h->keys.channel, seen, std::min(req->deadline_ns, until));
+            waker.wait_change(channel, seen, std::min(req->deadline_ns, until));
         }
     });
 }
@@ -272,7 +324,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
-        reply_ptr r = run_script(*c, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->owner});
+        reply_ptr r = run_script(*c, queue_release_script, h->release_keys(), h->release_args(b));
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
         return r->integer == 1 ? DLOCK_OK : DLOCK_LOST;
     });

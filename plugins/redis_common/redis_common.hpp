@@ -118,11 +118,11 @@ public:
     const endpoint& where() const { return where_; }
     const settings& config() const { return settings_; }
 
-    class lease {
+    class borrowed {
     public:
-        lease(pool* p, std::unique_ptr<connection> c) : pool_(p), conn_(std::move(c)) {}
-        lease(lease&&) = default;
-        ~lease();
+        borrowed(pool* p, std::unique_ptr<connection> c) : pool_(p), conn_(std::move(c)) {}
+        borrowed(borrowed&&) = default;
+        ~borrowed();
         connection* operator->() { return conn_.get(); }
         connection& operator*() { return *conn_; }
 
@@ -133,14 +133,14 @@ public:
     // A live connection: an idle one, else a new one while fewer than pool_size are open, else the
     // first one given back before `deadline_ns`. Throws failure(DLOCK_UNAVAILABLE) when the server
     // cannot be reached (or a reconnect backoff runs) or every connection stayed busy until the
-    // deadline. A thread must give its lease back before it borrows another: with pool_size 1 a
+    // deadline. A thread must give its connection back before it borrows another: with pool_size 1 a
     // second borrow could only time out.
-    lease borrow(int64_t deadline_ns);
-    // borrow() waiting at most connect_timeout + command_timeout: how long one lease is normally kept.
-    lease borrow();
+    borrowed borrow(int64_t deadline_ns);
+    // borrow() waiting at most connect_timeout + command_timeout: how long one connection is normally kept.
+    borrowed borrow();
 
 private:
-    friend class lease;
+    friend class borrowed;
     void give_back(std::unique_ptr<connection> c);
 
     endpoint where_;
@@ -175,6 +175,18 @@ extern const script release_script;  // ARGV owner -> 1 released | 0 not ours
 extern const script renew_script;    // KEYS lock keys; ARGV owner1, ttl1, owner2, ttl2... -> {1|0...}
 extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
 
+// The scripts of a lock with a waiter queue (first come, first served), in which a release wakes
+// only the next waiter (on its own channel, waiter_channel_prefix + owner) instead of every waiter. KEYS lock, fence, queue, queue_lapses (+ channel for the release).
+// queue_acquire_script: ARGV owner, ttl_ms, mode (0 barging, 1 fair try, 2 fair wait: queues us),
+//   entry_grace_ms -> {1, fence} | {0, ms to wait at most before retrying (-1: no limit),
+//   1 held | 0 free but others queue first}.
+// queue_release_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 released | 0 not ours;
+//   the next waiter has claim_ms to take the lock before it loses its place.
+// leave_queue_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 left | 0 was not queued.
+extern const script queue_acquire_script;
+extern const script queue_release_script;
+extern const script leave_queue_script;
+
 // EVALSHA with NOSCRIPT fallback on one connection. Error replies are thrown as classified failures.
 reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
                      const std::vector<std::string>& args);
@@ -198,6 +210,8 @@ settings read_settings(const dlock_option_value* values, size_t count, settings 
 // and the escaping is reversible (distinct names, distinct keys).
 struct lock_keys {
     std::string lock, fence, channel;
+    std::string queue, queue_lapses;     // the waiter queue (queue_acquire_script)
+    std::string waiter_channel_prefix;   // + owner token: the channel that wakes one queued waiter
 };
 lock_keys keys_for(const std::string& prefix, const std::string& name);
 
@@ -206,7 +220,8 @@ lock_keys keys_for(const std::string& prefix, const std::string& name);
 // the server (redis.acl_check_cmd in a script) for a name no lock can have. Throws
 // failure(DLOCK_CONFIG) naming the user, each denied command and what to grant; a command the
 // user may not run at all (EVAL) fails the same way. Nothing to check on servers before Redis 7.
-void check_permissions(connection& c, const settings& s);
+// `waiter_queue`: the sorted-set commands of the waiter queue (queue_acquire_script) are needed too.
+void check_permissions(connection& c, const settings& s, bool waiter_queue);
 
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).

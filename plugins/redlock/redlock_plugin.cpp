@@ -84,13 +84,13 @@ namespace {
 
 // Connections to every node for one round; a node whose connection cannot be borrowed has none.
 struct round_connections {
-    std::vector<std::unique_ptr<pool::lease>> leases;
+    std::vector<std::unique_ptr<pool::borrowed>> borrowed;
     std::vector<connection*> conns;
-    explicit round_connections(dlock_backend* b) : leases(b->nodes.size()), conns(b->nodes.size(), nullptr) {
+    explicit round_connections(dlock_backend* b) : borrowed(b->nodes.size()), conns(b->nodes.size(), nullptr) {
         for (size_t i = 0; i < b->nodes.size(); ++i) {
             try {
-                leases[i] = std::make_unique<pool::lease>(b->nodes[i].connections->borrow());
-                conns[i] = &**leases[i];
+                borrowed[i] = std::make_unique<pool::borrowed>(b->nodes[i].connections->borrow());
+                conns[i] = &**borrowed[i];
             } catch (const failure&) {
             }
         }
@@ -213,7 +213,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
             try {
                 auto c = nd.connections->borrow();
                 ++reachable;
-                check_permissions(*c, b->config);
+                check_permissions(*c, b->config, /*waiter_queue=*/false);
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {

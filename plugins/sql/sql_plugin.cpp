@@ -13,6 +13,11 @@
 //   Anti-barging: a waiter registers in the row; for handoff_grace after a release only registered
 //   waiters may take the row, and woken waiters that compete retry after a short random delay that
 //   shrinks the longer they have waited, so the order NOTIFY reaches them in does not pick the winner.
+//   Fair waits (`fair: true`, the default): after its first attempt a waiter enters the name's
+//   turnstile, a session advisory lock the server grants in arrival order; only the waiter admitted
+//   listens and retries (on the turnstile's session), and it leaves the turnstile once it holds the
+//   lock or gives up. A release therefore wakes one waiter, and waiters acquire first come, first
+//   served; a waiter that dies leaves the queue with its session.
 //
 // mode: advisory — PostgreSQL's own lock manager.
 //   A session-level pg_advisory_lock on a 64-bit hash of the name, taken on a pooled connection that
@@ -175,6 +180,9 @@ struct dlock_backend {
     int64_t statement_deadline() const { return now_ns() + config.client_limit_ms() * 1'000'000; }
     std::string channel_for(const std::string& name) const {
         return fmt::format("dlock_{:016x}", hash64(sql.lease_table + '\0' + name));
+    }
+    int64_t turnstile_key_for(const std::string& name) const {
+        return int64_t(hash64(std::string("turnstile") + '\0' + sql.lease_table + '\0' + name));
     }
     int64_t key_for(const std::string& name) const { return int64_t(hash64(sql.advisory_table + '\0' + name)); }
 
@@ -343,7 +351,7 @@ void sql_destroy(dlock_backend* b) { delete b; }
 uint64_t sql_capabilities(dlock_backend* b) {
     if (b && b->config.mode == lock_mode::advisory)
         return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
-    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT;
+    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT;
 }
 
 void sql_interrupt(dlock_backend* b) {
@@ -396,12 +404,15 @@ bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
 // `acquire_deadline_ns`: the request's (0: try once; INT64_MAX: none). The statement is given up at
 // the client-side limit, or at that deadline if sooner; the read-back that follows a statement given
 // up has the full limit, so a server that answers again resolves the outcome.
+// `on`: the session to run it on (a fair waiter's turnstile session), else a pooled one.
 attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
-                          int64_t acquire_deadline_ns) {
+                          int64_t acquire_deadline_ns, session* on = nullptr) {
     attempt a;
     int64_t deadline = b->statement_deadline();
     if (acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns()) deadline = std::min(deadline, acquire_deadline_ns);
-    auto s = b->sessions->borrow(deadline, true);
+    pool::lease borrowed;
+    if (!on) borrowed = b->sessions->borrow(deadline, true);
+    session* s = on ? on : &*borrowed;
     a.sent_ns = now_ns();
     try {
         const pqxx::result r = s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role),
@@ -435,6 +446,74 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         throw classify(b->config, e, fmt::format("the acquire of `{}`", h.name), false);
     }
 }
+
+std::string lock_timeout_for(int64_t deadline_ns);
+
+// A fair waiter's place in the name's turnstile (statement `turnstile_enter`): a session advisory
+// lock on its own pooled session, held from admission until the waiter holds the lock or gives up.
+// While it waits for admission, closing the client shuts the session's socket down (as for an
+// advisory wait). Leaving unlocks it; a session whose unlock fails, or a client that is closing,
+// closes the session instead, which ends the lock on the server too.
+class turnstile {
+public:
+    // Waits for admission until the request's deadline. Throws failure: DLOCK_TIMEOUT when the
+    // deadline passed in the queue, DLOCK_CANCELLED when the client closes, else the classified error.
+    turnstile(dlock_backend* b, const dlock_acquire_request* req) : b_(b), key_(b->turnstile_key_for(req->name)) {
+        session_ = b->sessions->borrow(req->deadline_ns, true);
+        {
+            std::lock_guard<std::mutex> lock(b->waiting_mutex);
+            if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+            b->waiting.push_back(&*session_);
+        }
+        struct unregister {
+            dlock_backend* b;
+            session* s;
+            ~unregister() {
+                std::lock_guard<std::mutex> lock(b->waiting_mutex);
+                auto it = std::find(b->waiting.begin(), b->waiting.end(), s);
+                *it = b->waiting.back();
+                b->waiting.pop_back();
+            }
+        } registered{b, &*session_};
+        // Bounded by lock_timeout on the server, and given up a client-side limit later.
+        const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
+        const int64_t deadline = req->deadline_ns == forever_ns ? forever_ns : std::max(req->deadline_ns, now_ns()) + limit_ns;
+        try {
+            session_->run_until(deadline, "turnstile_enter", key_, lock_timeout_for(req->deadline_ns));
+        } catch (const std::exception& e) {
+            const bool not_admitted = sqlstate_of(e) == "55P03";
+            if (!not_admitted) session_->mark_broken();  // whatever it may have been granted ends with it
+            if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+            if (not_admitted)
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (waited behind the waiters queued before)",
+                                                req->name, b->where()));
+            if (dynamic_cast<const no_answer*>(&e))
+                fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: waiting in the queue of `{}` got {}", b->where(), req->name,
+                                                    e.what()));
+            const failure f = classify(b->config, e, fmt::format("waiting in the queue of `{}`", req->name), false);
+            fail(f.status == DLOCK_UNKNOWN ? DLOCK_UNAVAILABLE : f.status, f.message);
+        }
+    }
+    turnstile(const turnstile&) = delete;
+    turnstile& operator=(const turnstile&) = delete;
+    ~turnstile() {
+        if (b_->interrupted || session_->broken()) {
+            session_->mark_broken();
+            return;
+        }
+        try {
+            if (!session_->run_until(b_->statement_deadline(), "turnstile_leave", key_)[0][0].as<bool>()) session_->mark_broken();
+        } catch (const std::exception&) {
+            session_->mark_broken();
+        }
+    }
+    session* on() { return &*session_; }
+
+private:
+    dlock_backend* b_;
+    int64_t key_;
+    pool::lease session_;
+};
 
 int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
     h->channel = b->channel_for(h->name);
@@ -471,8 +550,10 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
             }
         }
     } waiting{b, h->name};
+    std::unique_ptr<turnstile> admitted;  // a fair waiter's place, from admission on
     auto next_try = [&](attempt_role role) {
-        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0, req->deadline_ns);
+        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0, req->deadline_ns,
+                                      admitted ? admitted->on() : nullptr);
         if (a.registered) {
             waiting.active = true;
             waiting.at_us = a.registered_at_us;
@@ -494,6 +575,9 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         fail(DLOCK_TIMEOUT, held_message(a));
     }
 
+    // Fair: wait for admission first; the waiters queued before get the lock first.
+    if (req->fair) admitted = std::make_unique<turnstile>(b, req);
+
     listener& waker = b->listener_for_waits();
     struct unwatch_guard {
         listener& l;
@@ -512,6 +596,12 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         if (a.acquired) return finish(a);
         const int64_t now = now_ns();
         if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+        // The turnstile's session was lost (terminated, a restart): so was our place. Queue again.
+        if (admitted && admitted->on()->broken()) {
+            admitted.reset();
+            admitted = std::make_unique<turnstile>(b, req);
+            continue;
+        }
         if (a.holder_left_ms < 0) continue;  // the holder's row was not visible yet: look again
         const int64_t expiry_ns = now + (a.holder_left_ms + 1) * 1'000'000;
         waker.wait_change(h->channel, seen, std::min(req->deadline_ns, expiry_ns));
@@ -519,7 +609,8 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         // the server fixes (its list of listening backends), so the first to retry would win every
         // time. A short random delay, shorter the longer this waiter has waited, spreads the wins
         // (and favours old waiters). Not a poll: one delay per notification, only under contention.
-        if (a.waiters - (waiting.active ? 1 : 0) > 0 && waker.generation(h->channel) != seen) {
+        // (A waiter admitted by the turnstile competes with nobody: the others wait for admission.)
+        if (!admitted && a.waiters - (waiting.active ? 1 : 0) > 0 && waker.generation(h->channel) != seen) {
             const int64_t spread_ns = contention_spread_ns >> std::min(lost_rounds, 8);
             const int64_t delay_ns = spread_ns > 0 ? int64_t(jitter() % uint64_t(spread_ns)) : 0;
             const uint64_t now_seen = waker.generation(h->channel);

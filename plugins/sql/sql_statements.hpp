@@ -66,6 +66,14 @@ struct statements {
                  "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
                  "  (SELECT at FROM registered), h.waiters"
                  " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)", T)},
+            // The turnstile of fair waiters: a session advisory lock on a key derived from the name.
+            // The server's lock queue admits waiters one at a time in arrival order, and only the one
+            // admitted waits for the row (listens, retries), so a release wakes one waiter.
+            // $1 key, $2 lock_timeout → once admitted; SQLSTATE 55P03 when lock_timeout runs out.
+            {"turnstile_enter", "WITH setting AS (SELECT set_config('lock_timeout', $2, true))"
+                                " SELECT pg_advisory_lock($1::bigint) FROM setting"},
+            // $1 key → true when the turnstile was ours.
+            {"turnstile_leave", "SELECT pg_advisory_unlock($1::bigint)"},
             // $1 name: a registered waiter leaves without the lock (timeout, cancel, error).
             {"unwait", fmt::format("UPDATE {0} SET waiters = GREATEST(waiters - 1, 0) WHERE name = $1", T)},
             // $1 name, $2 owner, $3 channel → one row when released (and waiters notified), none

@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <iostream>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -498,7 +500,8 @@ TEST_F(RedisFaults, WaiterNoticesAReleaseWhileItsSubscriptionIsDown) {
     // Once the waiter's subscription is confirmed, cut it and keep it from coming back.
     bool subscribed = false;
     for (int i = 0; i < 200 && !subscribed; ++i) {
-        subscribed = raw.checked({"PUBSUB", "NUMSUB", "dlock:{faults/wakeup}:released"}).elements.at(1).integer == 1;
+        // A fair waiter (the default) listens on its own channel under the name's keys.
+        subscribed = raw.checked({"PUBSUB", "CHANNELS", "dlock:{faults/wakeup}:*"}).elements.size() == 1;
         if (!subscribed) std::this_thread::sleep_for(10ms);
     }
     EXPECT_TRUE(subscribed) << "the waiter never subscribed";
@@ -517,11 +520,108 @@ TEST_F(RedisFaults, WaiterNoticesAReleaseWhileItsSubscriptionIsDown) {
     EXPECT_LT(waited_after_release, 2.0) << "the waiter slept through the release (holder's ttl was 20 s)";
 }
 
+// ---- the waiter queue (fair: true) ---------------------------------------------------------------
+
+// Owner tokens queued on `name` (the waiter queue's sorted set), first first.
+std::vector<std::string> queued(dlock::lab::redis_client& raw, const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& e : raw.checked({"ZRANGE", "dlock:{" + name + "}:queue", "0", "-1"}).elements) out.push_back(e.text);
+    return out;
+}
+
+// A waiter process killed while it waits leaves its entry first in the queue, where nothing will
+// ever take it out but its lapse (the holder's ttl and more). After the holder's release, returns
+// how long the next waiter waited; the dead entry must be gone by then. `age`: how long after the
+// dead waiter queued the holder releases.
+double next_waiter_wait_behind_a_dead_one(RedisFaults& t, const std::string& name, std::chrono::milliseconds age) {
+    auto holder = dlock::client::open(t.config(backend::redis));
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    child_process dead({DLOCK_CONFORMANCE_WORKER, "hold", t.config(backend::redis), name, "20000"}, true);
+    auto raw = t.redis();
+    for (int i = 0; i < 300 && queued(raw, name).empty(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(queued(raw, name).size(), 1u) << "the waiting process never queued";
+    const auto dead_queued = std::chrono::steady_clock::now();
+    dead.kill(SIGKILL);
+    dead.wait();
+
+    auto waiter = dlock::client::open(t.config(backend::redis));
+    std::error_code ec;
+    std::chrono::steady_clock::time_point released_at, acquired_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(30s).with_ttl(5s), ec);
+        acquired_at = std::chrono::steady_clock::now();
+    });
+    for (int i = 0; i < 300 && queued(raw, name).size() < 2; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(queued(raw, name).size(), 2u) << "the live waiter never queued behind the dead one";
+    std::this_thread::sleep_until(std::max(dead_queued + age, std::chrono::steady_clock::now() + 300ms));  // subscribed
+    released_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_TRUE(queued(raw, name).empty()) << "the dead waiter's entry is still queued";
+    return std::chrono::duration<double>(acquired_at - released_at).count();
+}
+
+// The dead waiter queued long ago (more than its claim time, command_timeout: 2 s here): nobody
+// hears its channel, so the release drops it and wakes the next waiter at once.
+TEST_F(RedisFaults, WaiterKilledInTheQueueIsSkippedAtTheRelease) {
+    const double waited = next_waiter_wait_behind_a_dead_one(*this, "faults/queue-dead-old", 2500ms);
+    std::cout << "next waiter acquired " << waited << " s after the release, behind a dead waiter\n";
+    EXPECT_LT(waited, 1.0) << "held up by a dead waiter whose channel nobody hears";
+}
+
+// The dead waiter queued just before the release (a live waiter subscribes to its channel only
+// after it queued, so a young unheard entry is kept): the next waiter, woken with it, takes over
+// when the dead one's claim time (2 s) runs out — not after the holder's ttl nor the entry's lapse.
+TEST_F(RedisFaults, WaiterKilledJustAfterQueueingHoldsTheNextOneUpForItsClaimAtMost) {
+    const double waited = next_waiter_wait_behind_a_dead_one(*this, "faults/queue-dead-young", 0ms);
+    std::cout << "next waiter acquired " << waited << " s after the release, behind a dead waiter\n";
+    EXPECT_LT(waited, 2.0 + 2.0) << "held up longer than the dead waiter's claim time (2 s) and a margin";
+}
+
+// A waiter that gives up (its wait ran out) leaves the queue: no entry and no queue key remain.
+TEST_F(RedisFaults, TimedOutWaiterLeavesNothingInTheQueue) {
+    const std::string name = "faults/queue-timeout";
+    auto holder = dlock::client::open(config(backend::redis));
+    auto waiter = dlock::client::open(config(backend::redis));
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    waiter.acquire(name, dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    auto raw = redis();
+    EXPECT_EQ(raw.checked({"EXISTS", "dlock:{" + name + "}:queue", "dlock:{" + name + "}:queue-lapses"}).integer, 0);
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+}
+
+// fair: true keeps a free lock for the waiter queued first: a newcomer's try fails while a queued
+// waiter has yet to take it. fair: false barges: the newcomer takes a free lock whoever waits.
+TEST_F(RedisFaults, FairTriesRespectTheQueueAndUnfairOnesBarge) {
+    const std::string name = "faults/queue-barge";
+    auto raw = redis();
+    auto newcomer = dlock::client::open(config(backend::redis));
+    // A queued waiter whose turn has come but who has not taken the lock yet: an entry that lapses
+    // in 10 s, first in the queue of a free lock.
+    const std::string time = raw.checked({"TIME"}).elements.at(0).text;
+    const std::string lapses = std::to_string((std::stoll(time) + 10) * 1000);
+    raw.checked({"ZADD", "dlock:{" + name + "}:queue", "1", "0123456789abcdef0123456789abcdef"});
+    raw.checked({"ZADD", "dlock:{" + name + "}:queue-lapses", lapses, "0123456789abcdef0123456789abcdef"});
+    std::error_code ec;
+    newcomer.acquire(name, dlock::acquire_options().with_wait(0ms).with_fair(true), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a fair try took the lock before the waiter queued first";
+    auto barged = newcomer.acquire(name, dlock::acquire_options().with_wait(0ms).with_fair(false), ec);
+    EXPECT_FALSE(ec) << "an unfair try must barge: " << dlock_last_error();
+    if (!ec) {
+        EXPECT_EQ(barged.release(), dlock::release_outcome::released);
+    }
+    raw.checked({"DEL", "dlock:{" + name + "}:queue", "dlock:{" + name + "}:queue-lapses"});
+}
+
 // ---- ACL users (Redis 6+; the lab runs Redis 7) ---------------------------------------------------
 
 // The commands dlock runs; a test user gets these plus the key and channel patterns under test.
 const std::vector<std::string> dlock_commands = {"+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl",
                                                  "+pexpire", "+del", "+publish", "+subscribe", "+unsubscribe", "+time",
+                                                 "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
                                                  "+ping", "+config|get"};
 
 class RedisAcl : public RedisFaults {

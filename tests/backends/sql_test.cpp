@@ -92,6 +92,12 @@ protected:
         return dlock::client::from_yaml(yaml(mode, extra), "sql_test");
     }
     int64_t scalar(const std::string& sql) { return std::stoll(raw().query_value(sql).value_or("-1")); }
+    // Advisory locks held (`granted`) or waited for by any session of the server (in lease mode: the
+    // fair waiters' turnstile).
+    int64_t advisory_lock_count(bool granted) {
+        return scalar(std::string("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ") + (granted ? "" : "NOT ") +
+                      "granted");
+    }
 
     dlock::lab::lab* lab_ = nullptr;
     std::unique_ptr<dlock::test::scratch_dir> scratch_;
@@ -133,6 +139,78 @@ TEST_F(SqlFaults, KilledLeaseHolderFreesTheLockAfterItsTtl) {
     EXPECT_GE(recovery, ttl_ms * 2 / 3 - 50);
     EXPECT_LT(recovery, ttl_ms + 1000) << "the waiter retries at the holder's expiry, no later";
     EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+}
+
+// ---- lease mode: fair waiters queue in the turnstile ------------------------------------------------
+
+// A fair waiter admitted by the turnstile, SIGKILLed while it waits: its session ends, the server
+// admits the next waiter at once, and the holder's release hands the lock to that one (not after
+// the killed waiter's lease ttl, nor any other timer).
+TEST_F(SqlFaults, LeaseWaiterKilledInTheQueueFreesItsPlaceAtOnce) {
+    const std::string name = "faults/queue-dead";
+    auto holder = open("lease");
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    child_process dead({DLOCK_CONFORMANCE_WORKER, "hold", config("lease"), name, "20000"}, true);
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the waiting process was never admitted";
+    auto waiter = open("lease");
+    std::error_code ec;
+    clock_type::time_point released_at, acquired_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(30s).with_ttl(5s), ec);
+        acquired_at = clock_type::now();
+    });
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the live waiter never queued";
+    dead.kill(SIGKILL);
+    dead.wait();
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(false) == 0 && advisory_lock_count(true) == 1; }, 5s))
+        << "the live waiter was not admitted after the killed one";
+    std::this_thread::sleep_for(200ms);  // it listens
+    released_at = clock_type::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
+    std::cout << "[sql lease] next waiter acquired " << waited << " s after the release, the waiter before it killed\n";
+    EXPECT_LT(waited, 2.0) << "held up by a killed waiter";
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(true) == 0; }, 5s)) << "the turnstile was not left";
+}
+
+// The session holding a fair waiter's place in the turnstile is terminated while it waits: the
+// waiter queues again and still takes the lock at the holder's release.
+TEST_F(SqlFaults, LeaseWaiterWhoseQueueSessionEndsQueuesAgain) {
+    const std::string name = "faults/queue-terminated";
+    auto holder = open("lease");
+    auto waiter = open("lease");
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    clock_type::time_point released_at, acquired_at;
+    std::thread b([&] {
+        auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(10s).with_ttl(5s), ec);
+        acquired_at = clock_type::now();
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the waiter was never admitted";
+    EXPECT_EQ(scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted"), 1);
+    std::this_thread::sleep_for(300ms);
+    released_at = clock_type::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    EXPECT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
+    std::cout << "[sql lease] waiter acquired " << waited << " s after the release, its queue session terminated\n";
+    EXPECT_LT(waited, 2.0);
+}
+
+// A fair waiter that gives up (its wait ran out) leaves the turnstile: no advisory lock remains.
+TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
+    const std::string name = "faults/queue-timeout";
+    auto holder = open("lease");
+    auto waiter = open("lease");
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code ec;
+    waiter.acquire(name, dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+    EXPECT_EQ(advisory_lock_count(true) + advisory_lock_count(false), 0);
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
 }
 
 // ---- FAULTS.md 3 and 4: holder paused ---------------------------------------------------------

@@ -246,6 +246,88 @@ TEST_P(Capabilities, PushWaiterCostsTheServerNothingWhileItWaits) {
     EXPECT_LE(waiting - idle, jitter_allowance) << "the waiter polls (" << source << ")";
 }
 
+#ifdef DLOCK_WITH_LAB
+// The server's own count of the operations this test's clients cause: commands, requests and
+// messages (server_operations), or PostgreSQL statements begun (statement_sampler). `count()`
+// reads the running total.
+struct server_counter {
+    std::function<int64_t()> count;
+    std::string source;
+    std::unique_ptr<dlock::lab::statement_sampler> sampler;
+
+    explicit server_counter(const dlock::lab::backend_access& access) {
+        if (access.kind == dlock::lab::backend::sql) {
+            source = "statements begun (pg_stat_activity sampled every 5 ms)";
+            sampler = std::make_unique<dlock::lab::statement_sampler>(access.dsn);
+            count = [this] {
+                EXPECT_EQ(sampler->error(), "");
+                return sampler->count();
+            };
+        } else {
+            source = "server operations";
+            count = [access] { return dlock::lab::server_operations(access); };
+        }
+    }
+};
+#endif
+
+// `waiters` clients wait on one held lock; then the holder releases, and each waiter, once it holds
+// the lock, releases it after `hold` — `waiters` handoffs in a row. Returns the server operations
+// counted from the first release until every waiter released, per handoff.
+double operations_per_handoff(const std::string& config, const std::string& name, int waiters,
+                              const std::function<int64_t()>& count) {
+    constexpr auto hold = 2ms;
+    auto holder_client = dlock::client::open(config);
+    auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(60s));
+    std::vector<dlock::client> clients;
+    for (int i = 0; i < waiters; ++i) clients.push_back(dlock::client::open(config));
+    std::atomic<int> failures{0};
+    std::atomic<int> done{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < waiters; ++i) {
+        threads.emplace_back([&, i] {
+            std::error_code ec;
+            auto lease = clients[i].acquire(name, dlock::acquire_options().with_wait(60s).with_ttl(60s), ec);
+            if (ec) {
+                ADD_FAILURE() << "waiter " << i << ": " << ec.message() << ": " << dlock_last_error();
+                ++failures;
+            } else {
+                std::this_thread::sleep_for(hold);
+                lease.release();
+            }
+            ++done;
+        });
+    }
+    // Every waiter has arrived and settled into its wait (first attempt, subscription or watch).
+    std::this_thread::sleep_for(1s + 100ms * waiters);
+    EXPECT_EQ(done.load(), 0) << "a waiter returned while the lock was held";
+    const int64_t before = count();
+    holder.release();
+    for (auto& t : threads) t.join();
+    const int64_t after = count();
+    EXPECT_EQ(failures.load(), 0);
+    return double(after - before) / waiters;
+}
+
+// A release wakes the next waiter only: the server work per handoff does not grow with the number
+// of waiters (no thundering herd). Measured with few and with many waiters queued on one name; the
+// many-waiter figure may exceed the few-waiter one only by a generous margin (a herd makes it grow
+// about in proportion to the waiters: 4x here).
+TEST_P(Capabilities, PushWaitHandoffCostDoesNotGrowWithWaiters) {
+    if (!has(DLOCK_CAP_PUSH_WAIT)) GTEST_SKIP() << "backend has no PUSH_WAIT capability";
+    if (GetParam().servers.empty()) GTEST_SKIP() << "no server to count operations on";
+#ifdef DLOCK_WITH_LAB
+    constexpr int few = 4, many = 16;
+    server_counter counter(dlock::lab::lab_environment::instance().access(lab_backend_of(GetParam())));
+    const double per_handoff_few = operations_per_handoff(config_, name_ + "-few", few, counter.count);
+    const double per_handoff_many = operations_per_handoff(config_, name_ + "-many", many, counter.count);
+    std::cout << "[" << label() << "] " << counter.source << " per handoff: " << per_handoff_few << " with " << few
+              << " waiters, " << per_handoff_many << " with " << many << "\n";
+    EXPECT_LE(per_handoff_many, 1.5 * per_handoff_few + 3)
+        << "the server work per handoff grows with the waiters: a release wakes more than the next waiter";
+#endif
+}
+
 // ---- QUORUM --------------------------------------------------------------------------------------
 
 #ifdef DLOCK_WITH_LAB
