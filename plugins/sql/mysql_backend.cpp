@@ -247,7 +247,7 @@ void backend::ensure_schema(connection& c) {
 
 uint64_t backend::capabilities() const {
     if (config_.mode == lock_mode::advisory)
-        return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
+        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
     return DLOCK_CAP_TTL | DLOCK_CAP_FENCING;
 }
 
