@@ -271,6 +271,16 @@ connection::connection(const settings& s, const std::vector<std::pair<std::strin
                                             "it",
                                             at, e.message, e.code));
     }
+    // Connector/C 3.3 with MYSQL_OPT_SSL_ENFORCE but without certificate verification falls back to
+    // plain text when the server offers no TLS: whether TLS is in use is checked here, for every mode.
+    if (!ssl.empty() && ssl != "disable" && ssl != "disabled" && !mysql_get_ssl_cipher(mysql_)) {
+        ::shutdown(mysql_get_socket(mysql_), SHUT_RDWR);
+        mysql_close(mysql_);
+        mysql_ = nullptr;
+        fail(DLOCK_CONFIG, fmt::format("{}: TLS failed: `sslmode: {}` requires TLS, but the server did not offer it "
+                                       "(its have_ssl is not YES); enable TLS on the server or check `sslmode`",
+                                       at, s.sslmode));
+    }
     if (s.socket.empty() && s.host != "localhost") set_keepalive(mysql_get_socket(mysql_), s.peer_timeout_ms);
     id_ = mysql_thread_id(mysql_);
     version_ = mysql_get_server_info(mysql_);
