@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -274,7 +275,7 @@ int backend::release(hold* h) { return config_.mode == lock_mode::lease ? releas
 
 int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_grant* grant) {
     const int64_t ttl_us = req->ttl_ms * 1000;
-    std::minstd_rand jitter(std::random_device{}());
+    std::optional<std::minstd_rand> jitter;  // seeded only when a wait begins: std::random_device costs µs
     int64_t pause_ns = 1'000'000;
     bool retried_unknown = false;
     for (;;) {
@@ -327,7 +328,8 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
             fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {}", h.name, where()));
         // Held: poll. The pause doubles up to longest_poll_ns, with jitter so that waiters do not
         // retry in step, and never sleeps past the deadline.
-        const int64_t sleep_ns = pause_ns / 2 + int64_t(jitter() % uint64_t(pause_ns / 2 + 1));
+        if (!jitter) jitter.emplace(std::random_device{}());
+        const int64_t sleep_ns = pause_ns / 2 + int64_t((*jitter)() % uint64_t(pause_ns / 2 + 1));
         pause_ns = std::min(pause_ns * 2, longest_poll_ns);
         const int64_t until = std::min(req->deadline_ns, now + sleep_ns);
         const timespec ts{time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
