@@ -28,6 +28,9 @@
 // Every statement is prepared and parameterized: lock names are only ever parameters. Only the
 // configured schema and table names (quoted identifiers) and dlock's own channel names (hex) are in
 // SQL text.
+//
+// MySQL/MariaDB (a mysql:// or mariadb:// DSN, or `dialect: mysql`): sql_create reads the same
+// options into the dialect's own backend (mysql_backend.hpp) and every entry point forwards to it.
 #include "mysql_backend.hpp"
 #include "sql_common.hpp"
 #include "sql_statements.hpp"
