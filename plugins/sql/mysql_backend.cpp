@@ -291,19 +291,28 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
             if (!e.lost) throw classify(config_, e, fmt::format("the acquire of `{}`", h.name), false);
             // The statement may have committed: only a row carrying our token proves it did.
             c->mark_broken();
-            auto again = connections_->borrow(statement_deadline());
-            try {
-                const result back = again->run("read_back", {h.name, h.owner}, statement_deadline());
-                if (!back.rows.empty()) {
-                    r.affected = 1;
-                    r.insert_id = as_u64(back.rows[0][0]);
-                }
-            } catch (const error& e2) {
-                again->mark_broken();
+            connections_->give_back(c.detach());  // its slot, for the read-back
+            auto unknown = [&](const std::string& why) {
                 fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) "
                                                 "and reading the row back failed too ({}); its outcome is unknown and it is "
                                                 "not reported held; if it committed, the row expires after its ttl",
-                                                where(), h.name, e.message, e2.message));
+                                                where(), h.name, e.message, why));
+            };
+            try {
+                auto again = connections_->borrow(statement_deadline());
+                try {
+                    const result back = again->run("read_back", {h.name, h.owner}, statement_deadline());
+                    if (!back.rows.empty()) {
+                        r.affected = 1;
+                        r.insert_id = as_u64(back.rows[0][0]);
+                    }
+                } catch (const error& e2) {
+                    again->mark_broken();
+                    unknown(e2.message);
+                }
+            } catch (const failure& f) {
+                if (f.status == DLOCK_UNKNOWN) throw;
+                unknown(f.message);  // no connection for the read-back
             }
             // Not taken, as far as the server knows now; a connection the server ended while idle
             // looks the same, so one immediate retry on a fresh connection is safe.
