@@ -5,12 +5,14 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -45,6 +47,25 @@ std::string lock_timeout_for(int64_t deadline_ns) {
     if (deadline_ns == forever_ns) return "31536000";
     const int64_t left_us = std::max<int64_t>((deadline_ns - now_ns()) / 1000, 0);
     return fmt::format("{}.{:06}", left_us / 1'000'000, left_us % 1'000'000);
+}
+
+// Most leases one renewal statement carries (a name is at most 2 KiB as a hex literal, so a batch
+// stays far below max_allowed_packet).
+constexpr size_t renew_batch = 500;
+
+// A derived table (n, o, t) of renewals [from, to): each lease's name as a hex literal, its owner
+// token (32 hex digits, checked) and its ttl in µs — nothing from outside but hex digits and numbers.
+std::string renewal_rows(dlock_renewal* renewals, size_t from, size_t to, const std::function<hold*(dlock_hold*)>& of) {
+    std::string out;
+    for (size_t i = from; i < to; ++i) {
+        const hold* h = of(renewals[i].hold);
+        if (h->owner.size() != 32 || !std::all_of(h->owner.begin(), h->owner.end(), [](unsigned char c) { return std::isxdigit(c); }))
+            fail(DLOCK_INTERNAL, "sql backend: an owner token is not 32 hex digits");
+        out += i == from ? "SELECT X'" : " UNION ALL SELECT X'";
+        for (unsigned char c : h->name) out += fmt::format("{:02x}", c);
+        out += fmt::format("' AS n, '{}' AS o, {} AS t", h->owner, renewals[i].ttl_ms * 1000);
+    }
+    return out;
 }
 
 int make_wake_fd() {
@@ -460,23 +481,48 @@ int backend::release_named(hold* h) {
 
 int backend::renew(dlock_renewal* renewals, size_t count, const std::function<hold*(dlock_hold*)>& of) {
     if (config_.mode == lock_mode::lease) {
-        // One statement per lease (MySQL's UPDATE returns no rows to say which of a batch matched).
         int64_t deadline = statement_deadline();
         for (size_t i = 0; i < count; ++i)
             if (of(renewals[i].hold)->valid_until_ns > 0) deadline = std::min(deadline, of(renewals[i].hold)->valid_until_ns);
         auto c = connections_->borrow(deadline);
-        for (size_t i = 0; i < count; ++i) {
-            hold* h = of(renewals[i].hold);
+        for (size_t from = 0; from < count; from += renew_batch) {
+            const size_t to = std::min(count, from + renew_batch);
             const int64_t sent = now_ns();
+            std::set<std::string> extended;  // owners whose rows were extended
             try {
-                const result r = c->run("renew", {renewals[i].ttl_ms * 1000, h->name, h->owner}, std::max(deadline, sent + 1));
-                renewals[i].status = r.affected > 0 ? DLOCK_OK : DLOCK_LOST;
-                renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
-                if (r.affected > 0) h->valid_until_ns = renewals[i].valid_until_ns;
+                if (to - from == 1) {
+                    hold* h = of(renewals[from].hold);
+                    if (c->run("renew", {renewals[from].ttl_ms * 1000, h->name, h->owner}, std::max(deadline, sent + 1)).affected > 0)
+                        extended.insert(h->owner);
+                } else {
+                    // One UPDATE for the whole batch; when it changed fewer rows than the batch has, one
+                    // SELECT tells which: a row still carrying our owner token was extended (it cannot
+                    // have expired since, and a row not ours cannot become ours).
+                    const std::string rows = renewal_rows(renewals, from, to, of);
+                    const result updated = c->query(fmt::format("UPDATE {} t JOIN ({}) r ON t.name = r.n AND t.owner = r.o "
+                                                                "SET t.expiry = UTC_TIMESTAMP(6) + INTERVAL r.t MICROSECOND",
+                                                                sql_.lease_table, rows),
+                                                    std::max(deadline, sent + 1));
+                    if (updated.affected == to - from) {
+                        for (size_t i = from; i < to; ++i) extended.insert(of(renewals[i].hold)->owner);
+                    } else {
+                        const result ours = c->query(
+                            fmt::format("SELECT r.o FROM ({}) r JOIN {} t ON t.name = r.n AND t.owner = r.o", rows, sql_.lease_table),
+                            std::max(deadline, now_ns() + 1));
+                        for (const auto& row : ours.rows) extended.insert(row.at(0).value_or(""));
+                    }
+                }
             } catch (const error& e) {
                 if (e.lost) c->mark_broken();
-                for (size_t j = i; j < count; ++j) renewals[j].status = e.lost ? DLOCK_UNKNOWN : DLOCK_BACKEND;
+                for (size_t j = from; j < count; ++j) renewals[j].status = e.lost ? DLOCK_UNKNOWN : DLOCK_BACKEND;
                 break;
+            }
+            for (size_t i = from; i < to; ++i) {
+                hold* h = of(renewals[i].hold);
+                const bool ours = extended.count(h->owner) > 0;
+                renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
+                renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
+                if (ours) h->valid_until_ns = renewals[i].valid_until_ns;
             }
         }
         return DLOCK_OK;

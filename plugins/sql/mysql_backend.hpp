@@ -6,7 +6,7 @@
 //   Acquire is one prepared INSERT … ON DUPLICATE KEY UPDATE that inserts the name's row or takes
 //   over a free or expired one, bumping its fence (returned through LAST_INSERT_ID). Rows are never
 //   deleted; release clears the owner where the owner token matches; renew extends where it
-//   matches. MySQL has no LISTEN/NOTIFY and a lease-mode holder keeps no connection a waiter could
+//   matches, one UPDATE per batch of leases. MySQL has no LISTEN/NOTIFY and a lease-mode holder keeps no connection a waiter could
 //   block on, so a waiter polls (1 ms doubling to 32 ms, with jitter): the mode claims no PUSH_WAIT.
 //
 // mode: named (or advisory) — MySQL's user-level locks. GET_LOCK on a pooled connection that then

@@ -247,6 +247,31 @@ TEST_F(MysqlBackend, NamesLongerThanGetLocksLimitStayDistinct) {
     for (auto& lease : held) EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
+// ---- renewals ----------------------------------------------------------------------------------
+
+// Many leases of one client are renewed in batches (one UPDATE for all): every one stays held past
+// its ttl, and one whose row another owner took meanwhile is reported LOST, not renewed.
+TEST_F(MysqlBackend, BatchRenewalKeepsEveryLeaseAndLosesOnlyTheOneTaken) {
+    auto client = open("lease");
+    std::vector<dlock::lease> leases;
+    for (int i = 0; i < 40; ++i)
+        leases.push_back(client.acquire("batch/" + std::to_string(i) + (i % 2 ? "/Mixed Case" : ""),
+                                        dlock::acquire_options().with_wait(0ms).with_ttl(1500ms)));
+    std::atomic<bool> lost{false};
+    leases[7].on_lost([&] { lost = true; });
+    server().client().execute("UPDATE dlock_locks SET owner = '00000000000000000000000000000000' WHERE name = 'batch/7/Mixed Case'");
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 3s)) << "the lease taken by another owner is reported LOST";
+    std::this_thread::sleep_for(2s);  // past the ttl: only renewals keep the others
+    for (size_t i = 0; i < leases.size(); ++i) {
+        if (i == 7) continue;
+        EXPECT_EQ(leases[i].state(), dlock::lease_state::held) << i;
+    }
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks WHERE name LIKE 'batch/%' AND expiry > UTC_TIMESTAMP(6)"), "39")
+        << "every lease but the taken one was extended";
+    for (size_t i = 0; i < leases.size(); ++i)
+        EXPECT_EQ(leases[i].release(), i == 7 ? dlock::release_outcome::already_lost : dlock::release_outcome::released) << i;
+}
+
 // ---- schema ------------------------------------------------------------------------------------
 
 TEST_F(MysqlBackend, ClientsStartingTogetherCreateTheSchemaSafely) {
