@@ -499,15 +499,17 @@ int backend::renew(dlock_renewal* renewals, size_t count, const std::function<ho
                     // SELECT tells which: a row still carrying our owner token was extended (it cannot
                     // have expired since, and a row not ours cannot become ours).
                     const std::string rows = renewal_rows(renewals, from, to, of);
-                    const result updated = c->query(fmt::format("UPDATE {} t JOIN ({}) r ON t.name = r.n AND t.owner = r.o "
+                    // STRAIGHT_JOIN: the batch drives, each row found by primary key, so the UPDATE
+                    // locks only our rows, never a scan's worth of other names' rows.
+                    const result updated = c->query(fmt::format("UPDATE ({}) r STRAIGHT_JOIN {} t ON t.name = r.n AND t.owner = r.o "
                                                                 "SET t.expiry = UTC_TIMESTAMP(6) + INTERVAL r.t MICROSECOND",
-                                                                sql_.lease_table, rows),
+                                                                rows, sql_.lease_table),
                                                     std::max(deadline, sent + 1));
                     if (updated.affected == to - from) {
                         for (size_t i = from; i < to; ++i) extended.insert(of(renewals[i].hold)->owner);
                     } else {
                         const result ours = c->query(
-                            fmt::format("SELECT r.o FROM ({}) r JOIN {} t ON t.name = r.n AND t.owner = r.o", rows, sql_.lease_table),
+                            fmt::format("SELECT r.o FROM ({}) r STRAIGHT_JOIN {} t ON t.name = r.n AND t.owner = r.o", rows, sql_.lease_table),
                             std::max(deadline, now_ns() + 1));
                         for (const auto& row : ours.rows) extended.insert(row.at(0).value_or(""));
                     }
