@@ -310,6 +310,8 @@ int list_backends(const std::string& config, const std::string& describe, bool a
         if (as_json) continue;
         std::cout << fmt::format("{:<10} ABI v{}  {}\n           capabilities: {}\n", m->name, m->version, m->path,
                                  capability_names(caps));
+        // What the backend is (for sql: both of its dialects), also in the plain listing.
+        if (describe.empty() && m->table->description) std::cout << "           " << m->table->description << "\n";
         if (!describe.empty()) {
             std::cout << "           " << (m->table->description ? m->table->description : "") << "\n\n  options:\n";
             for (size_t i = 0; i < m->table->option_count; ++i) {

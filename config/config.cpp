@@ -269,7 +269,7 @@ client_config parse_dsn(const std::string& dsn) {
     const size_t sep = dsn.find("://");
     std::string scheme = dsn.substr(0, sep);
     std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    if (scheme == "postgres" || scheme == "postgresql") config.backend = "sql";
+    if (scheme == "postgres" || scheme == "postgresql" || scheme == "mysql" || scheme == "mariadb") config.backend = "sql";
     else if (scheme == "zk") config.backend = "zookeeper";
     else config.backend = scheme;
 

@@ -19,7 +19,7 @@ packages=(
   # fault tools
   iproute2 iptables procps
   # peers measured side by side in the benchmarks
-  python3-redis python3-tooz python3-kazoo python3-etcd3 python3-psycopg2 libcurator-recipes-java
+  python3-redis python3-tooz python3-kazoo python3-etcd3 python3-psycopg2 python3-pymysql libcurator-recipes-java
   default-jdk-headless
   # the benchmark report's plots
   python3-matplotlib

@@ -42,7 +42,8 @@ namespace lab = dlock::lab;
 using namespace dlock::bench;
 using nlohmann::json;
 
-const std::vector<std::string> all_targets = {"file", "redis", "redlock", "zookeeper", "etcd", "sql_lease", "sql_advisory"};
+const std::vector<std::string> all_targets = {"file", "redis", "redlock", "zookeeper", "etcd", "sql_lease", "sql_advisory",
+                                              "mysql_lease", "mysql_named"};
 
 struct options {
     bool full = false;
@@ -69,6 +70,7 @@ std::optional<lab::backend> lab_backend_of(const std::string& target) {
     if (target == "zookeeper") return lab::backend::zookeeper;
     if (target == "etcd") return lab::backend::etcd;
     if (target == "sql_lease" || target == "sql_advisory") return lab::backend::sql;
+    if (target == "mysql_lease" || target == "mysql_named") return lab::backend::mariadb;
     return std::nullopt;
 }
 
@@ -82,12 +84,13 @@ fs::path write_target_config(const std::string& name, lab::lab& the_lab, const f
         return config;
     }
     const fs::path lab_config = the_lab.config_path(*lab_backend_of(name));
-    if (name != "sql_advisory") return lab_config;
+    if (name != "sql_advisory" && name != "mysql_named") return lab_config;
     std::ifstream in(lab_config);
     std::stringstream text;
     text << in.rdbuf();
-    const fs::path config = scratch / "sql_advisory.yaml";
-    std::ofstream(config) << text.str() << "  mode: advisory\n";  // the lab's config ends inside `options:`
+    const fs::path config = scratch / (name + ".yaml");
+    // The lab's config ends inside `options:`.
+    std::ofstream(config) << text.str() << (name == "mysql_named" ? "  mode: named\n" : "  mode: advisory\n");
     return config;
 }
 
@@ -236,6 +239,7 @@ int main(int argc, char** argv) {
     lab::lab_options lab_opts;
     lab_opts.throw_on_failure = false;
     lab_opts.sql.max_connections = 600;  // S2 and S3 at full size open 64–128 clients, each with its pool and listener
+    lab_opts.mariadb.max_connections = 600;
     std::unique_ptr<lab::lab> the_lab;
     try {
         the_lab = std::make_unique<lab::lab>(std::vector<lab::backend>(needed.begin(), needed.end()), lab_opts);

@@ -52,6 +52,10 @@ if(TARGET dlock_plugin_sql)
   target_link_libraries(dlock_bench_probes PRIVATE dlock_plugin_support)
   target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_api PkgConfig::DLOCK_PROBES_PQXX PkgConfig::DLOCK_PROBES_LIBPQ)
   target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_PROBES_SQL=1)
+  # mysql_lease, mysql_named: the plugin's MariaDB Connector/C client code compiled in.
+  pkg_check_modules(DLOCK_PROBES_MARIADB REQUIRED IMPORTED_TARGET libmariadb)
+  target_sources(dlock_bench_probes PRIVATE ${dlock_repo_dir}/plugins/sql/mysql_client.cpp ${dlock_probes_dir}/probes_mysql.cpp)
+  target_link_libraries(dlock_bench_probes PRIVATE PkgConfig::DLOCK_PROBES_MARIADB)
 endif()
 
 # The plugins the probes load through dlock::client, and `dlock run` (etcdctl lock's counterpart).

@@ -192,6 +192,7 @@ int peer_handoffs(run_size size) { return size == run_size::full ? 200 : 20; }
 namespace {
 bool is_redis_family(const std::string& name) { return name == "redis" || name == "redlock"; }
 bool is_sql_family(const std::string& name) { return name == "sql_lease" || name == "sql_advisory"; }
+bool is_mysql_family(const std::string& name) { return name == "mysql_lease" || name == "mysql_named"; }
 }  // namespace
 
 calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size) {
@@ -200,6 +201,7 @@ calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size) {
     if (t.name == "zookeeper") return family::calibrate_zookeeper(t, lab, size);
     if (t.name == "etcd") return family::calibrate_etcd(t, lab, size);
     if (is_sql_family(t.name)) return family::calibrate_sql(t, lab, size);
+    if (is_mysql_family(t.name)) return family::calibrate_mysql(t, lab, size);
     throw std::invalid_argument("calibrate: unknown target " + t.name);
 }
 
@@ -210,6 +212,7 @@ command_count count_server_commands(const target& t, dlock::lab::lab& lab,
     if (t.name == "zookeeper") return family::count_zookeeper(t, lab, run_cycles);
     if (t.name == "etcd") return family::count_etcd(t, lab, run_cycles);
     if (is_sql_family(t.name)) return family::count_sql(t, lab, run_cycles);
+    if (is_mysql_family(t.name)) return family::count_mysql(t, lab, run_cycles);
     throw std::invalid_argument("count_server_commands: unknown target " + t.name);
 }
 
@@ -220,6 +223,7 @@ std::vector<peer_result> family_peers(const target& t, dlock::lab::lab& lab, run
     if (t.name == "zookeeper") return family::peers_zookeeper(t, lab, size);
     if (t.name == "etcd") return family::peers_etcd(t, lab, size);
     if (is_sql_family(t.name)) return family::peers_sql(t, lab, size);
+    if (is_mysql_family(t.name)) return family::peers_mysql(t, lab, size);
     throw std::invalid_argument("run_peers: unknown target " + t.name);
 }
 }  // namespace

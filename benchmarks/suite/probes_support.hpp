@@ -21,18 +21,21 @@ calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size
 calibration calibrate_zookeeper(const target& t, dlock::lab::lab& lab, run_size size);
 calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size);
 calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size);
+calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size);
 
 command_count count_file(const std::function<void(int)>& run_cycles);
 command_count count_redis(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
 command_count count_zookeeper(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
 command_count count_etcd(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
 command_count count_sql(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
+command_count count_mysql(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
 
 std::vector<peer_result> peers_file(const target& t, run_size size);
 std::vector<peer_result> peers_redis(const target& t, dlock::lab::lab& lab, run_size size);
 std::vector<peer_result> peers_zookeeper(const target& t, dlock::lab::lab& lab, run_size size);
 std::vector<peer_result> peers_etcd(const target& t, dlock::lab::lab& lab, run_size size);
 std::vector<peer_result> peers_sql(const target& t, dlock::lab::lab& lab, run_size size);
+std::vector<peer_result> peers_mysql(const target& t, dlock::lab::lab& lab, run_size size);
 // dlock's own Python package on any target (probes_python.cpp); named dlock_python_peer in reports.
 std::vector<peer_result> peers_dlock_python(const target& t, run_size size);
 }  // namespace dlock::bench::family

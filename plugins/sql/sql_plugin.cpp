@@ -33,6 +33,10 @@
 // Every statement is prepared and parameterized: lock names are only ever parameters. Only the
 // configured schema and table names (quoted identifiers) and dlock's own channel names (hex) are in
 // SQL text.
+//
+// MySQL/MariaDB (a mysql:// or mariadb:// DSN, or `dialect: mysql`): sql_create reads the same
+// options into the dialect's own backend (mysql_backend.hpp) and every entry point forwards to it.
+#include "mysql_backend.hpp"
 #include "sql_common.hpp"
 #include "sql_statements.hpp"
 
@@ -85,11 +89,16 @@ std::string holder_description() {
 
 const dlock_option_desc sql_options[] = {
     {"dsn", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_URL, "",
-     "libpq connection string: a URL (postgresql://user@host:5432/db?sslmode=verify-full) or keywords "
-     "(host=… port=… dbname=…); empty: libpq's defaults and PG* environment variables."},
+     "PostgreSQL: a libpq connection string, a URL (postgresql://user@host:5432/db?sslmode=verify-full) or keywords "
+     "(host=… port=… dbname=…); empty: libpq's defaults and PG* environment variables. MySQL/MariaDB: "
+     "mysql://user:password@host:3306/database (or mariadb://…), which selects that dialect."},
     {"mode", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "lease",
-     "`lease`: a lock table with server-side expiry (TTL, fencing, LISTEN/NOTIFY waits); `advisory`: session-level "
-     "pg_advisory_lock on a connection held for the lease (released when the holder's session ends)."},
+     "`lease`: a lock table with server-side expiry (TTL, fencing; PostgreSQL waits on LISTEN/NOTIFY, MySQL polls); "
+     "`advisory` (PostgreSQL pg_advisory_lock) or `named` (MySQL GET_LOCK): a session lock on a connection held for "
+     "the lease, released when the holder's session ends."},
+    {"dialect", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr,
+     "`postgresql` or `mysql` (MySQL 8 / MariaDB 10.6+, through MariaDB Connector/C); by default the DSN's scheme "
+     "decides (mysql:// and mariadb:// select mysql)."},
     {"schema", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "public", "Schema of dlock's tables (created if missing)."},
     {"table", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "dlock_locks",
      "The lease table; advisory fences go to <table>_advisory, schema versions to <table>_schema."},
@@ -118,7 +127,7 @@ const dlock_option_desc sql_options[] = {
 };
 
 const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
-                                                   "pool_size", "allow_session_pooler"};
+                                                   "pool_size", "allow_session_pooler", "dialect"};
 
 }  // namespace
 
@@ -135,9 +144,11 @@ struct dlock_hold {
     // a retry then finds the row no longer ours, that attempt released it (or the lease ran out
     // after the holder had finished with it): either way RELEASED, not ALREADY_LOST.
     bool release_sent_while_valid = false;
+    mysql::hold* mysql_hold = nullptr;  // the MySQL dialect's hold (owned; its backend destroys it)
 };
 
 struct dlock_backend {
+    std::unique_ptr<mysql::backend> mysql;  // the MySQL dialect, when selected: every entry point forwards to it
     settings config;
     statements sql;
     dlock_plugin_host host{};
@@ -197,6 +208,91 @@ struct dlock_backend {
 };
 
 namespace {
+
+// ---- the MySQL dialect --------------------------------------------------------------------------
+
+// Whether the options select the MySQL dialect: `dialect`, else the DSN's scheme.
+bool select_mysql(const dlock_option_value* values, size_t count, const std::string& dsn) {
+    std::string dialect;
+    if (const auto* v = find_option(values, count, "dialect")) dialect = v->string_value ? v->string_value : "";
+    const bool mysql_dsn = mysql::is_mysql_dsn(dsn);
+    if (dialect.empty()) return mysql_dsn;
+    if (dialect == "mysql" || dialect == "mariadb") {
+        if (!dsn.empty() && !mysql_dsn)
+            fail(DLOCK_CONFIG, "sql backend: `dialect: mysql` needs a mysql://user:password@host:3306/database `dsn` (or "
+                               "none, for localhost)");
+        return true;
+    }
+    if (dialect == "postgresql" || dialect == "postgres") {
+        if (mysql_dsn)
+            fail(DLOCK_CONFIG, "sql backend: `dialect: postgresql` with a mysql:// `dsn`; drop `dialect` or give a "
+                               "postgresql:// DSN");
+        return false;
+    }
+    fail(DLOCK_CONFIG, fmt::format("sql backend: option `dialect` is `{}`; use `postgresql` or `mysql`", dialect));
+}
+
+// The MySQL dialect's backend from the plugin's options (validated here: the same option names as
+// PostgreSQL's, with MySQL's limits; options only PostgreSQL has are refused by name).
+std::unique_ptr<mysql::backend> create_mysql(const dlock_option_value* values, size_t count, const std::string& dsn,
+                                             const dlock_plugin_host& host) {
+    mysql::settings c;
+    auto text = [&](const char* name, std::string& into) {
+        if (const auto* v = find_option(values, count, name)) into = v->string_value ? v->string_value : "";
+    };
+    // The host hands every option over with its default filled in: one only PostgreSQL reads is
+    // refused when it differs from that default.
+    const auto* grace = find_option(values, count, "handoff_grace");
+    const auto* pooler = find_option(values, count, "allow_session_pooler");
+    const char* postgres_only = grace && grace->int_value != 50 ? "handoff_grace" : pooler && pooler->int_value != 0 ? "allow_session_pooler" : nullptr;
+    if (postgres_only)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: option `{}` applies to PostgreSQL only; remove it for MySQL", postgres_only));
+    text("password", c.password);  // before the DSN's, which it overrides
+    text("sslmode", c.sslmode);
+    text("sslrootcert", c.sslrootcert);
+    text("sslcert", c.sslcert);
+    text("sslkey", c.sslkey);
+    if (!dsn.empty()) mysql::parse_dsn(dsn, c);
+    else c.server = "localhost:3306/(no database)";
+    std::string mode = "lease";
+    text("mode", mode);
+    if (mode == "lease") c.mode = lock_mode::lease;
+    else if (mode == "named" || mode == "advisory") c.mode = lock_mode::advisory;
+    else fail(DLOCK_CONFIG, fmt::format("sql backend: option `mode` is `{}`; the MySQL dialect has `lease` and `named`", mode));
+    // `schema`: the database of dlock's tables; PostgreSQL's default `public` means the DSN's database.
+    text("schema", c.database_qualifier);
+    if (c.database_qualifier == "public") c.database_qualifier.clear();
+    text("table", c.table);
+    if (!c.database_qualifier.empty() && c.database_qualifier.size() > 64)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` (the database of dlock's tables) must be 1..64 characters "
+                                       "(it is {})", c.database_qualifier.size()));
+    if (c.table.empty() || c.table.size() > 57)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..57 bytes, so that `<table>_schema` fits MySQL's 64 "
+                                       "(it is {})", c.table.size()));
+    if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
+    if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
+        fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
+    if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
+    if (const auto* v = find_option(values, count, "pool_size")) {
+        if (v->int_value < 1 || v->int_value > 10000)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
+        c.pool_size = size_t(v->int_value);
+    }
+    return std::make_unique<mysql::backend>(c, host);
+}
+
+int acquire_mysql(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant) {
+    auto h = std::make_unique<mysql::hold>();
+    const int status = b->mysql->acquire(req, h, grant);
+    if (status != DLOCK_OK) return status;
+    auto outer = std::make_unique<dlock_hold>();
+    outer->name = req->name;
+    outer->mysql_hold = h.release();
+    *out_hold = outer.release();
+    return DLOCK_OK;
+}
 
 // ---- setup --------------------------------------------------------------------------------------
 
@@ -289,10 +385,18 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         };
         text("dsn", c.dsn);
         c.dsn = strip_query_keys(c.dsn, dlock_query_keys);
+        if (select_mysql(values, count, c.dsn)) {
+            b->mysql = create_mysql(values, count, c.dsn, b->host);
+            *out = b.release();
+            return DLOCK_OK;
+        }
         std::string mode = "lease";
         text("mode", mode);
         if (mode == "lease") c.mode = lock_mode::lease;
         else if (mode == "advisory") c.mode = lock_mode::advisory;
+        else if (mode == "named")
+            fail(DLOCK_CONFIG, "sql backend: option `mode` is `named`, the MySQL dialect's mode; PostgreSQL's session "
+                               "locks are `mode: advisory`");
         else fail(DLOCK_CONFIG, fmt::format("sql backend: option `mode` is `{}`; use `lease` or `advisory`", mode));
         text("schema", c.schema);
         text("table", c.table);
@@ -349,12 +453,14 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
 void sql_destroy(dlock_backend* b) { delete b; }
 
 uint64_t sql_capabilities(dlock_backend* b) {
+    if (b && b->mysql) return b->mysql->capabilities();
     if (b && b->config.mode == lock_mode::advisory)
         return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
     return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT;
 }
 
 void sql_interrupt(dlock_backend* b) {
+    if (b->mysql) return b->mysql->interrupt();
     b->interrupted = true;
     b->sessions->interrupt();
     {
@@ -821,6 +927,7 @@ int renew_advisory(dlock_backend* b, dlock_renewal* renewals, size_t count) {
 int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                 dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
+        if (b->mysql) return acquire_mysql(b, req, out_hold, grant);
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         auto h = std::make_unique<dlock_hold>();
         h->name = req->name;
@@ -833,11 +940,15 @@ int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold**
 }
 
 int sql_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
-    return guarded(error, "sql", [&] { return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h); });
+    return guarded(error, "sql", [&] {
+        if (b->mysql) return b->mysql->release(h->mysql_hold);
+        return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h);
+    });
 }
 
 void sql_hold_destroy(dlock_backend* b, dlock_hold* h) {
     if (!h) return;
+    if (b->mysql) b->mysql->destroy_hold(h->mysql_hold);
     try {
         if (h->held) {
             // Never released (or the release failed): end the session, which ends its lock. The
@@ -858,12 +969,14 @@ void sql_hold_destroy(dlock_backend* b, dlock_hold* h) {
 int sql_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
         if (count == 0) return int(DLOCK_OK);
+        if (b->mysql) return b->mysql->renew(renewals, count, [](dlock_hold* h) { return h->mysql_hold; });
         return b->config.mode == lock_mode::lease ? renew_lease(b, renewals, count) : renew_advisory(b, renewals, count);
     });
 }
 
 int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error* error) {
-    return guarded(error, "sql", [&] {
+    return guarded(error, "sql", [&]() -> int {
+        if (b->mysql) return b->mysql->inspect(name, info);
         const int64_t deadline = b->statement_deadline();
         auto s = b->sessions->borrow(deadline);
         pqxx::result r;
@@ -895,7 +1008,9 @@ const dlock_plugin sql_plugin = {
     1,
     "sql",
     "PostgreSQL via libpqxx: a lease table with server-side expiry and LISTEN/NOTIFY waits (mode: lease), or "
-    "session advisory locks on held connections (mode: advisory); fencing counters in both.",
+    "session advisory locks on held connections (mode: advisory); fencing counters in both. MySQL/MariaDB dialect "
+    "(mysql:// DSN or dialect: mysql) via MariaDB Connector/C: a lease table (mode: lease, waiters poll) or GET_LOCK "
+    "on held connections (mode: named).",
     sql_options,
     sizeof sql_options / sizeof sql_options[0],
     sql_create,

@@ -50,6 +50,15 @@ std::vector<backend_case> backend_cases() {
                                              << "\"\n  mode: advisory\n";
                          return path;
                      }});
+    // The MySQL dialect on the lab's MariaDB (opt-in: only these cases start it).
+    cases.push_back({"mysql_lease", {"mariadb"}, lab_config("mariadb")});
+    cases.push_back({"mysql_named", {"mariadb"}, [](const std::string& scratch) {
+                         const std::string path = scratch + "/mysql-named.yaml";
+                         std::ofstream(path) << "backend: sql\noptions:\n  dsn: \""
+                                             << lab::lab_environment::instance().access(lab::backend::mariadb).dsn
+                                             << "\"\n  mode: named\n";
+                         return path;
+                     }});
 #endif
     return cases;
 }

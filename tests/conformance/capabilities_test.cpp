@@ -204,6 +204,8 @@ TEST_P(Capabilities, PushWaiterCostsTheServerNothingWhileItWaits) {
                          ? "INFO commandstats calls"
                      : access.kind == dlock::lab::backend::etcd || access.kind == dlock::lab::backend::etcd_cluster
                          ? "etcd unary RPCs + stream messages received"
+                     : access.kind == dlock::lab::backend::mariadb
+                         ? "MariaDB Questions (statements run)"
                          : "mntr zk_packets_received";
             count = [access] { return dlock::lab::server_operations(access); };
         }

@@ -4,7 +4,7 @@
 //   fault_suite [--soak] [--backends file,redis,…] [--scenarios 1,3,6a] [--out DIR] [--seed N] [--list]
 //
 // --backends selects targets (file, redis, redlock, zookeeper, zookeeper_ensemble, etcd,
-// etcd_cluster, sql_lease, sql_advisory); --scenarios selects by number (all its variants) or by
+// etcd_cluster, sql_lease, sql_advisory, mysql_lease, mysql_named); --scenarios selects by number (all its variants) or by
 // id ("6a"). Writes DIR/guarantees.json and DIR/guarantees.md and keeps each cell's histories and
 // logs under DIR/cells/. Exit status: 0 when every cell's found verdict is the expected one and no
 // cell errored or failed a requirement; 1 otherwise; 2 for bad usage.
@@ -64,6 +64,8 @@ const std::vector<target_spec>& target_specs() {
         {"etcd_cluster", "etcd", {backend::etcd_cluster}, milliseconds(4000), milliseconds(4000), "  session_ttl: 4s\n"},
         {"sql_lease", "sql", {backend::sql}, milliseconds(1000), milliseconds(1000), ""},
         {"sql_advisory", "sql", {backend::sql}, milliseconds(1000), milliseconds(0), "  mode: advisory\n"},
+        {"mysql_lease", "sql", {backend::mariadb}, milliseconds(1000), milliseconds(1000), ""},
+        {"mysql_named", "sql", {backend::mariadb}, milliseconds(1000), milliseconds(0), "  mode: named\n"},
     };
     return specs;
 }
@@ -357,7 +359,7 @@ int main(int argc, char** argv) {
                 }
                 for (auto b : t.servers) {
                     try {
-                        lab->reset(b, b == dlock::lab::backend::sql);
+                        lab->reset(b, b == dlock::lab::backend::sql || b == dlock::lab::backend::mariadb);
                     } catch (const std::exception& e) {
                         std::printf("  (reset of %s failed: %s)\n", std::string(dlock::lab::backend_name(b)).c_str(), e.what());
                     }

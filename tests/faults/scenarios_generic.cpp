@@ -24,7 +24,10 @@ namespace {
 using namespace dlock::faults;
 using std::chrono::milliseconds;
 
-const std::vector<std::string> generic_targets = {"file", "redis", "redlock", "zookeeper", "etcd", "sql_lease", "sql_advisory"};
+const std::vector<std::string> generic_targets = {"file", "redis", "redlock", "zookeeper", "etcd", "sql_lease", "sql_advisory",
+                                                  "mysql_lease", "mysql_named"};
+// Targets whose lock is a server session's: the lab ends sessions to take it away.
+bool session_lock(const std::string& target) { return target == "sql_advisory" || target == "mysql_named"; }
 
 std::vector<expectation> every_target(verdict v) {
     std::vector<expectation> out;
@@ -271,8 +274,8 @@ void lost_detection(context& ctx, const std::string& name) {
         // phase of its renewal cycle.
         std::this_thread::sleep_for(std::max(milliseconds(300), ctx.tgt().ttl / 2) + milliseconds(ctx.rng()() % 200));
         const int64_t fault_at = monotonic_ns();
-        ctx.lab().reset(ctx.tgt().servers.front(), ctx.tgt().name == "sql_advisory");
-        ctx.fault(ctx.tgt().name == "sql_advisory" ? "server ends the holder's session" : "server-side deletion of the lock");
+        ctx.lab().reset(ctx.tgt().servers.front(), session_lock(ctx.tgt().name));
+        ctx.fault(session_lock(ctx.tgt().name) ? "server ends the holder's session" : "server-side deletion of the lock");
         std::optional<int64_t> lost_at;
         const milliseconds detection_limit = ctx.tgt().ttl * 2 + milliseconds(2000);
         wait_until([&] { return (lost_at = holder->lost_at_ns(name)).has_value(); }, detection_limit, milliseconds(10));
@@ -587,7 +590,7 @@ void bad_input(context& ctx) {
 std::vector<expectation> paused_expectations() {
     std::vector<expectation> out;
     for (const auto& t : generic_targets)
-        out.push_back({t, t == "file" || t == "sql_advisory" ? verdict::safe : verdict::ev});
+        out.push_back({t, t == "file" || session_lock(t) ? verdict::safe : verdict::ev});
     return out;
 }
 

@@ -35,7 +35,8 @@ std::string_view verdict_name(verdict v) { return v == verdict::safe ? "SAFE" : 
 
 const std::vector<std::string>& all_target_names() {
     static const std::vector<std::string> names = {"file", "redis", "redlock", "zookeeper", "zookeeper_ensemble",
-                                                   "etcd", "etcd_cluster", "sql_lease", "sql_advisory"};
+                                                   "etcd", "etcd_cluster", "sql_lease", "sql_advisory",
+                                                   "mysql_lease", "mysql_named"};
     return names;
 }
 

@@ -74,7 +74,7 @@ std::string_view verdict_name(verdict v);  // "SAFE" / "EV"
 enum class run_size { ci, soak };
 
 // Target names the framework knows: file, redis, redlock, zookeeper, zookeeper_ensemble, etcd,
-// etcd_cluster, sql_lease, sql_advisory.
+// etcd_cluster, sql_lease, sql_advisory, mysql_lease, mysql_named.
 const std::vector<std::string>& all_target_names();
 
 struct expectation {

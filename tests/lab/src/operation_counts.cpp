@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dlock/lab/clients.hpp"
+#include "dlock/lab/mariadb_server.hpp"
 #include "http.hpp"
 
 namespace dlock::lab {
@@ -68,6 +69,19 @@ std::int64_t etcd_requests(const endpoint& member) {
   return static_cast<std::int64_t>(unary + streamed);
 }
 
+// Statements clients ran (Questions: every COM_QUERY and COM_STMT_EXECUTE, not pings or prepares),
+// less the statements this process ran to read it (one per read, counted by the server before it
+// answers).
+std::int64_t mariadb_statements(const endpoint& server) {
+  static std::atomic<std::int64_t> reads{0};
+  mariadb_client client(mariadb_login{server});
+  const auto questions = client.query_value(
+      "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'QUESTIONS'");
+  const std::int64_t own = ++reads;
+  if (!questions) throw client_error("mariadb " + server.to_string() + ": GLOBAL_STATUS has no QUESTIONS");
+  return std::stoll(*questions) - own;
+}
+
 }  // namespace
 
 std::int64_t server_operations(const backend_access& access) {
@@ -82,8 +96,7 @@ std::int64_t server_operations(const backend_access& access) {
       case backend::etcd_cluster: total += etcd_requests(server); break;
       case backend::sql:
         throw std::invalid_argument("server_operations: PostgreSQL's counts lag; use statement_sampler");
-      case backend::mariadb:
-        throw std::invalid_argument("server_operations: no count is read from MariaDB yet");
+      case backend::mariadb: total += mariadb_statements(server); break;
     }
   }
   return total;

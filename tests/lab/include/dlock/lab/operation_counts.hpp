@@ -18,7 +18,9 @@ namespace dlock::lab {
 //                   scripts run are counted with the script that ran them);
 //   zookeeper:      mntr zk_packets_received (session pings included);
 //   etcd:           /metrics grpc_server_started_total of unary RPCs plus
-//                   grpc_server_msg_received_total of every stream (Watch, LeaseKeepAlive).
+//                   grpc_server_msg_received_total of every stream (Watch, LeaseKeepAlive);
+//   mariadb:        the Questions status counter (statements run, pings excluded), less the
+//                   reads of this process.
 // Reading it costs nothing the count includes. Throws client_error when a server cannot be read,
 // std::invalid_argument for sql (use statement_sampler).
 std::int64_t server_operations(const backend_access& access);

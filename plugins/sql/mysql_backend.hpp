@@ -1,0 +1,126 @@
+// mysql_backend.hpp — the `sql` backend's MySQL/MariaDB dialect: its two modes behind the plugin's
+// entry points (sql_plugin.cpp forwards to it when the DSN is mysql:// or mariadb://, or when
+// `dialect: mysql`).
+//
+// mode: lease (default) — an InnoDB lock table, time kept by the server's clock only.
+//   Acquire is one prepared INSERT … ON DUPLICATE KEY UPDATE that inserts the name's row or takes
+//   over a free or expired one, bumping its fence (returned through LAST_INSERT_ID). Rows are never
+//   deleted; release clears the owner where the owner token matches; renew extends where it
+//   matches, one UPDATE per batch of leases. MySQL has no LISTEN/NOTIFY and a lease-mode holder keeps no connection a waiter could
+//   block on, so a waiter polls (1 ms doubling to 32 ms, with jitter): the mode claims no PUSH_WAIT.
+//
+// mode: named (or advisory) — MySQL's user-level locks. GET_LOCK on a pooled connection that then
+//   stays with the lease until release: the lock lives as long as that session. The same statement
+//   (INSERT … SELECT … WHERE GET_LOCK(…)) bumps the name's fence row. Waiting is GET_LOCK's own
+//   wait in the server, woken by the holder's RELEASE_LOCK or its session's end. A monitor thread
+//   waits on the held connections' sockets (epoll) and reports LOST as soon as the server ends one
+//   (KILL CONNECTION, restart); TCP keepalives and TCP_USER_TIMEOUT notice a silent peer.
+//   GET_LOCK names are at most 64 characters: see named_lock_key().
+#pragma once
+
+#include "mysql_client.hpp"
+#include "mysql_statements.hpp"
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dlock::sql::mysql {
+
+// The GET_LOCK name of a lock name: "dlock:" + the name itself when it is 1..58 bytes of
+// [a-z0-9._/-] (readable, and free of the server's case folding and character-set conversion);
+// otherwise "dlock#" + up to 25 such characters of the name (others as `_`) + "#" + the first 128
+// bits of the name's SHA-256 in hex. The two forms never meet (`:` vs `#`), and distinct names share
+// a GET_LOCK name only if their SHA-256 prefixes collide; such names would merely exclude each
+// other (their fence rows stay apart, keyed by the full name).
+std::string named_lock_key(const std::string& name);
+
+// One acquisition held by this client.
+struct hold {
+    std::string name, owner, key;
+    void* host_lease = nullptr;
+    std::unique_ptr<connection> held;  // named mode: the session whose GET_LOCK this is
+    int64_t valid_until_ns = 0;        // lease mode: the end of validity last granted
+    // Lease mode: a release whose outcome is unknown was sent while the lease was still valid; a
+    // retry that finds the row no longer ours reports RELEASED.
+    bool release_sent_while_valid = false;
+};
+
+// Watches the sockets of idle connections that keep named locks (epoll) and reports a connection
+// the server ended through `on_dead`, from its own thread, holding no lock its other calls take.
+// After take() returns, `on_dead` is never called for that cookie again.
+class held_monitor {
+public:
+    explicit held_monitor(std::function<void(void* cookie)> on_dead);
+    ~held_monitor();
+    held_monitor(const held_monitor&) = delete;
+    held_monitor& operator=(const held_monitor&) = delete;
+
+    void add(void* cookie, int fd);
+    // Stops watching (waits for a report in progress). True when the connection had been found dead.
+    bool take(void* cookie);
+    // The caller is about to run a statement on the connection; false when it was found dead.
+    bool begin_use(void* cookie);
+    void end_use(void* cookie, bool still_alive);
+
+private:
+    struct entry {
+        int fd;
+        bool in_use = false, dead = false, reporting = false;
+    };
+    void run();
+
+    std::function<void(void*)> on_dead_;
+    std::mutex mutex_;
+    std::condition_variable settled_;
+    std::map<void*, entry> entries_;
+    int epoll_fd_ = -1, wake_fd_ = -1;
+    std::atomic<bool> stopping_{false};
+    std::thread thread_;
+};
+
+class backend {
+public:
+    // Connects, checks the server (writable), creates dlock's tables when missing. Throws failure.
+    backend(const settings& s, const dlock_plugin_host& host);
+    ~backend();
+
+    uint64_t capabilities() const;
+    int acquire(const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
+    int release(hold* h);
+    // `of` finds this dialect's hold in the host's renewal entries.
+    int renew(dlock_renewal* renewals, size_t count, const std::function<hold*(dlock_hold*)>& of);
+    int inspect(const char* name, dlock_lock_info* info);
+    void destroy_hold(hold* h);
+    void interrupt();
+
+private:
+    int acquire_lease(const dlock_acquire_request* req, hold& h, dlock_grant* grant);
+    int acquire_named(const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
+    int acquire_named_once(const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant, bool& unanswered);
+    int release_lease(hold* h);
+    int release_named(hold* h);
+    held_monitor& monitor_for_holds();
+    void check_server(connection& c);
+    void ensure_schema(connection& c);
+    int64_t statement_deadline() const { return now_ns() + config_.client_limit_ms() * 1'000'000; }
+    std::string where() const { return "mysql " + config_.server; }
+
+    settings config_;
+    statements sql_;
+    dlock_plugin_host host_{};
+    std::string holder_;
+    std::unique_ptr<pool> connections_;
+    std::atomic<bool> interrupted_{false};
+    std::mutex waiting_mutex_;
+    std::vector<connection*> waiting_;  // named mode: blocked in GET_LOCK (interrupt shuts them down)
+    std::mutex monitor_mutex_;
+    std::unique_ptr<held_monitor> monitor_;
+};
+
+}  // namespace dlock::sql::mysql

@@ -1,0 +1,388 @@
+// The `sql` backend's MySQL/MariaDB dialect (both modes) on the lab's real MariaDB 10.11: dialect
+// selection and configuration errors, logins (a wrong password, the ed25519 account, TLS the server
+// does not offer), server errors (a missing grant, a read-only server), names longer than
+// GET_LOCK's 64 characters, the schema created by clients starting together, and FAULTS.md 13's
+// MySQL equivalents: KILL CONNECTION of a named-lock holder's session (LOST), of every session of a
+// lease-table holder (nothing lost), and a server restart.
+#include "backend_test.hpp"
+
+#include "dlock/lab/faults.hpp"
+#include "dlock/lab/gtest.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+int64_t ms_since(clock_type::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
+}
+
+// Polls a condition for at most `limit` (test-side only).
+template <typename F>
+bool eventually(F&& condition, std::chrono::milliseconds limit) {
+    const auto until = clock_type::now() + limit;
+    while (clock_type::now() < until) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+}
+
+// What opening a client from YAML gave: its status and dlock_last_error().
+struct open_outcome {
+    int status;
+    std::string message;
+};
+
+class MysqlBackend : public ::testing::Test {
+protected:
+    void SetUp() override {
+        DLOCK_LAB_REQUIRE(backend::mariadb);
+        auto& env = dlock::lab::lab_environment::instance();
+        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
+        lab_ = env.owned_lab();
+        env.reset(backend::mariadb, true);
+    }
+
+    dlock::lab::mariadb_server& server() { return lab_->mariadb(); }
+    std::string dsn() { return server().dsn(); }
+    std::string port() { return std::to_string(server().client_endpoint().port); }
+    std::string dsn_as(const std::string& user, const std::string& password, const std::string& scheme = "mysql") {
+        return scheme + "://" + user + ":" + password + "@127.0.0.1:" + port() + "/dlock";
+    }
+    static std::string yaml(const std::string& dsn_text, const std::string& mode = "lease", const std::string& extra = "") {
+        return "backend: sql\noptions:\n  dsn: \"" + dsn_text + "\"\n  mode: " + mode + "\n" + extra;
+    }
+    dlock::client open(const std::string& mode = "lease", const std::string& extra = "") {
+        return dlock::client::from_yaml(yaml(dsn(), mode, extra), "mysql_test");
+    }
+    static open_outcome try_open(const std::string& text) {
+        dlock_client* c = nullptr;
+        const int status = dlock_client_open_yaml(text.c_str(), "mysql_test", &c);
+        open_outcome out{status, status == DLOCK_OK ? "" : dlock_last_error()};
+        dlock_client_close(c);
+        return out;
+    }
+    std::string scalar(const std::string& sql) { return server().client().query_value(sql).value_or(""); }
+    // Runs `sql` as MariaDB's root, which the lab lets in only through the server's Unix socket for
+    // the OS user root (unix_socket authentication): the lab's accounts cannot GRANT.
+    void as_root(const std::string& sql) {
+        if (geteuid() != 0) GTEST_SKIP() << "creating accounts needs MariaDB's root, which only the OS root can be here";
+        std::string output;
+        const int status = dlock::lab::run_command({"mariadb", "--no-defaults", "--socket=" + (server().dir() / "data" / "mariadbd.sock").string(),
+                                                    "-u", "root", "-e", sql},
+                                                   &output);
+        ASSERT_EQ(status, 0) << output;
+    }
+
+    dlock::lab::lab* lab_ = nullptr;
+};
+
+// ---- dialect and configuration ------------------------------------------------------------------
+
+TEST_F(MysqlBackend, DialectIsChosenByTheDsnSchemeOrTheDialectOption) {
+    for (const char* scheme : {"mysql", "mariadb", "MySQL"}) {
+        const auto o = try_open(yaml(dsn_as("dlock", "lab-secret-7f3a", scheme)));
+        EXPECT_EQ(o.status, DLOCK_OK) << scheme << ": " << o.message;
+    }
+    EXPECT_EQ(try_open(yaml(dsn(), "lease", "  dialect: mysql\n")).status, DLOCK_OK);
+    // A DSN form of the whole config (dlock -c mysql://…) selects the sql backend too.
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open((dsn() + "?mode=named").c_str(), &c), DLOCK_OK) << dlock_last_error();
+    if (c) EXPECT_STREQ(dlock_client_backend(c), "sql");
+    dlock_client_close(c);
+
+    auto mismatch = try_open(yaml("postgresql://postgres@127.0.0.1:1/postgres", "lease", "  dialect: mysql\n"));
+    EXPECT_EQ(mismatch.status, DLOCK_CONFIG);
+    EXPECT_NE(mismatch.message.find("`dialect: mysql` needs a mysql://"), std::string::npos) << mismatch.message;
+    auto unknown = try_open(yaml(dsn(), "lease", "  dialect: oracle\n"));
+    EXPECT_EQ(unknown.status, DLOCK_CONFIG);
+    EXPECT_NE(unknown.message.find("`dialect` is `oracle`"), std::string::npos) << unknown.message;
+}
+
+TEST_F(MysqlBackend, BadOptionsAreRejectedPreciselyWithoutLeakingThePassword) {
+    struct bad {
+        std::string yaml_text;
+        std::string says;
+    };
+    const std::string base = "mysql://dlock:lab-secret-7f3a@127.0.0.1:";
+    const std::vector<bad> cases = {
+        {yaml(base + "99999/dlock"), "port `99999` is not a number in 1..65535"},
+        {yaml(base + port() + "/dlock?charset=latin1"), "unknown query key `charset`"},
+        {yaml(base + port() + "/dlock/extra"), "one database name"},
+        {yaml(base + port() + "/dlock?sslmode=prefer"), "`prefer` is not offered"},
+        {yaml(dsn(), "bogus"), "the MySQL dialect has `lease` and `named`"},
+        {yaml(dsn(), "lease", "  handoff_grace: 10ms\n"), "`handoff_grace` applies to PostgreSQL only"},
+        {yaml(dsn(), "lease", "  table: " + std::string(58, 't') + "\n"), "`table` must be 1..57 bytes"},
+        {yaml(base + port() + "/dlock%zz"), "`%` not followed by two hex digits"},
+    };
+    for (const auto& c : cases) {
+        const auto o = try_open(c.yaml_text);
+        EXPECT_EQ(o.status, DLOCK_CONFIG) << c.yaml_text << ": " << o.message;
+        EXPECT_NE(o.message.find(c.says), std::string::npos) << o.message;
+        EXPECT_EQ(o.message.find("lab-secret-7f3a"), std::string::npos) << "echoes the password: " << o.message;
+    }
+}
+
+// ---- logins ------------------------------------------------------------------------------------
+
+TEST_F(MysqlBackend, WrongPasswordIsAPreciseErrorThatNeverEchoesIt) {
+    for (const char* mode : {"lease", "named"}) {
+        const auto o = try_open(yaml(dsn_as("dlock", "Wrong-Pw-91x"), mode));
+        EXPECT_EQ(o.status, DLOCK_CONFIG) << o.message;
+        EXPECT_NE(o.message.find("Access denied for user 'dlock'"), std::string::npos) << o.message;
+        EXPECT_NE(o.message.find("check the user, password"), std::string::npos) << "says what to do: " << o.message;
+        EXPECT_NE(o.message.find(port()), std::string::npos) << "names the server: " << o.message;
+        EXPECT_EQ(o.message.find("Wrong-Pw-91x"), std::string::npos) << "echoes the password: " << o.message;
+    }
+    // The `password` option overrides the DSN's and is never echoed either.
+    const auto o = try_open(yaml(dsn(), "lease", "  password: Other-Pw-22q\n"));
+    EXPECT_EQ(o.status, DLOCK_CONFIG) << o.message;
+    EXPECT_EQ(o.message.find("Other-Pw-22q"), std::string::npos) << o.message;
+}
+
+TEST_F(MysqlBackend, Ed25519AccountLogsInThroughConnectorCsClientPlugin) {
+    for (const char* mode : {"lease", "named"}) {
+        auto client = dlock::client::from_yaml(yaml(server().ed25519_dsn(), mode), "mysql_test");
+        auto lease = client.acquire(std::string("ed25519/") + mode, dlock::acquire_options().with_wait(0ms));
+        EXPECT_GE(lease.fencing_token(), 1u);
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+}
+
+TEST_F(MysqlBackend, TlsTheServerDoesNotOfferIsAPreciseError) {
+    ASSERT_EQ(scalar("SELECT @@have_ssl"), "DISABLED") << "the lab's MariaDB runs without TLS";
+    const auto o = try_open(yaml(dsn(), "lease", "  sslmode: require\n"));
+    EXPECT_EQ(o.status, DLOCK_CONFIG) << o.message;
+    EXPECT_NE(o.message.find("TLS failed"), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find("sslmode"), std::string::npos) << "says what to check: " << o.message;
+}
+
+// ---- server errors (FAULTS.md 14) ---------------------------------------------------------------
+
+TEST_F(MysqlBackend, MissingGrantIsAPreciseErrorAtOpen) {
+    as_root("DROP USER IF EXISTS 'dlock_reader'@'%'; CREATE USER 'dlock_reader'@'%' IDENTIFIED BY 'reader-pw-5'; "
+            "GRANT SELECT ON dlock.* TO 'dlock_reader'@'%'");
+    if (IsSkipped() || HasFatalFailure()) return;
+    for (const char* mode : {"lease", "named"}) {
+        const auto o = try_open(yaml(dsn_as("dlock_reader", "reader-pw-5"), mode, "  table: grants_test\n"));
+        EXPECT_EQ(o.status, DLOCK_BACKEND) << o.message;
+        EXPECT_NE(o.message.find("lacks a privilege"), std::string::npos) << o.message;
+        EXPECT_NE(o.message.find("grant it SELECT, INSERT, UPDATE and CREATE"), std::string::npos) << o.message;
+    }
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME LIKE 'grants_test%'"), "0");
+    as_root("DROP USER 'dlock_reader'@'%'");
+}
+
+TEST_F(MysqlBackend, ReadOnlyServerIsAPreciseErrorAndNeverHeld) {
+    // A writer without the privilege to write on a read-only server (READ_ONLY ADMIN, SUPER).
+    as_root("DROP USER IF EXISTS 'dlock_writer'@'%'; CREATE USER 'dlock_writer'@'%' IDENTIFIED BY 'writer-pw-7'; "
+            "GRANT SELECT, INSERT, UPDATE, CREATE ON dlock.* TO 'dlock_writer'@'%'");
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto admin = server().client();
+    auto writer = dlock::client::from_yaml(yaml(dsn_as("dlock_writer", "writer-pw-7")), "mysql_test");
+    struct writable_again {
+        dlock::lab::mariadb_server& s;
+        ~writable_again() { s.client().execute("SET GLOBAL read_only = 0"); }
+    } restore{server()};
+    admin.execute("SET GLOBAL read_only = 1");
+
+    for (const char* mode : {"lease", "named"}) {
+        const auto o = try_open(yaml(dsn(), mode));
+        EXPECT_EQ(o.status, DLOCK_BACKEND) << o.message;
+        EXPECT_NE(o.message.find("read-only"), std::string::npos) << o.message;
+        EXPECT_NE(o.message.find("writable primary"), std::string::npos) << "says what to do: " << o.message;
+    }
+    // A client opened before the server turned read-only: its acquire fails precisely, not held.
+    std::error_code ec;
+    auto lease = writer.acquire("read-only/x", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::backend);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("the server is read-only"), std::string::npos) << message;
+    EXPECT_FALSE(lease);
+    admin.execute("SET GLOBAL read_only = 0");
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks WHERE name = 'read-only/x'"), "0") << "nothing left behind";
+    as_root("DROP USER 'dlock_writer'@'%'");
+}
+
+// ---- names -------------------------------------------------------------------------------------
+
+TEST_F(MysqlBackend, NamesLongerThanGetLocksLimitStayDistinct) {
+    auto holder = open("named");
+    auto other = open("named");
+    const std::string prefix(100, 'p');
+    const std::vector<std::string> names = {prefix + "/a", prefix + "/b", std::string(1024, 'z'), "Case", "case",
+                                            "dlock#case", "x y", "x_y", std::string(64, 'q'), std::string(65, 'q')};
+    std::vector<dlock::lease> held;
+    for (const auto& name : names) {
+        std::error_code ec;
+        held.push_back(holder.acquire(name, dlock::acquire_options().with_wait(0ms), ec));
+        ASSERT_FALSE(ec) << "`" << name.substr(0, 40) << "` aliases a name held before it: " << dlock_last_error();
+    }
+    for (const auto& name : names) {
+        std::error_code ec;
+        other.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << name.substr(0, 40);
+    }
+    // Every GET_LOCK name dlock used fits the server's 64 characters and is held by the holder's session.
+    const auto used = server().client().query_column(
+        "SELECT CONCAT(LENGTH(name), ':', IFNULL(IS_USED_LOCK(CONCAT('dlock:', name)), 'x')) FROM dlock_locks_named "
+        "WHERE name = 'case'");
+    ASSERT_EQ(used.size(), 1u);
+    EXPECT_NE(used[0].value_or(""), "4:x") << "the readable form of a short lower-case name is dlock:<name>";
+    for (auto& lease : held) EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+// ---- renewals ----------------------------------------------------------------------------------
+
+// Many leases of one client are renewed in batches (one UPDATE for all): every one stays held past
+// its ttl, and one whose row another owner took meanwhile is reported LOST, not renewed.
+TEST_F(MysqlBackend, BatchRenewalKeepsEveryLeaseAndLosesOnlyTheOneTaken) {
+    auto client = open("lease");
+    std::vector<dlock::lease> leases;
+    for (int i = 0; i < 40; ++i)
+        leases.push_back(client.acquire("batch/" + std::to_string(i) + (i % 2 ? "/Mixed Case" : ""),
+                                        dlock::acquire_options().with_wait(0ms).with_ttl(1500ms)));
+    std::atomic<bool> lost{false};
+    leases[7].on_lost([&] { lost = true; });
+    server().client().execute("UPDATE dlock_locks SET owner = '00000000000000000000000000000000' WHERE name = 'batch/7/Mixed Case'");
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 3s)) << "the lease taken by another owner is reported LOST";
+    std::this_thread::sleep_for(2s);  // past the ttl: only renewals keep the others
+    for (size_t i = 0; i < leases.size(); ++i) {
+        if (i == 7) continue;
+        EXPECT_EQ(leases[i].state(), dlock::lease_state::held) << i;
+    }
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks WHERE name LIKE 'batch/%' AND expiry > UTC_TIMESTAMP(6)"), "39")
+        << "every lease but the taken one was extended";
+    for (size_t i = 0; i < leases.size(); ++i)
+        EXPECT_EQ(leases[i].release(), i == 7 ? dlock::release_outcome::already_lost : dlock::release_outcome::released) << i;
+}
+
+// ---- schema ------------------------------------------------------------------------------------
+
+TEST_F(MysqlBackend, ClientsStartingTogetherCreateTheSchemaSafely) {
+    server().client().execute("DROP TABLE IF EXISTS race_locks, race_locks_named, race_locks_schema");
+    constexpr int clients = 6;
+    std::mutex m;
+    std::condition_variable go;
+    bool started = false;
+    std::atomic<int> ok{0};
+    std::vector<std::string> errors(clients);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < clients; ++i)
+        threads.emplace_back([&, i] {
+            {
+                std::unique_lock<std::mutex> lock(m);
+                go.wait(lock, [&] { return started; });
+            }
+            dlock_client* c = nullptr;
+            const std::string text = yaml(dsn(), i % 2 ? "named" : "lease", "  table: race_locks\n");
+            if (dlock_client_open_yaml(text.c_str(), "race", &c) == DLOCK_OK) ++ok;
+            else errors[i] = dlock_last_error();
+            dlock_client_close(c);
+        });
+    {
+        std::lock_guard<std::mutex> lock(m);
+        started = true;
+    }
+    go.notify_all();
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(ok.load(), clients) << errors[0] << errors[1] << errors[2];
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'dlock' AND TABLE_NAME LIKE "
+                     "'race\\_locks%' AND ENGINE = 'InnoDB'"),
+              "3");
+    EXPECT_EQ(scalar("SELECT GROUP_CONCAT(version) FROM race_locks_schema"), "1") << "one version row";
+}
+
+// ---- FAULTS.md 13: KILL CONNECTION, restart ----------------------------------------------------
+
+TEST_F(MysqlBackend, KilledSessionOfANamedHolderIsReportedLostAndFreesTheLock) {
+    auto client = open("named");
+    auto waiter = open("named");
+    auto lease = client.acquire("kill/named", dlock::acquire_options().with_wait(0ms));
+    std::atomic<bool> lost{false};
+    lease.on_lost([&] { lost = true; });
+    const std::string session = scalar("SELECT holder_connection FROM dlock_locks_named WHERE name = 'kill/named'");
+    ASSERT_FALSE(session.empty());
+    ASSERT_EQ(scalar("SELECT IS_USED_LOCK('dlock:kill/named')"), session) << "the row names the holding session";
+    const auto killed = clock_type::now();
+    server().kill_connection(std::stoull(session));
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 5s)) << "LOST not reported";
+    const int64_t detection = ms_since(killed);
+    std::cout << "[mysql named] LOST reported " << detection << " ms after KILL CONNECTION\n";
+    EXPECT_LT(detection, 2000) << "the monitor sees the session end at once";
+    EXPECT_EQ(lease.state(), dlock::lease_state::lost);
+    auto next = waiter.acquire("kill/named", dlock::acquire_options().with_wait(2s));
+    EXPECT_GT(next.fencing_token(), lease.fencing_token());
+    EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(waiter.inspect("kill/named").holder, next.owner()) << "the lost lease's release touched the next holder";
+}
+
+TEST_F(MysqlBackend, KilledSessionsDoNotEndALeaseTableLock) {
+    auto client = open("lease");
+    auto other = open("lease");
+    auto lease = client.acquire("kill/lease", dlock::acquire_options().with_wait(0ms).with_ttl(1500ms));
+    auto admin = server().client();
+    const auto sessions = admin.query_column(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'dlock' AND ID <> CONNECTION_ID()");
+    ASSERT_FALSE(sessions.empty());
+    for (const auto& id : sessions) {
+        try {
+            server().kill_connection(std::stoull(id.value_or("0")));
+        } catch (const dlock::lab::mariadb_error& e) {
+            if (e.code() != 1094) throw;  // ended meanwhile
+        }
+    }
+    // Past two ttls: renewals go through new connections; the row is the lock, not a session.
+    std::this_thread::sleep_for(3s);
+    EXPECT_EQ(lease.state(), dlock::lease_state::held);
+    std::error_code ec;
+    other.acquire("kill/lease", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+TEST_F(MysqlBackend, ServerRestartEndsNamedLocksButNotLeaseRows) {
+    auto named_client = open("named");
+    auto lease_client = open("lease");
+    auto named = named_client.acquire("restart/named", dlock::acquire_options().with_wait(0ms));
+    // A ttl far longer than a restart takes on a loaded machine (it took 20 s once here).
+    auto leased = lease_client.acquire("restart/lease", dlock::acquire_options().with_wait(0ms).with_ttl(60s));
+    std::atomic<bool> named_lost{false};
+    named.on_lost([&] { named_lost = true; });
+    server().restart(dlock::lab::data_policy::keep);
+    EXPECT_TRUE(eventually([&] { return named_lost.load(); }, 5s)) << "the named lock's session ended with the server";
+    // Renewals that met the stopped server made the lease SUSPECT; the next one (every ttl/3) holds it again.
+    EXPECT_TRUE(eventually([&] { return leased.state() == dlock::lease_state::held; }, 25s))
+        << "renewals resume once the server is back";
+    auto other = open("lease");
+    std::error_code ec;
+    other.acquire("restart/lease", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the committed row survived the restart";
+    auto named_client_again = open("named");
+    auto named_again = named_client_again.acquire("restart/named", dlock::acquire_options().with_wait(2s));
+    EXPECT_GT(named_again.fencing_token(), named.fencing_token()) << "the fence row survived the restart";
+    EXPECT_EQ(leased.release(), dlock::release_outcome::released);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::mariadb});
+    return RUN_ALL_TESTS();
+}
