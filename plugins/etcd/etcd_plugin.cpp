@@ -61,9 +61,9 @@ using namespace dlock::etcd;
 
 namespace {
 
-using dlock::plugin_support::copy_message;
-using dlock::plugin_support::find_option;
-using dlock::plugin_support::guarded;
+using dlock::plugin_kit::copy_message;
+using dlock::plugin_kit::find_option;
+using dlock::plugin_kit::guarded;
 
 // `%`, `/` and control bytes become %XX; every other byte stays (UTF-8 stays readable in etcdctl).
 // Injective, and the result holds no `/`.
@@ -80,10 +80,6 @@ std::string escape_name(const char* name) {
         }
     }
     return out;
-}
-
-std::chrono::steady_clock::time_point steady_at(int64_t ns) {
-    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
 }
 
 // The directory's keys created before `revision` (all of them with 0), newest first, keys only.
@@ -446,7 +442,7 @@ struct dlock_backend final : session_listener {
             if (expired.empty() && to_delete.empty() && to_check.empty() && to_watch.empty()) {
                 janitor_wakes_at = next;
                 if (next == forever_ns) janitor_wake.wait(lock);
-                else janitor_wake.wait_until(lock, steady_at(next));
+                else janitor_wake.wait_until(lock, steady_time(next));
                 janitor_wakes_at = INT64_MIN;
                 continue;
             }
@@ -751,7 +747,7 @@ struct dlock_backend final : session_listener {
                                (watch_covers && !watch_settled && a->watch_progress);
                     };
                     if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
-                    else a->cv.wait_until(lock, steady_at(request.deadline_ns), woken);
+                    else a->cv.wait_until(lock, steady_time(request.deadline_ns), woken);
                     if (a->cancelled) {
                         lock.unlock();
                         abandon(a, 0);
@@ -1196,5 +1192,5 @@ const dlock_plugin etcd_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_support::negotiate_v1(host_max_version, &etcd_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &etcd_plugin, out, out_min_version);
 }
