@@ -104,7 +104,7 @@ public:
     // Runs one unary call, `rpc(member, context)`, with failover: a member that is unreachable
     // (UNAVAILABLE) or does not answer in time (DEADLINE_EXCEEDED) is left for the next one, so only
     // idempotent requests may be sent through here (every request dlock sends is: see
-    // etcd_plugin.cpp). An expired auth token is renewed once and the call repeated. Throws
+    // etcd_backend.hpp). An expired auth token is renewed once and the call repeated. Throws
     // failure: DLOCK_UNAVAILABLE when no member answered, DLOCK_CANCELLED after interrupt(),
     // options.out_of_time_status when options.deadline_ns passed, else the mapped etcd error (see
     // failure_of).
