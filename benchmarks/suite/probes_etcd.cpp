@@ -28,7 +28,7 @@ namespace ec = dlock::etcd;
 namespace pb = ::etcdserverpb;
 using namespace std::chrono_literals;
 
-// The requests an uncontended cycle of the plugin sends, built as etcd_plugin.cpp builds them.
+// The requests an uncontended cycle of the plugin sends, built as the plugin's lock_queue.cpp builds them.
 struct floor_client {
     ec::connection conn;
     int64_t lease = 0;
@@ -96,7 +96,7 @@ struct floor_client {
         pb::TxnResponse response;
         conn.call("floor release", [&](ec::member& m, grpc::ClientContext& ctx) { return m.kv->Txn(&ctx, txn, &response); });
     }
-    // A waiter's queue read (etcd_plugin.cpp next_in_queue): a read-only Txn that checks the key is
+    // A waiter's queue read (lock_queue.cpp next_in_queue): a read-only Txn that checks the key is
     // still ours and reads the key just before it; what a handoff needs after the delete's event.
     void queue_read(const std::string& key, int64_t revision) {
         pb::TxnRequest txn;

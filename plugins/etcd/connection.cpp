@@ -11,12 +11,6 @@
 
 namespace dlock::etcd {
 
-int64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 std::string lease_hex(int64_t id) { return fmt::format("{:016x}", uint64_t(id)); }
 
 namespace {

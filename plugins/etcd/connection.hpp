@@ -10,7 +10,7 @@
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 #include <dlock/plugin.h>
-#include <dlock/plugin_support.hpp>
+#include <dlock/plugin_kit.hpp>
 
 #include <grpcpp/grpcpp.h>
 
@@ -27,14 +27,9 @@ namespace dlock::etcd {
 
 namespace pb = ::etcdserverpb;
 
-constexpr int64_t forever_ns = INT64_MAX;
-constexpr int64_t ns_per_ms = 1'000'000;
-
-// CLOCK_MONOTONIC in nanoseconds (the clock of every deadline and validity in the plugin ABI).
-int64_t now_ns();
-
-using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
-using plugin_support::fail;
+// The plugin kit: failure and fail() (thrown inside the plugin, caught by guarded() at each entry
+// point), the clock (now_ns, forever_ns, ns_per_ms, steady_time, drift_ns).
+using namespace plugin_kit;
 
 // The backend's options, validated.
 struct settings {
@@ -109,7 +104,7 @@ public:
     // Runs one unary call, `rpc(member, context)`, with failover: a member that is unreachable
     // (UNAVAILABLE) or does not answer in time (DEADLINE_EXCEEDED) is left for the next one, so only
     // idempotent requests may be sent through here (every request dlock sends is: see
-    // etcd_plugin.cpp). An expired auth token is renewed once and the call repeated. Throws
+    // etcd_backend.hpp). An expired auth token is renewed once and the call repeated. Throws
     // failure: DLOCK_UNAVAILABLE when no member answered, DLOCK_CANCELLED after interrupt(),
     // options.out_of_time_status when options.deadline_ns passed, else the mapped etcd error (see
     // failure_of).
@@ -126,7 +121,6 @@ public:
     // Cancels every call in flight made with cancel_on_interrupt, and makes later ones fail with
     // DLOCK_CANCELLED.
     void interrupt();
-    bool interrupted() const { return interrupted_.load(); }
 
     // The dlock status and message for a failed call `what` on member `address`.
     failure failure_of(const grpc::Status& status, const std::string& address, const char* what) const;

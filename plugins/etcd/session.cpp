@@ -10,10 +10,6 @@ namespace dlock::etcd {
 
 namespace {
 
-std::chrono::steady_clock::time_point steady_at(int64_t ns) {
-    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
-}
-
 // Pause between two attempts to open the stream, so a member that refuses at once is not hammered.
 constexpr int64_t reconnect_pause_ns = 50 * ns_per_ms;
 
@@ -61,7 +57,7 @@ std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms, call_options opt
     s->id = response.id();
     s->ttl_s = response.ttl();  // the server may have raised it to its minimum
     s->confirmed_send_ns = sent;
-    s->deadline_ns = sent + s->ttl_s * 1'000'000'000 - drift_ns(s->ttl_s);
+    s->deadline_ns = sent + s->ttl_s * 1'000'000'000 - drift_ns(s->ttl_s * 1000);
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) fail(DLOCK_CANCELLED, "etcd: the client is closing");  // the lease expires by itself
     current_ = s;
@@ -130,7 +126,7 @@ int session_keeper::confirm(const std::shared_ptr<session>& s, int64_t& deadline
     kick_ = true;
     changed_.notify_all();
     const int64_t wait_until = std::min(s->deadline_ns, now + conn_.config().request_timeout_ms * ns_per_ms);
-    changed_.wait_until(lock, steady_at(wait_until), [&] {
+    changed_.wait_until(lock, steady_time(wait_until), [&] {
         return stopping_ || s->state == session::health::dead || s->confirmed_send_ns >= now;
     });
     if (s->state == session::health::dead) {
@@ -168,7 +164,7 @@ void session_keeper::reader_loop() {
             listener_.member_failed(index);
             if (suspect) listener_.session_suspect(suspect, fmt::format("cannot connect to {}", m.address));
             lock.lock();
-            changed_.wait_until(lock, steady_at(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
+            changed_.wait_until(lock, steady_time(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
             continue;
         }
         grpc::ClientContext context;
@@ -211,7 +207,7 @@ void session_keeper::reader_loop() {
                     died = kill_locked(DLOCK_BACKEND, "the server no longer has it (expired or revoked)");
                 } else if (sent >= current_->confirmed_send_ns) {
                     current_->confirmed_send_ns = sent;
-                    current_->deadline_ns = sent + response.ttl() * 1'000'000'000 - drift_ns(response.ttl());
+                    current_->deadline_ns = sent + response.ttl() * 1'000'000'000 - drift_ns(response.ttl() * 1000);
                     if (current_->state == session::health::suspect) {
                         current_->state = session::health::healthy;
                         recovered = current_;
@@ -246,7 +242,7 @@ void session_keeper::reader_loop() {
             listener_.member_failed(index);
         }
         lock.lock();
-        changed_.wait_until(lock, steady_at(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
+        changed_.wait_until(lock, steady_time(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
     }
 }
 
@@ -309,7 +305,7 @@ void session_keeper::timer_loop() {
         // loop would spin holding the mutex (stop() then waits forever).
         if (kick_ && stream_ && current_) continue;
         if (wake == forever_ns) changed_.wait(lock);
-        else changed_.wait_until(lock, steady_at(wake));
+        else changed_.wait_until(lock, steady_time(wake));
     }
 }
 

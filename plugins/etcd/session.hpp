@@ -83,9 +83,6 @@ public:
     // stops the stream and joins the threads. Idempotent.
     void stop();
 
-    // Drift subtracted from every deadline of a lease of `ttl_s` seconds.
-    static int64_t drift_ns(int64_t ttl_s) { return ttl_s * 10'000'000 + 2'000'000; }
-
 private:
     struct pending_send {
         int64_t lease_id;

@@ -31,6 +31,8 @@
 // threads (a sigwait design) still has its deadlines and close() honoured.
 #include "file_plugin.hpp"
 
+#include <dlock/plugin_kit.hpp>
+
 #include <boost/uuid/name_generator_sha1.hpp>
 #include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
@@ -61,8 +63,12 @@ namespace dlock::file_backend {
 
 namespace {
 
+using plugin_kit::fail;
+using plugin_kit::find_option;
+using plugin_kit::forever_ns;
+using plugin_kit::now_ns;
+
 constexpr char magic[8] = {'d', 'l', 'o', 'c', 'k', 'f', '1', '\n'};
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 
 // The header at offset 0 of every lock file. Written only by the holder of the lock.
 struct lock_file_header {
@@ -81,12 +87,6 @@ static_assert(offsetof(lock_file_header, holder) == holder_fields_offset + sizeo
                   holder_fields_bytes == sizeof(uint64_t) + 40 + sizeof(int64_t),
               "the holder fields must be contiguous");
 
-int64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 pid_t current_tid() { return pid_t(syscall(SYS_gettid)); }
 
 // An open description of one lock file. Reused across acquisitions of the same name.
@@ -100,20 +100,6 @@ struct descriptor {
         if (fd >= 0) close(fd);
     }
 };
-
-struct status_error {
-    int status;
-    std::string message;
-};
-
-[[noreturn]] void fail(int status, std::string message) { throw status_error{status, std::move(message)}; }
-
-void copy_message(dlock_plugin_error* error, const std::string& message) {
-    if (!error) return;
-    const size_t n = std::min(message.size(), sizeof error->message - 1);
-    std::memcpy(error->message, message.data(), n);
-    error->message[n] = '\0';
-}
 
 // ---- the wake-up signal ------------------------------------------------------------------------
 
@@ -429,26 +415,10 @@ const dlock_option_desc file_options[] = {
      "How many unlocked lock-file descriptors a client keeps open for reuse (saves an open+mmap per acquire)."},
 };
 
+// Every entry point runs behind the kit's exception firewall.
 template <typename F>
-int guarded(dlock_plugin_error* error, F&& body) {
-    try {
-        return body();
-    } catch (const status_error& e) {
-        copy_message(error, e.message);
-        return e.status;
-    } catch (const std::bad_alloc&) {
-        copy_message(error, "file backend: out of memory");
-        return DLOCK_INTERNAL;
-    } catch (const std::exception& e) {
-        copy_message(error, std::string("file backend: ") + e.what());
-        return DLOCK_INTERNAL;
-    }
-}
-
-const dlock_option_value* find_option(const dlock_option_value* options, size_t count, const char* name) {
-    for (size_t i = 0; i < count; ++i)
-        if (std::strcmp(options[i].name, name) == 0 && options[i].is_set) return &options[i];
-    return nullptr;
+int guarded(dlock_plugin_error* error, F&& body) noexcept {
+    return dlock::plugin_kit::guarded(error, "file", std::forward<F>(body));
 }
 
 int file_create(const dlock_option_value* options, size_t count, const dlock_plugin_host* host, dlock_backend** out,
@@ -710,10 +680,5 @@ const dlock_plugin file_plugin_table = {
 
 extern "C" int dlock_file_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out_plugin,
                                            uint32_t* out_min_version) {
-    if (host_max_version < 1) {
-        if (out_min_version) *out_min_version = 1;
-        return DLOCK_NOT_SUPPORTED;
-    }
-    *out_plugin = &file_plugin_table;
-    return DLOCK_OK;
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &file_plugin_table, out_plugin, out_min_version);
 }

@@ -35,7 +35,6 @@ using namespace dlock::redis_common;
 
 namespace {
 
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int64_t ms_ns = 1'000'000;
 
 // How a try treats the waiter queue (queue_acquire_script's mode).
@@ -290,14 +289,14 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             ~unwatch_guard() { s.unwatch(channel); }
         } guard{waker, channel};
         waker.watch(channel);
-        waker.wait_subscribed(channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
+        waker.wait_listening(channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
         // While the subscription is not confirmed a release may go unheard: retry on a timer,
         // 10 ms doubling to 200 ms, until it is.
         int64_t unheard_retry_ms = 10;
         for (;;) {
             if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
             // Both read before the retry: no lost wake-up.
-            const bool hearing = waker.wait_subscribed(channel, 0);
+            const bool hearing = waker.wait_listening(channel, 0);
             const uint64_t seen = waker.generation(channel);
             a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
             if (a.acquired) {
@@ -405,5 +404,5 @@ const dlock_plugin redis_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_support::negotiate_v1(host_max_version, &redis_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &redis_plugin, out, out_min_version);
 }

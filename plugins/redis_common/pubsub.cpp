@@ -4,19 +4,13 @@
 #include <fmt/format.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 namespace dlock::redis_common {
 
 namespace {
-
-std::chrono::steady_clock::time_point at(int64_t ns) {
-    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
-}
 
 int append(redisContext* ctx, const std::vector<std::string>& args) {
     std::vector<const char*> argv;
@@ -37,84 +31,22 @@ bool flush(redisContext* ctx) {
 
 }  // namespace
 
-subscriber::subscriber(endpoint where, settings s) : subscriber(std::move(where), std::move(s), nullptr) {}
-
 subscriber::subscriber(endpoint where, settings s, std::function<void()> on_change)
-    : where_(std::move(where)), settings_(std::move(s)), on_change_(std::move(on_change)) {
-    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("redis: eventfd failed: {}", std::strerror(errno)));
+    : waker("redis", std::move(on_change)), where_(std::move(where)), settings_(std::move(s)) {
     thread_ = std::thread([this] { run(); });
 }
 
 subscriber::~subscriber() {
     stopping_ = true;
     interrupt();
-    wake();
+    nudge();
     thread_.join();
-    close(wake_fd_);
-}
-
-void subscriber::wake() {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
-}
-
-void subscriber::watch(const std::string& channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (channels_[channel].watchers++ == 0) {
-        pending_.emplace_back(true, channel);
-        wake();
-    }
-}
-
-void subscriber::unwatch(const std::string& channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = channels_.find(channel);
-    if (it == channels_.end()) return;
-    if (--it->second.watchers == 0) {
-        channels_.erase(it);
-        pending_.emplace_back(false, channel);
-        wake();
-    }
-}
-
-bool subscriber::wait_subscribed(const std::string& channel, int64_t deadline_ns) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait_until(lock, at(deadline_ns), [&] {
-        auto it = channels_.find(channel);
-        return interrupted_ || (it != channels_.end() && it->second.subscribed);
-    });
-    auto it = channels_.find(channel);
-    return !interrupted_ && it != channels_.end() && it->second.subscribed;
-}
-
-uint64_t subscriber::generation(const std::string& channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = channels_.find(channel);
-    return it == channels_.end() ? 0 : it->second.generation;
-}
-
-void subscriber::wait_change(const std::string& channel, uint64_t seen, int64_t until_ns) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait_until(lock, at(until_ns), [&] {
-        auto it = channels_.find(channel);
-        return interrupted_ || it == channels_.end() || it->second.generation != seen;
-    });
-}
-
-void subscriber::interrupt() {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        interrupted_ = true;
-    }
-    changed_.notify_all();
 }
 
 // The subscriber thread owns its connection. It (re)connects, re-subscribes every watched channel,
-// sends pending (un)subscriptions when woken through the eventfd, and turns each message and each
-// subscription's confirmation into a generation bump. When the connection drops, every watched
-// channel's generation is bumped too, so waiters retry at once instead of sleeping through a
-// release they could not hear; until the subscription is confirmed again they retry on a timer.
+// sends the waiters' (un)subscriptions when woken through the waker's fd, and reports each
+// subscription's confirmation, each message and the loss of the connection to the waker; after a
+// failed connect it tries again after a growing pause (10 ms doubling to 1 s).
 void subscriber::run() {
     int64_t backoff_ms = 0;
     while (!stopping_) {
@@ -123,32 +55,22 @@ void subscriber::run() {
             conn = std::make_unique<connection>(where_, settings_);
         } catch (const failure&) {
             backoff_ms = backoff_ms ? std::min<int64_t>(backoff_ms * 2, 1000) : 10;
-            pollfd p{wake_fd_, POLLIN, 0};
+            pollfd p{wake_fd(), POLLIN, 0};
             poll(&p, 1, int(backoff_ms));
-            uint64_t drain;
-            [[maybe_unused]] ssize_t n = read(wake_fd_, &drain, sizeof drain);
+            drain();
             continue;
         }
         backoff_ms = 0;
         redisContext* ctx = conn->context();
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            pending_.clear();
-            for (auto& [name, state] : channels_) append(ctx, {"SUBSCRIBE", name});
-        }
+        for (const auto& name : resubscribe()) append(ctx, {"SUBSCRIBE", name});
         bool healthy = flush(ctx);
         while (healthy && !stopping_) {
-            pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd(), POLLIN, 0}};
             if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
             if (fds[1].revents) {
-                uint64_t drain;
-                [[maybe_unused]] ssize_t n = read(wake_fd_, &drain, sizeof drain);
-                std::vector<std::pair<bool, std::string>> todo;
-                {
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    todo.swap(pending_);
-                }
-                for (auto& [subscribe, name] : todo) append(ctx, {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", name});
+                drain();
+                const std::vector<request> todo = requests();
+                for (const auto& r : todo) append(ctx, {r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel});
                 if (!todo.empty() && !flush(ctx)) healthy = false;
             }
             if (fds[0].revents) {
@@ -163,31 +85,13 @@ void subscriber::run() {
                     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING) continue;
                     const std::string kind(r->element[0]->str, r->element[0]->len);
                     const std::string name(r->element[1]->str, r->element[1]->len);
-                    {
-                        std::lock_guard<std::mutex> lock(mutex_);
-                        auto it = channels_.find(name);
-                        if (it == channels_.end()) continue;
-                        if (kind == "subscribe") {
-                            // A release published before this confirmation was not heard: waiters retry.
-                            it->second.subscribed = true;
-                            ++it->second.generation;
-                        } else if (kind == "message") ++it->second.generation;
-                        else if (kind == "unsubscribe") it->second.subscribed = false;
-                        changed_.notify_all();
-                    }
-                    if (on_change_) on_change_();
+                    if (kind == "subscribe") confirmed(name);
+                    else if (kind == "message") heard(name);
+                    else if (kind == "unsubscribe") unconfirmed(name);
                 }
             }
         }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            for (auto& [name, state] : channels_) {
-                state.subscribed = false;
-                ++state.generation;
-            }
-            changed_.notify_all();
-        }
-        if (on_change_) on_change_();
+        connection_lost();
     }
 }
 

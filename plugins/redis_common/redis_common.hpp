@@ -8,7 +8,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
-#include <dlock/plugin_support.hpp>
+#include <dlock/plugin_kit.hpp>
 
 #include <hiredis/hiredis.h>
 
@@ -25,10 +25,10 @@
 
 namespace dlock::redis_common {
 
-using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
-using plugin_support::fail;
-
-int64_t now_ns();
+using plugin_kit::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_kit::fail;
+using plugin_kit::forever_ns;
+using plugin_kit::now_ns;
 
 struct endpoint {
     std::string host;
@@ -196,10 +196,10 @@ std::vector<std::string> script_command(const script& s, bool by_source, const s
 
 // ---- plugin entry-point helpers (both plugins' C entry points use these) ----------------------
 
-using plugin_support::copy_message;
-using plugin_support::drift_ns;
-using plugin_support::find_option;
-using plugin_support::guarded;
+using plugin_kit::copy_message;
+using plugin_kit::drift_ns;
+using plugin_kit::find_option;
+using plugin_kit::guarded;
 
 // The connection settings both plugins describe (username, password, database, key_prefix,
 // connect_timeout, command_timeout, pool_size) read over `defaults`, their ranges checked.
@@ -227,51 +227,22 @@ void check_permissions(connection& c, const settings& s, bool waiter_queue);
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).
 std::vector<std::string> hazard_warnings(connection& c);
 
-// One dedicated pub/sub connection per server, shared by every waiter of a client. A waiter
-// watches a channel BEFORE its retry; any message published after that bumps the channel's
-// generation, so a release between the retry and the wait is never missed.
-class subscriber {
+// One dedicated pub/sub connection per server, shared by every waiter of a client: the transport
+// of a plugin_kit::waker (whose waiters' side it offers: watch, wait_listening, generation,
+// wait_change, interrupt). A channel is SUBSCRIBEd while it has watchers; its messages, the
+// confirmations of its subscription and a lost connection wake its waiters as the waker describes.
+class subscriber : public plugin_kit::waker {
 public:
-    subscriber(endpoint where, settings s);
-    // The same, calling `on_change` (on the subscriber's thread, with none of its locks held) after
-    // every change a waiter could wait for: a subscription confirmed, a message, a lost connection.
-    // For a caller that waits on several subscribers at once, under its own condition variable.
-    subscriber(endpoint where, settings s, std::function<void()> on_change);
+    // `on_change`: see plugin_kit::waker (for a caller that waits on several subscribers at once).
+    subscriber(endpoint where, settings s, std::function<void()> on_change = {});
     ~subscriber();
 
-    // Starts watching (SUBSCRIBE on first watcher). Pair with unwatch().
-    void watch(const std::string& channel);
-    void unwatch(const std::string& channel);
-    // Waits until the subscription is confirmed; false at `deadline_ns`, on interrupt, or while
-    // the pub/sub connection is down (callers then fall back to timed retries). A deadline in the
-    // past asks without waiting. The confirmation of a (re)subscription bumps the channel's
-    // generation, so a waiter retries once it can hear releases again.
-    bool wait_subscribed(const std::string& channel, int64_t deadline_ns);
-    uint64_t generation(const std::string& channel);
-    // Waits until the generation differs from `seen`, until `until_ns`, or interrupt.
-    void wait_change(const std::string& channel, uint64_t seen, int64_t until_ns);
-    void interrupt();
-    bool interrupted() const { return interrupted_; }
-
 private:
-    struct channel_state {
-        int watchers = 0;
-        bool subscribed = false;
-        uint64_t generation = 0;
-    };
     void run();
-    void wake();
 
     endpoint where_;
     settings settings_;
-    std::mutex mutex_;
-    std::condition_variable changed_;
-    std::map<std::string, channel_state> channels_;
-    std::vector<std::pair<bool, std::string>> pending_;  // (subscribe?, channel)
-    std::atomic<bool> interrupted_{false};
     std::atomic<bool> stopping_{false};
-    int wake_fd_ = -1;
-    std::function<void()> on_change_;  // set before thread_ starts; may be empty
     std::thread thread_;
 };
 

@@ -44,8 +44,6 @@ using namespace dlock::redis_common;
 
 namespace {
 
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
-
 struct node {
     endpoint where;
     std::unique_ptr<pool> connections;
@@ -352,7 +350,7 @@ uint64_t heard(const waker_set& wakers, const std::string& channel) {
 // Nodes whose subscription to `channel` is confirmed now (a deadline in the past only asks).
 size_t listening(const waker_set& wakers, const std::string& channel) {
     size_t n = 0;
-    for (const auto& s : wakers) n += s->wait_subscribed(channel, 0) ? 1 : 0;
+    for (const auto& s : wakers) n += s->wait_listening(channel, 0) ? 1 : 0;
     return n;
 }
 
@@ -579,5 +577,5 @@ const dlock_plugin redlock_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_support::negotiate_v1(host_max_version, &redlock_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &redlock_plugin, out, out_min_version);
 }

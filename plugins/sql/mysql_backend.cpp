@@ -22,7 +22,7 @@ namespace dlock::sql::mysql {
 
 namespace {
 
-using plugin_support::drift_ns;
+using plugin_kit::drift_ns;
 
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int schema_version = 1;

@@ -17,12 +17,6 @@
 
 namespace dlock::sql {
 
-int64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 namespace {
 
 // One line of a libpq/libpqxx message: tabs and newlines folded, trailing blanks dropped.
@@ -525,103 +519,41 @@ class listener::receiver : public pqxx::notification_receiver {
 public:
     receiver(pqxx::connection_base& c, const std::string& channel, listener* owner)
         : pqxx::notification_receiver(c, channel), owner_(owner) {}
-    void operator()(const std::string&, int) override { owner_->notified(channel()); }
+    void operator()(const std::string&, int) override { owner_->heard(channel()); }
 
 private:
     listener* owner_;
 };
 
-listener::listener(const settings& s, deadline_watch& watch) : settings_(s), watch_(watch) {
-    wake_fd_ = make_wake_fd();
+listener::listener(const settings& s, deadline_watch& watch) : waker("sql"), settings_(s), watch_(watch) {
     thread_ = std::thread([this] { run(); });
 }
 
 listener::~listener() {
     stopping_ = true;
-    wake();
+    nudge();
     if (thread_.joinable()) thread_.join();
-    ::close(wake_fd_);
 }
 
-void listener::wake() { signal_fd(wake_fd_); }
-
-void listener::watch(const std::string& channel) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (channels_[channel].watchers++ > 0) return;
-    }
-    wake();
-}
-
-void listener::unwatch(const std::string& channel) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = channels_.find(channel);
-        if (it == channels_.end() || --it->second.watchers > 0) return;
-        channels_.erase(it);
-    }
-    wake();
-}
-
-bool listener::wait_listening(const std::string& channel, int64_t deadline_ns) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns));
-    return changed_.wait_until(lock, until, [&] {
-        auto it = channels_.find(channel);
-        return interrupted_ || (it != channels_.end() && it->second.listening);
-    }) && !interrupted_;
-}
-
-uint64_t listener::generation(const std::string& channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = channels_.find(channel);
-    return it == channels_.end() ? 0 : it->second.generation;
-}
-
-void listener::wait_change(const std::string& channel, uint64_t seen, int64_t until_ns) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto changed = [&] {
-        auto it = channels_.find(channel);
-        return interrupted_ || it == channels_.end() || it->second.generation != seen;
-    };
-    if (until_ns == INT64_MAX) changed_.wait(lock, changed);
-    else changed_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)), changed);
-}
-
-void listener::interrupt() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    interrupted_ = true;
-    changed_.notify_all();
-}
-
-void listener::notified(const std::string& channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = channels_.find(channel);
-    if (it != channels_.end()) ++it->second.generation;
-    changed_.notify_all();
-}
-
+// The listener thread owns its connection: it (re)connects (after a failure, a growing pause of
+// 10 ms doubling to 1 s), runs the LISTENs and UNLISTENs the waiters asked for, in their order, each
+// bounded by the client limit, and hands notifications to the waker.
 void listener::run() {
     std::unique_ptr<bounded_connection> conn;
     std::map<std::string, std::unique_ptr<receiver>> receivers;
     int64_t retry_at_ns = 0, backoff_ms = 0;
-    bool fresh = false;
     auto drop_connection = [&] {
         receivers.clear();  // their UNLISTEN fails quietly on a broken connection
         conn.reset();
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto& [name, state] : channels_) {
-            state.listening = false;
-            ++state.generation;  // waiters re-check now, then fall back to the holder's expiry
-        }
-        changed_.notify_all();
+        connection_lost();  // waiters re-check now, then fall back to the holder's expiry
     };
     while (!stopping_) {
+        std::vector<request> todo;
         if (!conn && now_ns() >= retry_at_ns) {
             try {
                 conn = connect_until(settings_, now_ns() + settings_.client_limit_ms() * 1'000'000);
                 backoff_ms = 0;
-                fresh = true;
+                for (auto& name : resubscribe()) todo.push_back({true, std::move(name)});
             } catch (const std::exception&) {
                 backoff_ms = backoff_ms ? std::min<int64_t>(backoff_ms * 2, 1000) : 10;
                 retry_at_ns = now_ns() + backoff_ms * 1'000'000;
@@ -629,28 +561,21 @@ void listener::run() {
         }
         if (conn) {
             try {
-                // Reconcile the LISTENs with the channels that have watchers.
-                std::vector<std::string> wanted;
-                {
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    for (const auto& [name, state] : channels_) wanted.push_back(name);
-                }
-                for (auto it = receivers.begin(); it != receivers.end();) {
-                    if (std::find(wanted.begin(), wanted.end(), it->first) != wanted.end()) {
-                        ++it;
+                for (auto& r : requests()) todo.push_back(std::move(r));
+                for (const auto& r : todo) {
+                    auto it = receivers.find(r.channel);
+                    if (!r.subscribe) {
+                        if (it == receivers.end()) continue;
+                        const uint64_t ticket = watch_.arm(conn->sock(), now_ns() + settings_.client_limit_ms() * 1'000'000);
+                        receivers.erase(it);  // runs UNLISTEN (its errors are only noticed)
+                        if (watch_.disarm(ticket) || !conn->is_open()) throw no_answer("UNLISTEN got no answer");
                         continue;
                     }
-                    const uint64_t ticket = watch_.arm(conn->sock(), now_ns() + settings_.client_limit_ms() * 1'000'000);
-                    it = receivers.erase(it);  // runs UNLISTEN (its errors are only noticed)
-                    if (watch_.disarm(ticket) || !conn->is_open()) throw no_answer("UNLISTEN got no answer");
-                }
-                for (const auto& name : wanted) {
-                    if (receivers.count(name)) continue;
-                    {
+                    if (it == receivers.end()) {
                         libpqxx_call_scope scope;
                         const uint64_t ticket = watch_.arm(conn->sock(), now_ns() + settings_.client_limit_ms() * 1'000'000);
                         try {
-                            receivers[name] = std::make_unique<receiver>(*conn, name, this);  // runs LISTEN
+                            receivers[r.channel] = std::make_unique<receiver>(*conn, r.channel, this);  // runs LISTEN
                         } catch (...) {
                             watch_.disarm(ticket);
                             throw;
@@ -658,29 +583,17 @@ void listener::run() {
                         if (watch_.disarm(ticket)) throw no_answer("LISTEN got no answer");
                     }
                     if (!conn->is_open()) throw pqxx::broken_connection("LISTEN failed");
+                    confirmed(r.channel);
                 }
-                // Every wanted channel now has a confirmed LISTEN — including one unwatched and
-                // watched again before we got here, whose LISTEN never stopped.
-                std::lock_guard<std::mutex> lock(mutex_);
-                for (const auto& name : wanted) {
-                    auto it = channels_.find(name);
-                    if (it != channels_.end() && receivers.count(name)) it->second.listening = true;
-                }
-                if (fresh) {
-                    // Notifications sent while we were not listening are lost: everyone re-checks.
-                    for (auto& [name, state] : channels_) ++state.generation;
-                    fresh = false;
-                }
-                changed_.notify_all();
             } catch (const std::exception&) {
-                drop_connection();
+                drop_connection();  // the next connection LISTENs to every watched channel
                 continue;
             }
         }
-        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->sock() : -1, POLLIN | POLLRDHUP, 0}};
+        pollfd fds[2] = {{wake_fd(), POLLIN, 0}, {conn ? conn->sock() : -1, POLLIN | POLLRDHUP, 0}};
         const int timeout_ms = conn ? -1 : int(std::max<int64_t>((retry_at_ns - now_ns()) / 1'000'000 + 1, 1));
         if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR) break;
-        if (fds[0].revents) drain_fd(wake_fd_);
+        if (fds[0].revents) drain();
         if (conn && fds[1].revents) {
             try {
                 conn->get_notifs();  // calls the receivers

@@ -10,7 +10,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
-#include <dlock/plugin_support.hpp>
+#include <dlock/plugin_kit.hpp>
 
 #include <libpq-fe.h>
 #include <pqxx/pqxx>
@@ -30,10 +30,10 @@
 
 namespace dlock::sql {
 
-using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
-using plugin_support::fail;
-
-int64_t now_ns();  // CLOCK_MONOTONIC
+using plugin_kit::failure;  // thrown inside the plugin, caught by guarded() at each entry point
+using plugin_kit::fail;
+using plugin_kit::forever_ns;
+using plugin_kit::now_ns;
 
 enum class lock_mode { lease, advisory };
 
@@ -320,49 +320,26 @@ private:
     bool interrupted_ = false;
 };
 
-// The dedicated LISTEN connection of a client (lease mode), shared by all its waiters. A waiter
-// watches its name's channel BEFORE retrying; any notification that arrives after that bumps the
-// channel's generation, so a release between the retry and the wait is never missed. While the
-// connection is down, waiters fall back to their timed retry at the holder's expiry; when it comes
-// back every channel's generation is bumped (notifications may have been missed meanwhile).
+// The dedicated LISTEN connection of a client (lease mode), shared by all its waiters: the transport
+// of a plugin_kit::waker (whose waiters' side it offers: watch, wait_listening, generation,
+// wait_change, interrupt). A channel is LISTENed while it has watchers; its notifications, the
+// completion of its LISTEN and a lost connection wake its waiters as the waker describes. While the
+// connection is down, waiters fall back to their timed retry at the holder's expiry.
 //
 // Its connects and LISTENs are bounded by settings.client_limit_ms() through `watch` (which must
 // outlive the listener), so stopping it never waits on a partitioned server.
-class listener {
+class listener : public plugin_kit::waker {
 public:
     listener(const settings& s, deadline_watch& watch);
     ~listener();
-    listener(const listener&) = delete;
-    listener& operator=(const listener&) = delete;
-
-    void watch(const std::string& channel);    // LISTEN on the first watcher
-    void unwatch(const std::string& channel);  // UNLISTEN after the last
-    // Until the LISTEN is confirmed: true; false at `deadline_ns`, on interrupt, or while down.
-    bool wait_listening(const std::string& channel, int64_t deadline_ns);
-    uint64_t generation(const std::string& channel);
-    // Until the generation differs from `seen`, `until_ns` passes, or interrupt.
-    void wait_change(const std::string& channel, uint64_t seen, int64_t until_ns);
-    void interrupt();
 
 private:
-    struct channel_state {
-        int watchers = 0;
-        bool listening = false;
-        uint64_t generation = 0;
-    };
     class receiver;
     void run();
-    void wake();
-    void notified(const std::string& channel);
 
     settings settings_;
     deadline_watch& watch_;
-    std::mutex mutex_;
-    std::condition_variable changed_;
-    std::map<std::string, channel_state> channels_;
-    bool interrupted_ = false;
     std::atomic<bool> stopping_{false};
-    int wake_fd_ = -1;
     std::thread thread_;
 };
 

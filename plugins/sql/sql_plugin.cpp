@@ -55,11 +55,10 @@ using namespace dlock::sql;
 
 namespace {
 
-using dlock::plugin_support::drift_ns;
-using dlock::plugin_support::find_option;
-using dlock::plugin_support::guarded;
+using dlock::plugin_kit::drift_ns;
+using dlock::plugin_kit::find_option;
+using dlock::plugin_kit::guarded;
 
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int schema_version = 1;
 // Upper bound of the random delay a woken lease-mode waiter takes before retrying when other waiters
 // compete (halved for every round it has lost): about the spread of NOTIFY delivery to 8 clients.
@@ -1028,5 +1027,5 @@ const dlock_plugin sql_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_support::negotiate_v1(host_max_version, &sql_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &sql_plugin, out, out_min_version);
 }

@@ -32,12 +32,6 @@
 
 namespace dlock::zk {
 
-int64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 bool answered_by_server(int rc) {
     return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOAUTH || rc == ZBADVERSION || rc == ZNOTEMPTY ||
            rc == ZNOCHILDRENFOREPHEMERALS || rc == ZINVALIDACL || rc == ZTHROTTLEDOP;
@@ -68,10 +62,6 @@ void forward_library_log(const char* message) {
 void on_watcher(zhandle_t* zh, int type, int state, const char* path, void* context) {
     auto* s = static_cast<session*>(context);
     s->owner().on_event(*s, zh, type, state, path);
-}
-
-std::chrono::steady_clock::time_point to_time_point(int64_t ns) {
-    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
 }
 
 // Completion trampolines: `data` is a heap copy of the call's shared_ptr, owned by the completion.
@@ -528,7 +518,7 @@ bool dlock_backend::wait_until(std::unique_lock<std::mutex>& lock, waiter& w, in
         if (stopping_) return false;
         if (now_ns() >= until_ns) return false;
         if (until_ns == forever_ns) w.cv.wait(lock);
-        else w.cv.wait_until(lock, to_time_point(until_ns));
+        else w.cv.wait_until(lock, steady_time(until_ns));
     }
 }
 

@@ -1,6 +1,7 @@
 // zookeeper_backend.hpp — the inside of the `zookeeper` plugin: settings, the session (one
 // libzookeeper-mt handle), asynchronous requests and the waits on them, the session monitor, and the
-// name mapping. The C entry points and the lock recipe are in zookeeper_plugin.cpp and lock.cpp.
+// name mapping (implemented in backend.cpp, names.cpp and digest.cpp). The C entry points and the
+// lock recipe are in zookeeper_plugin.cpp.
 //
 // Threads and locks:
 //   - libzookeeper-mt runs two threads per handle: I/O, and completions (every completion and
@@ -18,7 +19,7 @@
 #pragma once
 
 #include <dlock/plugin.h>
-#include <dlock/plugin_support.hpp>
+#include <dlock/plugin_kit.hpp>
 
 #ifndef THREADED
 #define THREADED  // libzookeeper_mt: declares the synchronous calls too
@@ -41,13 +42,9 @@
 
 namespace dlock::zk {
 
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
-constexpr int64_t ns_per_ms = 1'000'000;
-
-using plugin_support::failure;  // thrown inside the plugin, caught by guarded() at each entry point
-using plugin_support::fail;
-
-int64_t now_ns();  // CLOCK_MONOTONIC
+// The plugin kit: failure and fail() (thrown inside the plugin, caught by guarded() at each entry
+// point), the clock (now_ns, forever_ns, ns_per_ms, steady_time).
+using namespace plugin_kit;
 
 // ---- names (names.cpp) ------------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ using namespace dlock::zk;
 
 namespace {
 
-using dlock::plugin_support::find_option;
-using dlock::plugin_support::guarded;
+using dlock::plugin_kit::find_option;
+using dlock::plugin_kit::guarded;
 
 const dlock_option_desc zookeeper_options[] = {
     {"connect", DLOCK_OPTION_STRING, 0, DLOCK_DSN_HOSTS, "127.0.0.1:2181",
@@ -627,5 +627,5 @@ const dlock_plugin zookeeper_plugin = {
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_support::negotiate_v1(host_max_version, &zookeeper_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v1(host_max_version, &zookeeper_plugin, out, out_min_version);
 }

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Installs dlock and builds and runs outside consumers against the installed tree: one with
 # find_package(dlock) (C++ and C targets), one with pkg-config; each takes a lock with the built-in
-# `file` backend and, when the lab is given, with the installed `redis` plugin on a real Redis.
+# `file` backend and, when the lab is given, with the installed `redis` plugin on a real Redis; and
+# an out-of-tree backend plugin (tests/consumer/plugin, the example of docs/abi.md) built against
+# the installed plugin kit only, with find_package and with pkg-config, which the installed libdlock
+# loads through `plugin_path` and takes a lock with.
 # Two installed layouts:
 #   1. the build tree under test, installed into a scratch prefix (libdir `lib`);
 #   2. Debian's: a second configure of the same sources with CMAKE_INSTALL_PREFIX=/usr (libdir
@@ -27,6 +30,15 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "consumer_test: FAILED: $*" >&2; exit 1; }
 unset DLOCK_PLUGIN_PATH DLOCK_CONFIG
+plugin_source=$dlock_source/tests/consumer/plugin
+
+# docs/abi.md shows the example plugin: it must be the very source built here.
+awk '/^<!-- tests\/consumer\/plugin\/example_plugin.cpp -->$/ {marked = 1; next}
+     marked && /^```cpp$/ {code = 1; next}
+     code && /^```$/ {exit}
+     code {print}' "$dlock_source/docs/abi.md" >"$scratch/abi_example_plugin.cpp"
+cmp -s "$scratch/abi_example_plugin.cpp" "$plugin_source/example_plugin.cpp" ||
+  fail "the example plugin in docs/abi.md differs from tests/consumer/plugin/example_plugin.cpp"
 
 # A real Redis for the network plugin. A lab that is there but cannot start Redis is a failure.
 redis_config=
@@ -72,6 +84,25 @@ consume() {
   cc -std=c99 "$source/consumer.c" $(pkg-config --cflags --libs dlock) -o "$work/consumer_pc"
   LD_LIBRARY_PATH="$libdir" "$work/consumer_pc" "$work/locks"
 
+  # The example plugin, built against the installed kit only: with find_package (dlock::plugin_kit)
+  # and with pkg-config's cflags. It needs no libdlock; the installed one loads it from plugin_path.
+  cmake -S "$plugin_source" -B "$work/plugin-cmake" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  cmake --build "$work/plugin-cmake" >/dev/null
+  mkdir -p "$work/plugin-pc"
+  c++ -std=c++17 -shared -fPIC -fvisibility=hidden "$plugin_source/example_plugin.cpp" $(pkg-config --cflags dlock) \
+    -o "$work/plugin-pc/libdlock-example.so"
+  for plugin_dir in "$work/plugin-cmake" "$work/plugin-pc"; do
+    plugin=$plugin_dir/libdlock-example.so
+    [ -f "$plugin" ] || fail "$3: $plugin was not built"
+    if readelf -d "$plugin" | grep -q 'NEEDED.*libdlock'; then fail "$3: $plugin links libdlock"; fi
+    printf 'backend: example\nplugin_path: [%s]\noptions: {greeting: hi}\n' "$plugin_dir" >"$work/example.yaml"
+    out=$(LD_LIBRARY_PATH="$libdir" "$work/build/consumer_c" --config "$work/example.yaml") ||
+      fail "$3: no lock from the example plugin in $plugin_dir"
+    echo "$out"
+    echo "$out" | grep -qxF "consumer_c: plugin $plugin" || fail "$3: the plugin loaded was not $plugin"
+    echo "$out" | grep -qx "consumer_c: example fencing token 1" || fail "$3: no lock from the example plugin"
+  done
+
   if [ -n "$redis_config" ]; then
     for consumer in "$work/build/consumer_c" "$work/consumer_pc"; do
       out=$(LD_LIBRARY_PATH="$libdir" "$consumer" --config "$redis_config") || fail "$3: $consumer with redis"
@@ -89,7 +120,7 @@ consume() {
     LD_LIBRARY_PATH="$libdir" "$prefix/bin/dlock" run --config "$redis_config" consumer/cli -- true ||
       fail "$3: the installed dlock command could not run under a redis lock"
   fi
-  echo "consumer_test: $3: find_package and pkg-config consumers built and ran against $prefix (libdir $2)"
+  echo "consumer_test: $3: find_package and pkg-config consumers and plugins built and ran against $prefix (libdir $2)"
 }
 
 # 1. The build tree under test, into a scratch prefix.

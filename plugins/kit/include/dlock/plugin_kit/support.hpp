@@ -1,7 +1,8 @@
-// plugin_support.hpp — what every backend plugin's C entry points share: the failure a plugin
-// throws inside itself, the exception firewall that turns it (or anything else) into a dlock_status
-// and a message at the ABI, option lookup, the clock-drift allowance of DESIGN.md, and version
-// negotiation. Header-only; nothing here crosses the plugin ABI.
+// dlock/plugin_kit/support.hpp — what every backend plugin's C entry points share: the failure a
+// plugin throws inside itself, the exception firewall that turns it (or anything else) into a
+// dlock_status and a message at the ABI, option lookup, and version negotiation.
+// Part of the plugin kit (dlock/plugin_kit.hpp): header-only C++17; nothing here crosses the plugin
+// ABI, and a plugin built with it links nothing of dlock.
 #pragma once
 
 #include <dlock/plugin.h>
@@ -14,7 +15,7 @@
 #include <string>
 #include <utility>
 
-namespace dlock::plugin_support {
+namespace dlock::plugin_kit {
 
 // Thrown inside a plugin; turned into its status and message by guarded().
 struct failure {
@@ -22,9 +23,6 @@ struct failure {
     std::string message;
 };
 [[noreturn]] inline void fail(int status, std::string message) { throw failure{status, std::move(message)}; }
-
-// The clock drift allowed for in valid_until: ttl/100 + 2 ms.
-inline int64_t drift_ns(int64_t ttl_ms) { return ttl_ms * 10'000 + 2'000'000; }
 
 // Writes `message` into the host's error buffer (truncated, NUL-terminated); no-op without one.
 inline void copy_message(dlock_plugin_error* error, const std::string& message) {
@@ -42,11 +40,12 @@ inline const dlock_option_value* find_option(const dlock_option_value* values, s
 }
 
 // The body of a plugin's dlock_plugin_negotiate for a plugin whose table is version 1 (the
-// oldest): any host that knows version 1 gets `table`; an older one is told the minimum.
+// oldest): any host that knows version 1 gets `table`; an older one is told the minimum (when it
+// asked: `out_min_version` may be null).
 inline int negotiate_v1(uint32_t host_max_version, const dlock_plugin* table, const dlock_plugin** out,
                         uint32_t* out_min_version) {
     if (host_max_version < 1) {
-        *out_min_version = 1;
+        if (out_min_version) *out_min_version = 1;
         return DLOCK_NOT_SUPPORTED;
     }
     *out = table;
@@ -74,4 +73,4 @@ int guarded(dlock_plugin_error* error, const char* backend, F&& body) noexcept {
     }
 }
 
-}  // namespace dlock::plugin_support
+}  // namespace dlock::plugin_kit

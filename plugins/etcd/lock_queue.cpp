@@ -1,0 +1,653 @@
+// The etcd backend's queue algorithm (see etcd_backend.hpp): enqueue, wait for the predecessor's
+// deletion, hold, release, renew, inspect, and the session events that end holds and waits.
+#include "etcd_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace {
+
+// `%`, `/` and control bytes become %XX; every other byte stays (UTF-8 stays readable in etcdctl).
+// Injective, and the result holds no `/`.
+std::string escape_name(const char* name) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char* p = reinterpret_cast<const unsigned char*>(name); *p; ++p) {
+        if (*p == '%' || *p == '/' || *p < 0x20 || *p == 0x7f) {
+            out += '%';
+            out += hex[*p >> 4];
+            out += hex[*p & 15];
+        } else {
+            out += char(*p);
+        }
+    }
+    return out;
+}
+
+// The directory's keys created before `revision` (all of them with 0), newest first, keys only.
+void fill_queue_range(pb::RangeRequest& range, const std::string& dir, int64_t before_revision, int64_t limit) {
+    range.set_key(dir);
+    range.set_range_end(prefix_end(dir));
+    range.set_sort_target(pb::RangeRequest::CREATE);
+    range.set_sort_order(pb::RangeRequest::DESCEND);
+    range.set_limit(limit);
+    range.set_keys_only(true);
+    if (before_revision > 0) range.set_max_create_revision(before_revision - 1);
+}
+
+void compare_create_revision(pb::TxnRequest& txn, const std::string& key, int64_t revision) {
+    pb::Compare* c = txn.add_compare();
+    c->set_result(pb::Compare::EQUAL);
+    c->set_target(pb::Compare::CREATE);
+    c->set_key(key);
+    c->set_create_revision(revision);
+}
+
+}  // namespace
+
+std::string dlock_backend::dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
+
+void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
+    std::lock_guard<std::mutex> notifying(notify_mutex);
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        if (!a->registered) return;
+        if (state != DLOCK_LEASE_LOST && a->gone) return;
+    }
+    if (host.hold_state_changed) host.hold_state_changed(host.context, a->host_lease, state, valid_until_ns);
+}
+
+bool dlock_backend::retire_key(const std::string& key, int64_t revision, const std::string& tombstone, int64_t lease, const char* what,
+                call_options options) {
+    pb::TxnRequest txn;
+    if (revision > 0) compare_create_revision(txn, key, revision);
+    txn.add_success()->mutable_request_delete_range()->set_key(key);
+    if (!tombstone.empty()) {
+        for (pb::RequestOp* op : {txn.add_success(), txn.add_failure()}) {
+            pb::PutRequest* put = op->mutable_request_put();
+            put->set_key(tombstone);
+            put->set_value(key);
+            put->set_lease(lease);
+        }
+    }
+    pb::TxnResponse response;
+    try {
+        conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); }, options);
+    } catch (const failure& f) {
+        if (!tombstone.empty() && f.message.find("requested lease not found") != std::string::npos) return false;
+        throw;
+    }
+    return response.succeeded() && response.responses_size() >= 1 &&
+           response.responses(0).response_delete_range().deleted() == 1;
+}
+
+void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch, bool in_background) {
+    int64_t own = 0;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        queued.erase(a);
+        own = a->own_watch;
+        a->own_watch = 0;
+        a->gone = true;
+    }
+    if (own) watches->cancel(own);
+    if (predecessor_watch) watches->cancel(predecessor_watch);
+    orphan o = orphan_of(*a, 0);
+    if (!in_background) {
+        try {
+            retire_key(o.key, 0, o.tombstone, o.lease, "delete an abandoned queue key",
+                       call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
+            return;
+        } catch (const failure& f) {
+            log(2, fmt::format("etcd: could not delete queue key `{}` ({}); retrying in the background", a->key, f.message));
+        }
+    }
+    add_orphan(std::move(o));
+}
+
+void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_event event) {
+    const std::shared_ptr<acquisition> a = weak.lock();
+    if (!a) return;
+    bool lost = false;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        a->own_watch = 0;  // fired: nothing to cancel
+        if (a->held) {
+            if (a->releasing || a->gone) return;
+            if (event == watch_event::deleted) {
+                a->gone = true;
+                // A release attempt that got no answer, sent while the lock was ours, deleted it.
+                a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
+                lost = !a->released_unanswered;
+            } else {
+                rechecks.push_back(a);
+                janitor_wake.notify_all();
+            }
+        } else {
+            std::lock_guard<std::mutex> signal(a->m);
+            (event == watch_event::deleted ? a->own_gone : a->own_reset) = true;
+            a->cv.notify_all();
+        }
+    }
+    if (lost) {
+        log(2, fmt::format("etcd: lock `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
+                           "the server, or deleted by someone else)", a->name, a->key));
+        push(a, DLOCK_LEASE_LOST, 0);
+    }
+}
+
+int64_t dlock_backend::watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision) {
+    std::weak_ptr<acquisition> weak = a;
+    const int64_t id = watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); });
+    std::lock_guard<std::mutex> lock(state_mutex);
+    a->own_watch = id;
+    return id;
+}
+
+std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> dlock_backend::holds_of(const std::shared_ptr<session>& s) {
+    std::lock_guard<std::mutex> lock(state_mutex);
+    std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> out;
+    for (const auto& a : holds)
+        if (a->s == s && !a->gone) out.emplace_back(a, a->valid_until_ns);
+    return out;
+}
+
+void dlock_backend::session_suspect(const std::shared_ptr<session>& s, const std::string& why) {
+    log(2, fmt::format("etcd: session lease {} unconfirmed: {}", lease_hex(s->id), why));
+    for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_SUSPECT, valid_until);
+}
+
+void dlock_backend::session_healthy(const std::shared_ptr<session>& s) {
+    log(1, fmt::format("etcd: session lease {} confirmed again", lease_hex(s->id)));
+    for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_HELD, valid_until);
+}
+
+void dlock_backend::session_dead(const std::shared_ptr<session>& s, int status, const std::string& why) {
+    std::vector<std::shared_ptr<acquisition>> lost;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (const auto& a : holds)
+            if (a->s == s && !a->gone) {
+                a->gone = true;
+                lost.push_back(a);
+            }
+        for (const auto& a : queued)
+            if (a->s == s) {
+                std::lock_guard<std::mutex> signal(a->m);
+                a->session_ended = true;
+                a->session_status = status;
+                a->session_reason = why;
+                a->cv.notify_all();
+            }
+    }
+    log(lost.empty() ? 1 : 2, fmt::format("etcd: session lease {} ended: {}; {} held lock(s) lost", lease_hex(s->id),
+                                          why, lost.size()));
+    for (const auto& a : lost) push(a, DLOCK_LEASE_LOST, 0);
+}
+
+int dlock_backend::acquire(const dlock_acquire_request& request, dlock_hold** out_hold, dlock_grant* grant) {
+    if (interrupted) fail(DLOCK_CANCELLED, "etcd: the client is closing");
+    start_janitor();
+    // Every call of the acquire ends by its deadline (then TIMEOUT: not acquired in time); a
+    // try-once gets one request_timeout in all, however many members it tries (then
+    // UNAVAILABLE: no answer, so nothing is known about the lock).
+    const bool try_once = request.deadline_ns == 0;
+    const int64_t calls_end = try_once ? now_ns() + config.request_timeout_ms * ns_per_ms : request.deadline_ns;
+    const int out_of_time_status = try_once ? DLOCK_UNAVAILABLE : DLOCK_TIMEOUT;
+    bool warned_unavailable = false;
+    for (int attempt = 0;; ++attempt) {
+        auto a = std::make_shared<acquisition>();
+        a->calls_end_ns = calls_end;
+        a->out_of_time_status = out_of_time_status;
+        a->s = sessions->obtain(request.ttl_ms, acquire_call(*a));
+        a->name = request.name;
+        a->dir = dir_of(request.name);
+        a->key = fmt::format("{}{}-{:x}", a->dir, lease_hex(a->s->id), ++attempts);
+        a->tombstone = tombstone_of(a->key);
+        a->owner = request.owner;
+        a->host_lease = request.host_lease;
+        try {
+            return acquire_with(a, request, out_hold, grant);
+        } catch (const failure& f) {
+            // The session's lease vanished on the server before the keepalive told us: once more
+            // with a new session.
+            if (attempt == 0 && f.message.find("requested lease not found") != std::string::npos) {
+                sessions->forget(a->s, DLOCK_BACKEND, "the server no longer has it (expired or revoked)");
+                continue;
+            }
+            // Every member refused the enqueue as unavailable: a stall or an election, not an
+            // answer about the lock. An acquire that may still wait tries again (a new key; the
+            // old one, if its put is in doubt, is being cleaned up) until its deadline, and
+            // then says TIMEOUT with the last reason. A try-once answers what it got.
+            if (a->enqueue_unavailable && !try_once && !interrupted) {
+                constexpr int64_t pause_ns = 50 * ns_per_ms;
+                if (request.deadline_ns != forever_ns && now_ns() + pause_ns >= request.deadline_ns)
+                    fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline; the last "
+                                                    "attempt: {}", request.name, f.message));
+                if (!warned_unavailable) log(2, f.message + "; retrying until the acquire's deadline");
+                warned_unavailable = true;
+                std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
+                if (interrupted) fail(DLOCK_CANCELLED, "etcd: the client is closing");
+                continue;
+            }
+            throw;
+        }
+    }
+}
+
+int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, dlock_hold** out_hold,
+                 dlock_grant* grant) {
+    pb::TxnRequest enqueue;
+    compare_create_revision(enqueue, a->key, 0);
+    compare_create_revision(enqueue, a->tombstone, 0);  // never after a clean-up (see retire_key)
+    pb::PutRequest* put = enqueue.add_success()->mutable_request_put();
+    put->set_key(a->key);
+    put->set_value(a->owner);
+    put->set_lease(a->s->id);
+    fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, 0, 2);
+    enqueue.add_failure()->mutable_request_range()->set_key(a->key);
+    pb::TxnResponse response;
+    int64_t unanswered = 0;
+    try {
+        conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
+                   acquire_call(*a, &unanswered));
+    } catch (...) {
+        try {
+            throw;
+        } catch (const failure& f) {
+            a->enqueue_unavailable = f.status == DLOCK_UNAVAILABLE;
+        } catch (...) {
+        }
+        // An attempt without an answer may have put the key, or may still put it: clean up,
+        // in the background (the members are not answering). Refused outright: nothing was put.
+        if (unanswered != 0) {
+            a->put_in_doubt = true;
+            abandon(a, 0, true);
+        }
+        throw;
+    }
+    a->put_in_doubt = unanswered != 0;
+    try {
+        return queue_and_wait(a, request, response, out_hold, grant);
+    } catch (...) {
+        // Whatever failed after the put, our key must go: left on the live session lease it
+        // would hold or block the lock until the client closes. The failures that end the
+        // acquire by design have deleted it already; the rest are failed calls.
+        bool abandoned;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            abandoned = a->gone;
+        }
+        if (!abandoned) abandon(a, 0, true);
+        throw;
+    }
+}
+
+int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request,
+                   const pb::TxnResponse& response, dlock_hold** out_hold, dlock_grant* grant) {
+    std::string predecessor;
+    int64_t seen_at = response.header().revision();
+    if (response.succeeded()) {
+        a->revision = response.header().revision();
+        const auto& queue = response.responses(1).response_range().kvs();
+        if (queue.size() >= 2 && queue[0].create_revision() == a->revision) predecessor = queue[1].key();
+    } else {
+        // A repeated request: the key exists; learn its revision, then what is before it.
+        const auto& mine = response.responses(0).response_range().kvs();
+        if (mine.empty()) fail(DLOCK_BACKEND, fmt::format("etcd: key `{}` neither created nor found", a->key));
+        a->revision = mine[0].create_revision();
+        if (!next_in_queue(a, predecessor, seen_at)) {
+            abandon(a, 0);
+            fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while acquiring", a->key, a->name));
+        }
+    }
+    if (predecessor.empty()) return become_holder(a, out_hold, grant);
+    if (request.deadline_ns == 0) {
+        abandon(a, 0);
+        fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` is taken (queue `{}`)", a->name, a->dir));
+    }
+    watch_own_key(a, a->revision + 1);
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        queued.insert(a);
+    }
+    if (!sessions->alive(*a->s)) {
+        std::lock_guard<std::mutex> signal(a->m);
+        a->session_ended = true;
+        a->session_status = DLOCK_UNAVAILABLE;
+        a->session_reason = "it ended before the wait began";
+    }
+    return wait_in_queue(a, request, predecessor, seen_at, out_hold, grant);
+}
+
+bool dlock_backend::next_in_queue(const std::shared_ptr<acquisition>& a, std::string& predecessor, int64_t& seen_at) {
+    pb::TxnRequest check;
+    compare_create_revision(check, a->key, a->revision);
+    fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->revision, 1);
+    pb::TxnResponse response;
+    conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
+               acquire_call(*a));
+    if (!response.succeeded()) return false;
+    const auto& before = response.responses(0).response_range().kvs();
+    predecessor = before.empty() ? std::string() : before[0].key();
+    seen_at = response.header().revision();
+    return true;
+}
+
+int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another) {
+    uint64_t on, number;
+    {
+        std::lock_guard<std::mutex> signal(a->m);
+        if (!another) {
+            ++a->predecessor_number;
+            a->predecessor_gone = a->predecessor_reset = false;
+        }
+        on = a->predecessor_number;
+        number = ++a->newest_watch;
+        a->watch_created = a->watch_progress = false;
+    }
+    // A watch cancelled while its callback runs may still signal: the numbers tell it apart.
+    std::weak_ptr<acquisition> weak = a;
+    auto tell_waiter = [weak, on, number](bool newest_only, auto set) {
+        if (auto locked = weak.lock()) {
+            std::lock_guard<std::mutex> guard(locked->m);
+            if (locked->predecessor_number != on || (newest_only && locked->newest_watch != number)) return;
+            set(*locked);
+            locked->cv.notify_all();
+        }
+    };
+    return watches->watch_deletion(
+        predecessor, 0,
+        [tell_waiter](watch_event e) {
+            tell_waiter(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+        },
+        [tell_waiter](int64_t revision) {
+            tell_waiter(true, [revision](acquisition& w) {
+                w.watch_created = true;
+                w.watch_created_at = revision;
+            });
+        },
+        [tell_waiter](int64_t revision) {
+            tell_waiter(true, [revision](acquisition& w) {
+                w.watch_progress = true;
+                w.watch_progress_at = revision;
+            });
+        });
+}
+
+int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
+                  int64_t seen_at, dlock_hold** out_hold, dlock_grant* grant) {
+    std::vector<int64_t> predecessor_watches;  // on `predecessor`, the newest last
+    bool watch_covers = false;   // the newest watch delivers every deletion after seen_at
+    bool watch_settled = false;  // the newest watch is synced, or no other will be made
+    auto cancel_watches = [&] {
+        for (const int64_t id : predecessor_watches) watches->cancel(id);
+        predecessor_watches.clear();
+    };
+    try {
+        for (;;) {
+            if (predecessor_watches.empty()) {
+                predecessor_watches.push_back(watch_predecessor(a, predecessor, false));
+                watch_covers = watch_settled = false;
+            }
+            bool rewatch_own = false, watch_fired = false;
+            {
+                std::unique_lock<std::mutex> lock(a->m);
+                auto woken = [&] {
+                    return a->signalled() || (!watch_covers && a->watch_created) ||
+                           (watch_covers && !watch_settled && a->watch_progress);
+                };
+                if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
+                else a->cv.wait_until(lock, steady_time(request.deadline_ns), woken);
+                if (a->cancelled) {
+                    lock.unlock();
+                    abandon(a, 0);
+                    fail(DLOCK_CANCELLED, "etcd: the client is closing");
+                }
+                if (a->session_ended) {
+                    const int status = a->session_status == DLOCK_BACKEND ? DLOCK_BACKEND : DLOCK_UNAVAILABLE;
+                    const std::string why = a->session_reason;
+                    lock.unlock();
+                    abandon(a, 0);
+                    fail(status, fmt::format("etcd: session lease {} ended while waiting for lock `{}` ({}); not acquired",
+                                             lease_hex(a->s->id), a->name, why));
+                }
+                if (a->own_gone) {
+                    lock.unlock();
+                    abandon(a, 0);
+                    fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` was deleted while waiting (its "
+                                                    "session lease was revoked, or someone deleted it); not acquired",
+                                                    a->key, a->name));
+                }
+                if (!woken()) {  // the deadline passed
+                    lock.unlock();
+                    abandon(a, 0);
+                    fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` not acquired before the deadline", a->name));
+                }
+                if (!a->signalled()) {
+                    if (!watch_covers) {
+                        // The newest watch is created.
+                        watch_covers = true;
+                        if (a->watch_created_at <= seen_at) continue;  // no revision between the read and the watch
+                        // Otherwise read the queue again, below.
+                    } else {
+                        // The progress answer: a revision after the watch's creation means a write
+                        // may have slipped in before its registration.
+                        watch_settled = true;
+                        if (a->watch_progress_at != a->watch_created_at && predecessor_watches.size() < max_predecessor_watches) {
+                            lock.unlock();
+                            predecessor_watches.push_back(watch_predecessor(a, predecessor, true));
+                            watch_covers = watch_settled = false;
+                        }
+                        continue;
+                    }
+                }
+                rewatch_own = a->own_reset;
+                watch_fired = a->predecessor_gone || a->predecessor_reset;
+                a->predecessor_gone = a->predecessor_reset = a->own_reset = false;
+            }
+            if (watch_fired) cancel_watches();
+            // The predecessor went, or a watch ended, or our own key's watch did, or the newest
+            // watch started after revisions the last read did not see: read the queue again.
+            const std::string watched = predecessor;
+            if (!next_in_queue(a, predecessor, seen_at)) {
+                abandon(a, 0);
+                fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while waiting (its session "
+                                                "lease expired or was revoked, or someone deleted it); not acquired",
+                                                a->key, a->name));
+            }
+            if (rewatch_own) watch_own_key(a, seen_at + 1);
+            if (predecessor != watched) cancel_watches();
+            if (predecessor.empty()) return become_holder(a, out_hold, grant);
+        }
+    } catch (...) {
+        // A call failed (or was cancelled) mid-wait: acquire_with deletes our key.
+        cancel_watches();
+        throw;
+    }
+}
+
+int dlock_backend::become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant) {
+    const int64_t valid_until = sessions->deadline(*a->s);
+    const bool alive = sessions->alive(*a->s) && valid_until > now_ns();
+    bool key_gone = false;
+    if (alive) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        {
+            std::lock_guard<std::mutex> signal(a->m);
+            key_gone = a->own_gone;
+        }
+        if (!key_gone) {
+            queued.erase(a);
+            a->held = true;
+            a->registered = true;
+            a->valid_until_ns = valid_until;
+            ++holds_made;
+            int64_t due = valid_until;
+            if (a->own_watch == 0) {
+                // A holder that never waited gets its own-key watch from the janitor a little
+                // later: a short critical section then costs no watch at all, and the watch,
+                // starting at our key's creation, still reports a deletion made in between.
+                const int64_t delay = std::clamp<int64_t>(a->s->ttl_s * 1'000'000'000 / 10, 10 * ns_per_ms, max_own_watch_delay_ns);
+                a->own_watch_due_ns = now_ns() + delay;
+                due = std::min(due, a->own_watch_due_ns + delay);
+            }
+            holds.insert(a);
+            if (due < janitor_wakes_at) janitor_wake.notify_all();
+        }
+    }
+    if (!alive || key_gone) {
+        abandon(a, 0);
+        fail(alive ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
+             fmt::format("etcd: lock `{}` reached the head of its queue, but {}; not acquired", a->name,
+                         alive ? "its key was deleted meanwhile" : "its session lease ended meanwhile"));
+    }
+    grant->fencing_token = uint64_t(a->revision);
+    grant->valid_until_ns = valid_until;
+    grant->ttl_ms = a->s->ttl_s * 1000;
+    *out_hold = new dlock_hold{a};
+    return DLOCK_OK;
+}
+
+int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
+    const std::shared_ptr<acquisition>& a = h->a;
+    int64_t valid_until = 0, unanswered_before = 0;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        if (a->gone && a->released_unanswered) return DLOCK_OK;
+        if (a->gone) {
+            copy_message(error, fmt::format("etcd: lock `{}` had been lost (its key `{}` expired or was deleted)", a->name, a->key));
+            return DLOCK_LOST;
+        }
+        a->releasing = true;
+        valid_until = a->valid_until_ns;
+        unanswered_before = a->release_unanswered_ns;
+    }
+    bool deleted = false;
+    int64_t unanswered = 0;
+    try {
+        const orphan o = orphan_of(*a, a->revision);
+        deleted = retire_key(o.key, o.revision, o.tombstone, o.lease, "release",
+                             call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered});
+    } catch (const failure& f) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        if (a->release_unanswered_ns == 0) a->release_unanswered_ns = unanswered;  // for the host's retry
+        a->releasing = false;
+        copy_message(error, fmt::format("{}; the outcome is unknown: the release is safe to retry", f.message));
+        return DLOCK_UNKNOWN;
+    }
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        a->gone = true;
+        // No cancel request: the deletion's event reaches the own-key watch, if there is one, and
+        // the watcher ends it on the server then (one message either way, off the release path).
+        a->own_watch = 0;
+    }
+    if (deleted) return DLOCK_OK;
+    const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;
+    if (first_unanswered != 0 && first_unanswered < valid_until) {
+        // An attempt that got no answer (in this call, or in an earlier one that returned
+        // UNKNOWN) was sent while the lock was ours: that attempt deleted the key, and a later
+        // one found it gone.
+        log(1, fmt::format("etcd: lock `{}` released by an attempt that got no answer; the retry found its key gone", a->name));
+        return DLOCK_OK;
+    }
+    copy_message(error, fmt::format("etcd: lock `{}` had been lost: key `{}` with create_revision {} no longer exists",
+                                    a->name, a->key, a->revision));
+    return DLOCK_LOST;
+}
+
+void dlock_backend::hold_destroy(dlock_hold* h) {
+    const std::shared_ptr<acquisition> a = std::move(h->a);
+    delete h;
+    int64_t own = 0;
+    {
+        std::lock_guard<std::mutex> notifying(notify_mutex);
+        std::lock_guard<std::mutex> lock(state_mutex);
+        a->registered = false;
+        holds.erase(a);
+        own = a->own_watch;
+        a->own_watch = 0;
+        if (!a->gone) {
+            // The host gave up on a release it could not confirm: the key would otherwise live as
+            // long as the session lease. Deleted in the background, only if still ours.
+            a->gone = true;
+            orphans.push_back(orphan_of(*a, a->revision));
+            janitor_wake.notify_all();
+        }
+    }
+    if (own) watches->cancel(own);
+}
+
+int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
+    struct confirmed {
+        std::shared_ptr<session> s;
+        int status;
+        int64_t deadline;
+    };
+    std::vector<confirmed> done;  // one confirmation per session in the batch
+    for (size_t i = 0; i < count; ++i) {
+        const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
+        {
+            std::lock_guard<std::mutex> lock(state_mutex);
+            if (a->gone) {
+                renewals[i].status = DLOCK_LOST;
+                continue;
+            }
+        }
+        auto it = std::find_if(done.begin(), done.end(), [&](const confirmed& c) { return c.s == a->s; });
+        if (it == done.end()) {
+            int64_t deadline = 0;
+            std::string why;
+            const int status = sessions->confirm(a->s, deadline, why);
+            if (status != DLOCK_OK) log(2, why);
+            done.push_back({a->s, status, deadline});
+            it = done.end() - 1;
+        }
+        if (it->status != DLOCK_OK) {
+            renewals[i].status = it->status;
+            continue;
+        }
+        std::lock_guard<std::mutex> lock(state_mutex);
+        if (a->gone) {
+            renewals[i].status = DLOCK_LOST;
+            continue;
+        }
+        a->valid_until_ns = std::max(a->valid_until_ns, it->deadline);
+        renewals[i].status = DLOCK_OK;
+        renewals[i].valid_until_ns = a->valid_until_ns;
+    }
+    return DLOCK_OK;
+}
+
+int dlock_backend::inspect(const char* name, dlock_lock_info* info) {
+    const std::string dir = dir_of(name);
+    pb::RangeRequest range;
+    range.set_key(dir);
+    range.set_range_end(prefix_end(dir));
+    range.set_sort_target(pb::RangeRequest::CREATE);
+    range.set_sort_order(pb::RangeRequest::ASCEND);
+    range.set_limit(1);
+    pb::RangeResponse response;
+    conn->call("inspect", [&](member& m, grpc::ClientContext& context) { return m.kv->Range(&context, range, &response); });
+    info->held = response.kvs_size() > 0 ? 1 : 0;
+    if (!info->held) return DLOCK_OK;
+    const mvccpb::KeyValue& holder = response.kvs(0);
+    const size_t n = std::min(holder.value().size(), sizeof info->holder - 1);
+    std::memcpy(info->holder, holder.value().data(), n);
+    info->holder[n] = '\0';
+    info->fencing_token = uint64_t(holder.create_revision());
+    info->ttl_left_ms = -1;
+    if (holder.lease() != 0) {
+        pb::LeaseTimeToLiveRequest ttl;
+        ttl.set_id(holder.lease());
+        pb::LeaseTimeToLiveResponse left;
+        conn->call("inspect the holder's lease",
+                   [&](member& m, grpc::ClientContext& context) { return m.lease->LeaseTimeToLive(&context, ttl, &left); });
+        if (left.ttl() >= 0) info->ttl_left_ms = left.ttl() * 1000;  // etcd answers in whole seconds
+    }
+    return DLOCK_OK;
+}
