@@ -53,7 +53,7 @@ int open_with(dlock::config::client_config config, dlock_client** out_client) {
 
 extern "C" {
 
-const char* dlock_version(void) { return "0.1.0"; }
+const char* dlock_version(void) { return DLOCK_VERSION_STRING; }
 
 const char* dlock_status_name(int status) {
     switch (status) {

@@ -40,11 +40,12 @@ extern "C" {
 
 /* ---- versions ------------------------------------------------------------------------------- */
 
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
+/* DLOCK_VERSION_MAJOR, _MINOR, _PATCH and DLOCK_VERSION_STRING of these headers, generated from
+   the build's project version. */
+#include <dlock/version.h>
 
-/* The library's version as "MAJOR.MINOR.PATCH" (static storage). */
+/* The library's version as "MAJOR.MINOR.PATCH" (static storage): DLOCK_VERSION_STRING of the
+   headers libdlock was built with, which may be newer than the caller's. */
 DLOCK_API const char *dlock_version(void);
 
 /* ---- status codes --------------------------------------------------------------------------- */
