@@ -510,8 +510,11 @@ void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_n
 
 void client_core::inspect(const char* name, dlock_lock_info* info) {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
-    if (!info || info->struct_size < sizeof(dlock_lock_info))
-        throw error(DLOCK_INVALID_ARGUMENT, "inspect: info struct_size too small; initialise with DLOCK_LOCK_INFO_INIT");
+    if (!info) throw error(DLOCK_INVALID_ARGUMENT, "dlock_inspect: out_info is NULL");
+    if (info->struct_size < DLOCK_LOCK_INFO_V1_SIZE)
+        throw error(DLOCK_INVALID_ARGUMENT, fmt::format("dlock_inspect: out_info->struct_size is {}, smaller than the oldest "
+                                                        "dlock_lock_info ({} bytes); initialise it with DLOCK_LOCK_INFO_INIT",
+                                                        info->struct_size, DLOCK_LOCK_INFO_V1_SIZE));
     detail::validate_name(name);
     if (!plugin_->inspect) throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot inspect locks", plugin_->name));
     {
@@ -523,7 +526,9 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
     const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
     if (status != DLOCK_OK) fail_plugin_call(status, err, "inspect");
     out.holder[sizeof out.holder - 1] = '\0';
-    *info = out;
+    // A caller built against an older header has a shorter struct: write only what it covers.
+    out.struct_size = info->struct_size;
+    std::memcpy(info, &out, std::min<size_t>(info->struct_size, sizeof out));
 }
 
 void client_core::keeper_loop() {

@@ -15,7 +15,11 @@
  *   - Out-parameters are written only on DLOCK_OK.
  *   - Strings are UTF-8 and NUL-terminated. Strings passed in are borrowed for the call; strings
  *     returned are owned by the object they came from and live as long as it does.
- *   - Option structs start with struct_size and have an _INIT macro; fields are only ever appended.
+ *   - Structs crossing the ABI start with struct_size and have an _INIT macro; fields are only ever
+ *     appended. Each released version has a size constant (DLOCK_<STRUCT>_V1_SIZE, ...); the
+ *     library accepts any struct_size from the oldest version's on, reads only the input fields a
+ *     caller's struct_size covers (the rest take their defaults), and writes only the output bytes
+ *     it covers. The layout of every released version is pinned by the static asserts at the end.
  *   - *_destroy / *_close accept NULL. No function lets a C++ exception escape.
  *   - Clients are thread-safe. A lease may be used from any thread, but not from two at once.
  *
@@ -159,6 +163,10 @@ typedef struct dlock_acquire_options {
     { sizeof(dlock_acquire_options), DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT,   \
       DLOCK_DEFAULT, NULL, NULL }
 
+/* The size of dlock_acquire_options in version 1 (up to on_lost_user_data). A struct_size below it
+   is accepted: fields it does not cover take their defaults. */
+#define DLOCK_ACQUIRE_OPTIONS_V1_SIZE (offsetof(dlock_acquire_options, on_lost_user_data) + sizeof(void *))
+
 /* Acquires the lock `name` (1..1024 bytes of valid UTF-8, no NUL; every other byte sequence is a
  * distinct name, `/` and `..` included). `options` may be NULL (all defaults).
  * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes (DLOCK_CANCELLED).
@@ -233,12 +241,47 @@ typedef struct dlock_lock_info {
 
 #define DLOCK_LOCK_INFO_INIT { sizeof(dlock_lock_info), 0, { 0 }, 0, -1 }
 
-/* Reads who holds `name` now without taking it. Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT,
+/* The size of dlock_lock_info in version 1 (up to ttl_left_ms): the smallest struct_size
+   dlock_inspect accepts. */
+#define DLOCK_LOCK_INFO_V1_SIZE (offsetof(dlock_lock_info, ttl_left_ms) + sizeof(int64_t))
+
+/* Reads who holds `name` now without taking it. Writes only the first out_info->struct_size bytes
+   of *out_info (struct_size itself is left as it is): a caller built against an older, shorter
+   dlock_lock_info gets the fields it knows and nothing beyond. Returns DLOCK_OK,
+   DLOCK_INVALID_ARGUMENT (also when out_info->struct_size < DLOCK_LOCK_INFO_V1_SIZE),
    DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE or DLOCK_BACKEND. */
 DLOCK_API int dlock_inspect(dlock_client *client, const char *name, dlock_lock_info *out_info);
 
 #ifdef __cplusplus
 } /* extern "C" */
+#endif
+
+/* Released layouts (LP64), one line per field of every released version, in the manner of ONNX
+   Runtime's versioned C API. A change that fails one of these breaks every program built against
+   an older header: append a field instead, and pin it here under its version. */
+#if defined(__cplusplus)
+#define DLOCK_STATIC_ASSERT static_assert
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define DLOCK_STATIC_ASSERT _Static_assert
+#endif
+#if defined(__LP64__) && defined(DLOCK_STATIC_ASSERT)
+/* dlock_acquire_options, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, struct_size) == 0, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, wait_ms) == 8, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, ttl_ms) == 16, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, renew) == 24, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, fair) == 28, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, reentrant) == 32, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost) == 40, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost_user_data) == 48, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V1_SIZE == 56, "acquire options v1 layout changed");
+/* dlock_lock_info, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, struct_size) == 0, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, held) == 4, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, holder) == 8, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, fencing_token) == 72, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, ttl_left_ms) == 80, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_LOCK_INFO_V1_SIZE == 88, "lock info v1 layout changed");
 #endif
 
 #endif /* DLOCK_DLOCK_H */
