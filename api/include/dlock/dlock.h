@@ -147,6 +147,27 @@ typedef struct dlock_lease dlock_lease;
    lease or close the client; may call any other dlock function. */
 typedef void (*dlock_lost_callback)(dlock_lease *lease, void *user_data);
 
+/* ---- cancellation --------------------------------------------------------------------------- */
+
+/* A cancel handle for waits, given to acquire in dlock_acquire_options.cancel (version 2 of that
+ * struct). Cancelling it makes every acquire waiting with it return DLOCK_CANCELLED, and every
+ * later acquire given it return DLOCK_CANCELLED at once; other waits, on the same client or not,
+ * go on. A token stays cancelled.
+ * Thread-safe: cancel from any thread, a watchdog or a lost callback included. */
+typedef struct dlock_cancel_token dlock_cancel_token;
+
+/* Creates a token, not cancelled. Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT or DLOCK_INTERNAL. */
+DLOCK_API int dlock_cancel_token_create(dlock_cancel_token **out_token);
+
+/* Cancels the token (idempotent). Accepts NULL. */
+DLOCK_API void dlock_cancel_token_cancel(dlock_cancel_token *token);
+
+/* 1 once the token is cancelled, else 0 (also for NULL). */
+DLOCK_API int dlock_cancel_token_is_cancelled(const dlock_cancel_token *token);
+
+/* Frees the token. No acquire may be using it any more. Accepts NULL. */
+DLOCK_API void dlock_cancel_token_destroy(dlock_cancel_token *token);
+
 typedef struct dlock_acquire_options {
     uint32_t struct_size;  /* sizeof(dlock_acquire_options) of the caller's header */
     int64_t wait_ms;       /* 0 = try once; N = give up after N ms; DLOCK_WAIT_FOREVER; DLOCK_DEFAULT */
@@ -157,19 +178,29 @@ typedef struct dlock_acquire_options {
                               count); 0 = a second acquire contends like any other; DLOCK_DEFAULT */
     dlock_lost_callback on_lost; /* may be NULL */
     void *on_lost_user_data;
+    /* -- version 2 -- */
+    dlock_cancel_token *cancel;  /* NULL, or a token whose cancel ends this wait with DLOCK_CANCELLED */
 } dlock_acquire_options;
 
 #define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
     { sizeof(dlock_acquire_options), DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT,   \
-      DLOCK_DEFAULT, NULL, NULL }
+      DLOCK_DEFAULT, NULL, NULL, NULL }
 
-/* The size of dlock_acquire_options in version 1 (up to on_lost_user_data). A struct_size below it
-   is accepted: fields it does not cover take their defaults. */
+/* The size of dlock_acquire_options in each version: version 1 up to on_lost_user_data. Any
+   struct_size is accepted: fields it does not cover take their defaults (cancel: NULL). */
 #define DLOCK_ACQUIRE_OPTIONS_V1_SIZE (offsetof(dlock_acquire_options, on_lost_user_data) + sizeof(void *))
+/* Version 2 (up to cancel). */
+#define DLOCK_ACQUIRE_OPTIONS_V2_SIZE (offsetof(dlock_acquire_options, cancel) + sizeof(void *))
 
 /* Acquires the lock `name` (1..1024 bytes of valid UTF-8, no NUL; every other byte sequence is a
  * distinct name, `/` and `..` included). `options` may be NULL (all defaults).
- * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes (DLOCK_CANCELLED).
+ * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes or options->cancel
+ * is cancelled (DLOCK_CANCELLED).
+ * A wait with a cancel token is run as a series of waits of at most 250 ms each, the token checked
+ * between them, so it ends within 250 ms of the cancel plus one attempt. The price, on that wait
+ * only: one acquire attempt per 250 ms while it waits, and on a FAIR backend its place in the queue
+ * is taken anew at each slice (a cancellable waiter is served in order only within a slice). A
+ * grant that arrives after the cancel is given back, and DLOCK_CANCELLED returned.
  * Returns DLOCK_OK with a new lease in *out_lease (destroy it with dlock_lease_destroy), or
  * DLOCK_TIMEOUT, DLOCK_INVALID_ARGUMENT, DLOCK_UNAVAILABLE, DLOCK_BACKEND, DLOCK_UNKNOWN,
  * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind.
@@ -275,6 +306,9 @@ DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, reentrant) == 32, "acquire o
 DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost) == 40, "acquire options v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost_user_data) == 48, "acquire options v1 layout changed");
 DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V1_SIZE == 56, "acquire options v1 layout changed");
+/* dlock_acquire_options, version 2 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, cancel) == 56, "acquire options v2 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V2_SIZE == 64, "acquire options v2 layout changed");
 /* dlock_lock_info, version 1 */
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, struct_size) == 0, "lock info v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, held) == 4, "lock info v1 layout changed");
