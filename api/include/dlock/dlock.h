@@ -76,7 +76,7 @@ typedef enum dlock_status {
     /* The lease was lost (expired, or taken by another holder). For release: ALREADY_LOST —
        nothing belonging to another holder was touched. */
     DLOCK_LOST = 9,
-    /* The client was closed while the call waited. */
+    /* The client was closed while the call waited, or the acquire's cancel token was cancelled. */
     DLOCK_CANCELLED = 10,
     /* Out of memory, or another failure inside dlock itself. */
     DLOCK_INTERNAL = 11
