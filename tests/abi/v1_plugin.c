@@ -32,6 +32,7 @@ static pthread_mutex_t table_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed; /* on CLOCK_MONOTONIC; a lock was released or a backend interrupted */
 static pthread_once_t changed_once = PTHREAD_ONCE_INIT;
 static struct entry *entries;
+static int backends; /* live backends; the table is freed with the last (no hold outlives it) */
 
 struct dlock_backend {
     int interrupted; /* under table_mutex */
@@ -88,11 +89,26 @@ static int v1_create(const dlock_option_value *options, size_t option_count, con
         return DLOCK_INTERNAL;
     }
     pthread_once(&changed_once, init_changed);
+    pthread_mutex_lock(&table_mutex);
+    ++backends;
+    pthread_mutex_unlock(&table_mutex);
     *out_backend = b;
     return DLOCK_OK;
 }
 
-static void v1_destroy(dlock_backend *b) { free(b); }
+static void v1_destroy(dlock_backend *b) {
+    pthread_mutex_lock(&table_mutex);
+    if (--backends == 0) {
+        while (entries) {
+            struct entry *next = entries->next;
+            free(entries->name);
+            free(entries);
+            entries = next;
+        }
+    }
+    pthread_mutex_unlock(&table_mutex);
+    free(b);
+}
 
 static uint64_t v1_capabilities(dlock_backend *b) {
     (void)b;
