@@ -26,7 +26,12 @@ using detail::error;
 
 namespace {
 
-constexpr size_t v1_table_size = sizeof(dlock_plugin);  // pinned by the static asserts in plugin.h
+// The smallest table each plugin ABI version may have, by version (index 0 unused). A plugin built
+// against a newer header of the same version has a longer table; the host reads only the entries
+// of the version negotiated.
+constexpr size_t required_table_size[] = {0, DLOCK_PLUGIN_V1_SIZE};
+static_assert(sizeof required_table_size / sizeof required_table_size[0] == DLOCK_PLUGIN_ABI_VERSION + 1,
+              "every plugin ABI version needs its required table size");
 
 std::string file_name_for(const std::string& backend) { return "libdlock-" + backend + ".so"; }
 
@@ -47,10 +52,10 @@ void check_table(const dlock_plugin* t, const std::string& where, const std::str
         throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it answered plugin ABI version {} although this dlock offered at "
                                               "most {}; the plugin is broken",
                                               where, t->version, DLOCK_PLUGIN_ABI_VERSION));
-    if (t->struct_size < v1_table_size)
-        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: its function table is {} bytes but ABI version {} needs {}; the "
-                                              "plugin is broken",
-                                              where, t->struct_size, t->version, v1_table_size));
+    if (t->struct_size < required_table_size[t->version])
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: its function table is {} bytes but ABI version {} needs at least {}; "
+                                              "the plugin is broken",
+                                              where, t->struct_size, t->version, required_table_size[t->version]));
     const char* missing = !t->name ? "name" : !t->create ? "create" : !t->destroy ? "destroy"
                         : !t->capabilities ? "capabilities" : !t->interrupt ? "interrupt" : !t->acquire ? "acquire"
                         : !t->release ? "release" : !t->hold_destroy ? "hold_destroy" : !t->renew ? "renew"

@@ -53,7 +53,7 @@ int open_with(dlock::config::client_config config, dlock_client** out_client) {
 
 extern "C" {
 
-const char* dlock_version(void) { return "0.1.0"; }
+const char* dlock_version(void) { return DLOCK_VERSION_STRING; }
 
 const char* dlock_status_name(int status) {
     switch (status) {
@@ -164,6 +164,22 @@ void dlock_lease_destroy(dlock_lease* lease) {
     } catch (...) {
     }
 }
+
+int dlock_cancel_token_create(dlock_cancel_token** out_token) {
+    return firewall([&] {
+        if (!out_token) throw error(DLOCK_INVALID_ARGUMENT, "dlock_cancel_token_create: out_token is NULL");
+        *out_token = new dlock_cancel_token;
+        return DLOCK_OK;
+    });
+}
+
+void dlock_cancel_token_cancel(dlock_cancel_token* token) {
+    if (token) token->cancelled.store(true);
+}
+
+int dlock_cancel_token_is_cancelled(const dlock_cancel_token* token) { return token && token->cancelled.load() ? 1 : 0; }
+
+void dlock_cancel_token_destroy(dlock_cancel_token* token) { delete token; }
 
 int dlock_inspect(dlock_client* client, const char* name, dlock_lock_info* out_info) {
     return firewall([&] {

@@ -23,6 +23,11 @@ namespace {
 
 constexpr int64_t max_ttl_ms = 365LL * 24 * 3600 * 1000;
 
+// A wait with a cancel token is handed to the plugin in slices of at most this long, the token
+// checked between them: the plugin ABI has no per-acquire cancel, only interrupt() for the whole
+// backend, so this bounds how long a cancel waits for the plugin to return (dlock.h gives the cost).
+constexpr int64_t cancel_slice_ns = 250 * 1'000'000LL;
+
 // dlock's own logger: stderr, level from $DLOCK_LOG (debug, info, warn, error, off; default warn).
 // Not registered in spdlog's global registry, so it never clashes with the application's loggers.
 spdlog::logger& logger() {
@@ -151,6 +156,9 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         on_lost = options->on_lost;
         on_lost_data = options->on_lost_user_data;
     }
+    const dlock_cancel_token* cancel = has_field(options, &dlock_acquire_options::cancel) ? options->cancel : nullptr;
+    auto cancelled = [&] { return cancel && cancel->cancelled.load(); };
+    if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token before it began", name));
 
     auto new_lease = [&](const std::shared_ptr<hold>& h) {
         auto* lease = new dlock_lease;
@@ -204,6 +212,7 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     // Why the last grant was refused, for the TIMEOUT message when no usable one came in time.
     std::string refused;
     for (;;) {
+        if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token", name));
         // A fresh hold (and owner token) for every attempt: a refused grant's hold is given back
         // and its cookie never reused.
         auto h = std::make_shared<hold>();
@@ -218,7 +227,10 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         request.name = h->name.c_str();
         request.owner = h->owner.data();
         request.ttl_ms = ttl_ms;
-        request.deadline_ns = deadline_ns;
+        // A cancellable wait: at most one slice per plugin call (a try-once stays a try-once).
+        request.deadline_ns = cancel && deadline_ns != 0
+                                  ? std::min(deadline_ns, detail::saturating_add(monotonic_now_ns(), cancel_slice_ns))
+                                  : deadline_ns;
         request.fair = fair ? 1 : 0;
         request.host_lease = h.get();
 
@@ -229,6 +241,8 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         const int status = plugin_call(err, plugin_->name, "acquire",
                                        [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
         if (status != DLOCK_OK) {
+            // A slice of a cancellable wait ended, not the wait: the loop's head checks the token.
+            if (cancel && status == DLOCK_TIMEOUT && (cancelled() || request.deadline_ns < deadline_ns)) continue;
             if (status == DLOCK_TIMEOUT) {
                 std::string why = message_of(err, fmt::format("lock `{}` not acquired within {} ms", name, wait_ms));
                 if (!refused.empty()) why += "; before that, " + refused;
@@ -251,6 +265,15 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
             std::string why;
             release_hold(lock, h, why);
             throw error(DLOCK_CANCELLED, "the client was closed during acquire");
+        }
+        if (cancelled()) {  // the grant came after the cancel: the caller no longer wants it
+            forget_hold(h);
+            h->plugin_hold = nullptr;
+            h->state = DLOCK_LEASE_LOST;
+            lock.unlock();
+            give_back_grant(plugin_hold, name);
+            throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token; the grant that "
+                                                     "arrived meanwhile was given back", name));
         }
         // Never hand out a grant that is no longer a lock: one the backend reported LOST before
         // acquire returned (no lease existed yet to notify), or one whose validity ran out before
@@ -510,8 +533,11 @@ void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_n
 
 void client_core::inspect(const char* name, dlock_lock_info* info) {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
-    if (!info || info->struct_size < sizeof(dlock_lock_info))
-        throw error(DLOCK_INVALID_ARGUMENT, "inspect: info struct_size too small; initialise with DLOCK_LOCK_INFO_INIT");
+    if (!info) throw error(DLOCK_INVALID_ARGUMENT, "dlock_inspect: out_info is NULL");
+    if (info->struct_size < DLOCK_LOCK_INFO_V1_SIZE)
+        throw error(DLOCK_INVALID_ARGUMENT, fmt::format("dlock_inspect: out_info->struct_size is {}, smaller than the oldest "
+                                                        "dlock_lock_info ({} bytes); initialise it with DLOCK_LOCK_INFO_INIT",
+                                                        info->struct_size, DLOCK_LOCK_INFO_V1_SIZE));
     detail::validate_name(name);
     if (!plugin_->inspect) throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot inspect locks", plugin_->name));
     {
@@ -523,7 +549,9 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
     const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
     if (status != DLOCK_OK) fail_plugin_call(status, err, "inspect");
     out.holder[sizeof out.holder - 1] = '\0';
-    *info = out;
+    // A caller built against an older header has a shorter struct: write only what it covers.
+    out.struct_size = info->struct_size;
+    std::memcpy(info, &out, std::min<size_t>(info->struct_size, sizeof out));
 }
 
 void client_core::keeper_loop() {

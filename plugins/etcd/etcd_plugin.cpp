@@ -117,7 +117,7 @@ int etcd_create(const dlock_option_value* values, size_t count, const dlock_plug
                 dlock_plugin_error* error) {
     return guarded(error, "etcd", [&] {
         auto b = std::make_unique<dlock_backend>();
-        if (host) b->host = *host;
+        dlock::plugin_kit::copy_in(b->host, host, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
         b->config = parse_settings(values, count);
         b->conn = std::make_unique<connection>(b->config);
         b->watches = std::make_unique<watcher>(*b->conn);

@@ -30,6 +30,7 @@
 // waiting thread for the time of the wait, so an application that blocks every signal in its
 // threads (a sigwait design) still has its deadlines and close() honoured.
 #include "file_plugin.hpp"
+#include <dlock/plugin_kit/plugin_struct.hpp>
 
 #include <dlock/plugin_kit.hpp>
 
@@ -425,7 +426,7 @@ int file_create(const dlock_option_value* options, size_t count, const dlock_plu
                 dlock_plugin_error* error) {
     return guarded(error, [&] {
         auto backend = std::make_unique<dlock_backend>();
-        if (host) backend->host = *host;
+        dlock::plugin_kit::copy_in(backend->host, host, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
         const auto* dir = find_option(options, count, "directory");
         const bool is_default = !dir || !dir->string_value || !*dir->string_value;
         backend->directory = is_default ? runtime_directory() : std::string(dir->string_value);

@@ -22,6 +22,7 @@
 // (command_timeout, at least 500 ms) to take the lock. `fair: false`: the queue is ignored (a free
 // lock goes to whoever asks first) and the waiter is woken by every release of the name.
 #include "redis_common.hpp"
+#include <dlock/plugin_kit/plugin_struct.hpp>
 
 #include <fmt/format.h>
 
@@ -99,7 +100,7 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
                  dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto b = std::make_unique<dlock_backend>();
-        if (host) b->host = *host;
+        dlock::plugin_kit::copy_in(b->host, host, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
         const auto* ep = find_option(values, count, "endpoint");
         b->where = parse_endpoint(ep && ep->string_value ? ep->string_value : "127.0.0.1:6379");
         b->config = read_settings(values, count, settings{}, "redis");

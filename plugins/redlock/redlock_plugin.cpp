@@ -25,6 +25,7 @@
 // later wake too, or a crowd of waiters would all retry on every message. While fewer than a
 // quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the release.
 #include "redis_common.hpp"
+#include <dlock/plugin_kit/plugin_struct.hpp>
 
 #include <fmt/format.h>
 
@@ -172,7 +173,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                    dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
         auto b = std::make_unique<dlock_backend>();
-        if (host) b->host = *host;
+        dlock::plugin_kit::copy_in(b->host, host, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
         settings defaults;
         defaults.connect_timeout_ms = 200;  // a round must stay well inside the ttl
         defaults.command_timeout_ms = 200;

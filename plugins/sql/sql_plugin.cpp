@@ -39,6 +39,7 @@
 #include "mysql_backend.hpp"
 #include "sql_common.hpp"
 #include "sql_statements.hpp"
+#include <dlock/plugin_kit/plugin_struct.hpp>
 
 #include <fmt/format.h>
 
@@ -377,7 +378,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
                dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
         auto b = std::make_unique<dlock_backend>();
-        if (host) b->host = *host;
+        dlock::plugin_kit::copy_in(b->host, host, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
         settings& c = b->config;
         auto text = [&](const char* name, std::string& into) {
             if (const auto* v = find_option(values, count, name)) into = v->string_value ? v->string_value : "";

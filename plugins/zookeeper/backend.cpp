@@ -22,6 +22,7 @@
 // is held (a newcomer queued) the monitor replaces it by a watch on the hold's own node — one
 // request per hold at most, and only when the lock is contended.
 #include "zookeeper_backend.hpp"
+#include <dlock/plugin_kit/plugin_struct.hpp>
 
 #include <fmt/format.h>
 
@@ -236,7 +237,7 @@ using namespace dlock::zk;
 // ---- backend: construction and the session's life ----------------------------------------------
 
 dlock_backend::dlock_backend(settings s, const dlock_plugin_host* h) : config_(std::move(s)) {
-    if (h) host_ = *h;
+    dlock::plugin_kit::copy_in(host_, h, DLOCK_PLUGIN_HOST_V1_SIZE);  // the part its struct_size covers
     if (!config_.user.empty()) {
         acl_identity_ = digest_identity(config_.user, config_.password);
         acl_entries_[0].perms = ZOO_PERM_ALL;

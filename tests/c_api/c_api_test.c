@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     }
     CHECK(strstr(dlock_last_error(), "bad.yaml") != NULL);
     CHECK(strcmp(dlock_status_name(DLOCK_TIMEOUT), "DLOCK_TIMEOUT") == 0);
-    CHECK(strcmp(dlock_version(), "0.1.0") == 0);
+    CHECK(strcmp(dlock_version(), DLOCK_VERSION_STRING) == 0);
 
     dlock_client_close(other);
     dlock_client_close(client);

@@ -2,8 +2,8 @@
 //
 // Basic tier (every backend): acquire/release, try-lock and timeouts, waiters woken on release,
 // owner-only and idempotent release, non-aliasing names, bad names/options/configs, inspect,
-// cancellation on close, reentrancy, mutual exclusion across >= 8 processes judged by the overlap
-// checker and a read-sleep-write counter (FAULTS.md 1), recovery after a holder's SIGKILL (2),
+// cancellation on close and of one wait, reentrancy, mutual exclusion across >= 8 processes
+// judged by the overlap checker and a read-sleep-write counter (FAULTS.md 1), recovery after a holder's SIGKILL (2),
 // stale release (4), owner-only release (5), bad input (15).
 // Capability tiers skip by capability, never by accident: FENCING (token order), TTL (expiry,
 // renewal, stale release after expiry).
@@ -451,6 +451,62 @@ TEST_P(Conformance, RenewedLeaseOutlivesItsTtl) {
     std::error_code ec;
     open().acquire(name("x"), try_once, ec);
     EXPECT_EQ(ec, dlock::errc::timeout);
+}
+
+// Cancelling one wait: the waiter returns CANCELLED promptly, the holder keeps its lock, another
+// wait on the same client goes on, and nothing of the cancelled wait is left on the server: once
+// the holder releases, a third client's single try gets the lock.
+TEST_P(Conformance, CancellingOneWaitLeavesNothingBehind) {
+    auto holder = client_.acquire(name("x"), try_once);
+    auto held_too = client_.acquire(name("y"), try_once);
+    auto waiters = open();  // both waits below run on this one client
+    dlock::cancellation cancel;
+    std::error_code cancelled_ec, other_ec;
+    std::atomic<bool> cancelled_done{false}, other_done{false};
+    dlock::lease cancelled_lease, other_lease;
+    std::thread cancelled_waiter([&] {
+        cancelled_lease = waiters.acquire(name("x"), dlock::acquire_options().with_wait(30s).with_cancel(cancel), cancelled_ec);
+        cancelled_done = true;
+    });
+    std::thread other_waiter([&] {
+        other_lease = waiters.acquire(name("y"), dlock::acquire_options().with_wait(30s), other_ec);
+        other_done = true;
+    });
+    std::this_thread::sleep_for(400ms);
+    EXPECT_FALSE(cancelled_done.load());
+    const auto start = clock_type::now();
+    cancel.cancel();
+    cancelled_waiter.join();
+    const auto cancel_took = clock_type::now() - start;
+    RecordProperty("cancel_ms", int(std::chrono::duration_cast<std::chrono::milliseconds>(cancel_took).count()));
+    EXPECT_LT(cancel_took, 2s);
+    EXPECT_EQ(cancelled_ec, dlock::errc::cancelled) << cancelled_ec.message();
+    EXPECT_FALSE(cancelled_lease);
+    EXPECT_TRUE(cancel.cancelled());
+
+    // The other wait on the same client was not cancelled, and the holder still holds.
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(other_done.load());
+    EXPECT_EQ(holder.state(), dlock::lease_state::held);
+    EXPECT_TRUE(client_.inspect(name("x")).held);
+    held_too.release();
+    other_waiter.join();
+    EXPECT_FALSE(other_ec) << other_ec.message();
+    EXPECT_TRUE(other_lease);
+
+    // Nothing left behind: after the release, a third client gets the lock on its first try.
+    holder.release();
+    auto third = open();
+    std::error_code third_ec;
+    auto taken = third.acquire(name("x"), try_once, third_ec);
+    EXPECT_FALSE(third_ec) << third_ec.message();
+    EXPECT_TRUE(taken);
+
+    // A cancelled token stays cancelled: a later wait with it does not start, even on a free lock.
+    std::error_code again_ec;
+    auto again = waiters.acquire(name("free"), dlock::acquire_options().with_wait(30s).with_cancel(cancel), again_ec);
+    EXPECT_EQ(again_ec, dlock::errc::cancelled);
+    EXPECT_FALSE(again);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(dlock::conformance::backend_cases()),

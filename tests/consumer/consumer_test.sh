@@ -56,7 +56,7 @@ consume() {
   work=$scratch/$3
   mkdir -p "$work"
   for f in "$libdir/libdlock.so.0" "$libdir/cmake/dlock/dlockConfig.cmake" "$libdir/pkgconfig/dlock.pc" \
-           "$prefix/include/dlock/dlock.hpp" "$libdir/dlock/plugins/libdlock-redis.so"; do
+           "$prefix/include/dlock/dlock.hpp" "$prefix/include/dlock/version.h" "$libdir/dlock/plugins/libdlock-redis.so"; do
     [ -f "$f" ] || fail "$3: $f was not installed"
   done
   # No path of the build tree is compiled into the installed library (its debug info aside).

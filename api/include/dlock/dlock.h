@@ -15,7 +15,11 @@
  *   - Out-parameters are written only on DLOCK_OK.
  *   - Strings are UTF-8 and NUL-terminated. Strings passed in are borrowed for the call; strings
  *     returned are owned by the object they came from and live as long as it does.
- *   - Option structs start with struct_size and have an _INIT macro; fields are only ever appended.
+ *   - Structs crossing the ABI start with struct_size and have an _INIT macro; fields are only ever
+ *     appended. Each released version has a size constant (DLOCK_<STRUCT>_V1_SIZE, ...); the
+ *     library accepts any struct_size from the oldest version's on, reads only the input fields a
+ *     caller's struct_size covers (the rest take their defaults), and writes only the output bytes
+ *     it covers. The layout of every released version is pinned by the static asserts at the end.
  *   - *_destroy / *_close accept NULL. No function lets a C++ exception escape.
  *   - Clients are thread-safe. A lease may be used from any thread, but not from two at once.
  *
@@ -40,11 +44,12 @@ extern "C" {
 
 /* ---- versions ------------------------------------------------------------------------------- */
 
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
+/* DLOCK_VERSION_MAJOR, _MINOR, _PATCH and DLOCK_VERSION_STRING of these headers, generated from
+   the build's project version. */
+#include <dlock/version.h>
 
-/* The library's version as "MAJOR.MINOR.PATCH" (static storage). */
+/* The library's version as "MAJOR.MINOR.PATCH" (static storage): DLOCK_VERSION_STRING of the
+   headers libdlock was built with, which may be newer than the caller's. */
 DLOCK_API const char *dlock_version(void);
 
 /* ---- status codes --------------------------------------------------------------------------- */
@@ -71,7 +76,7 @@ typedef enum dlock_status {
     /* The lease was lost (expired, or taken by another holder). For release: ALREADY_LOST —
        nothing belonging to another holder was touched. */
     DLOCK_LOST = 9,
-    /* The client was closed while the call waited. */
+    /* The client was closed while the call waited, or the acquire's cancel token was cancelled. */
     DLOCK_CANCELLED = 10,
     /* Out of memory, or another failure inside dlock itself. */
     DLOCK_INTERNAL = 11
@@ -142,6 +147,27 @@ typedef struct dlock_lease dlock_lease;
    lease or close the client; may call any other dlock function. */
 typedef void (*dlock_lost_callback)(dlock_lease *lease, void *user_data);
 
+/* ---- cancellation --------------------------------------------------------------------------- */
+
+/* A cancel handle for waits, given to acquire in dlock_acquire_options.cancel (version 2 of that
+ * struct). Cancelling it makes every acquire waiting with it return DLOCK_CANCELLED, and every
+ * later acquire given it return DLOCK_CANCELLED at once; other waits, on the same client or not,
+ * go on. A token stays cancelled.
+ * Thread-safe: cancel from any thread, a watchdog or a lost callback included. */
+typedef struct dlock_cancel_token dlock_cancel_token;
+
+/* Creates a token, not cancelled. Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT or DLOCK_INTERNAL. */
+DLOCK_API int dlock_cancel_token_create(dlock_cancel_token **out_token);
+
+/* Cancels the token (idempotent). Accepts NULL. */
+DLOCK_API void dlock_cancel_token_cancel(dlock_cancel_token *token);
+
+/* 1 once the token is cancelled, else 0 (also for NULL). */
+DLOCK_API int dlock_cancel_token_is_cancelled(const dlock_cancel_token *token);
+
+/* Frees the token. No acquire may be using it any more. Accepts NULL. */
+DLOCK_API void dlock_cancel_token_destroy(dlock_cancel_token *token);
+
 typedef struct dlock_acquire_options {
     uint32_t struct_size;  /* sizeof(dlock_acquire_options) of the caller's header */
     int64_t wait_ms;       /* 0 = try once; N = give up after N ms; DLOCK_WAIT_FOREVER; DLOCK_DEFAULT */
@@ -152,15 +178,29 @@ typedef struct dlock_acquire_options {
                               count); 0 = a second acquire contends like any other; DLOCK_DEFAULT */
     dlock_lost_callback on_lost; /* may be NULL */
     void *on_lost_user_data;
+    /* -- version 2 -- */
+    dlock_cancel_token *cancel;  /* NULL, or a token whose cancel ends this wait with DLOCK_CANCELLED */
 } dlock_acquire_options;
 
 #define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
     { sizeof(dlock_acquire_options), DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT,   \
-      DLOCK_DEFAULT, NULL, NULL }
+      DLOCK_DEFAULT, NULL, NULL, NULL }
+
+/* The size of dlock_acquire_options in each version: version 1 up to on_lost_user_data. Any
+   struct_size is accepted: fields it does not cover take their defaults (cancel: NULL). */
+#define DLOCK_ACQUIRE_OPTIONS_V1_SIZE (offsetof(dlock_acquire_options, on_lost_user_data) + sizeof(void *))
+/* Version 2 (up to cancel). */
+#define DLOCK_ACQUIRE_OPTIONS_V2_SIZE (offsetof(dlock_acquire_options, cancel) + sizeof(void *))
 
 /* Acquires the lock `name` (1..1024 bytes of valid UTF-8, no NUL; every other byte sequence is a
  * distinct name, `/` and `..` included). `options` may be NULL (all defaults).
- * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes (DLOCK_CANCELLED).
+ * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes or options->cancel
+ * is cancelled (DLOCK_CANCELLED).
+ * A wait with a cancel token is run as a series of waits of at most 250 ms each, the token checked
+ * between them, so it ends within 250 ms of the cancel plus one attempt. The price, on that wait
+ * only: one acquire attempt per 250 ms while it waits, and on a FAIR backend its place in the queue
+ * is taken anew at each slice (a cancellable waiter is served in order only within a slice). A
+ * grant that arrives after the cancel is given back, and DLOCK_CANCELLED returned.
  * Returns DLOCK_OK with a new lease in *out_lease (destroy it with dlock_lease_destroy), or
  * DLOCK_TIMEOUT, DLOCK_INVALID_ARGUMENT, DLOCK_UNAVAILABLE, DLOCK_BACKEND, DLOCK_UNKNOWN,
  * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind.
@@ -232,12 +272,50 @@ typedef struct dlock_lock_info {
 
 #define DLOCK_LOCK_INFO_INIT { sizeof(dlock_lock_info), 0, { 0 }, 0, -1 }
 
-/* Reads who holds `name` now without taking it. Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT,
+/* The size of dlock_lock_info in version 1 (up to ttl_left_ms): the smallest struct_size
+   dlock_inspect accepts. */
+#define DLOCK_LOCK_INFO_V1_SIZE (offsetof(dlock_lock_info, ttl_left_ms) + sizeof(int64_t))
+
+/* Reads who holds `name` now without taking it. Writes only the first out_info->struct_size bytes
+   of *out_info (struct_size itself is left as it is): a caller built against an older, shorter
+   dlock_lock_info gets the fields it knows and nothing beyond. Returns DLOCK_OK,
+   DLOCK_INVALID_ARGUMENT (also when out_info->struct_size < DLOCK_LOCK_INFO_V1_SIZE),
    DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE or DLOCK_BACKEND. */
 DLOCK_API int dlock_inspect(dlock_client *client, const char *name, dlock_lock_info *out_info);
 
 #ifdef __cplusplus
 } /* extern "C" */
+#endif
+
+/* Released layouts (LP64), one line per field of every released version, in the manner of ONNX
+   Runtime's versioned C API. A change that fails one of these breaks every program built against
+   an older header: append a field instead, and pin it here under its version. */
+#if defined(__cplusplus)
+#define DLOCK_STATIC_ASSERT static_assert
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define DLOCK_STATIC_ASSERT _Static_assert
+#endif
+#if defined(__LP64__) && defined(DLOCK_STATIC_ASSERT)
+/* dlock_acquire_options, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, struct_size) == 0, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, wait_ms) == 8, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, ttl_ms) == 16, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, renew) == 24, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, fair) == 28, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, reentrant) == 32, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost) == 40, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, on_lost_user_data) == 48, "acquire options v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V1_SIZE == 56, "acquire options v1 layout changed");
+/* dlock_acquire_options, version 2 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, cancel) == 56, "acquire options v2 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V2_SIZE == 64, "acquire options v2 layout changed");
+/* dlock_lock_info, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, struct_size) == 0, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, held) == 4, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, holder) == 8, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, fencing_token) == 72, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, ttl_left_ms) == 80, "lock info v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_LOCK_INFO_V1_SIZE == 88, "lock info v1 layout changed");
 #endif
 
 #endif /* DLOCK_DLOCK_H */

@@ -4,6 +4,7 @@
 //   dlock::lease    proof of holding a lock (move-only; released on destruction)
 //   dlock::mutex    a named distributed lock meeting TimedLockable, for std::unique_lock,
 //                   std::scoped_lock and try_lock_for
+//   dlock::cancellation  a cancel handle for waits (acquire_options::with_cancel, mutex::lock(c))
 //
 // Errors: functions throw std::system_error whose code is in dlock::category(); each has an
 // overload taking std::error_code& that never throws. Durations are std::chrono; time points are
@@ -86,6 +87,27 @@ inline std::chrono::steady_clock::time_point from_monotonic_ns(int64_t ns) noexc
 // A wait without limit (until acquired or the client closes).
 inline constexpr std::chrono::milliseconds forever = std::chrono::milliseconds::max();
 
+// A cancel handle for waits, as std::stop_source is for threads (C++17 has none): cancel() from
+// any thread ends every acquire waiting with it with errc::cancelled, and makes later ones given it
+// fail at once; other waits go on. It stays cancelled. Must outlive the acquires given it; not
+// copyable or movable, since they hold its address. dlock.h tells what a cancellable wait costs.
+class cancellation {
+public:
+    cancellation() {
+        if (const int status = dlock_cancel_token_create(&token_); status != DLOCK_OK) detail::throw_status(status);
+    }
+    ~cancellation() { dlock_cancel_token_destroy(token_); }
+    cancellation(const cancellation&) = delete;
+    cancellation& operator=(const cancellation&) = delete;
+
+    void cancel() noexcept { dlock_cancel_token_cancel(token_); }
+    bool cancelled() const noexcept { return dlock_cancel_token_is_cancelled(token_) != 0; }
+    dlock_cancel_token* handle() const noexcept { return token_; }
+
+private:
+    dlock_cancel_token* token_ = nullptr;
+};
+
 // Unset fields come from the lock's policy in the config, then its defaults.
 struct acquire_options {
     std::optional<std::chrono::milliseconds> wait;  // zero = try once; dlock::forever = no limit
@@ -93,12 +115,15 @@ struct acquire_options {
     std::optional<bool> renew;
     std::optional<bool> fair;
     std::optional<bool> reentrant;
+    dlock_cancel_token* cancel = nullptr;  // from a dlock::cancellation (with_cancel); none by default
 
     acquire_options& with_wait(std::chrono::milliseconds d) { wait = d; return *this; }
     acquire_options& with_ttl(std::chrono::milliseconds d) { ttl = d; return *this; }
     acquire_options& with_renew(bool on) { renew = on; return *this; }
     acquire_options& with_fair(bool on) { fair = on; return *this; }
     acquire_options& with_reentrant(bool on) { reentrant = on; return *this; }
+    // The wait ends with errc::cancelled when `c` is cancelled. `c` must outlive the acquire.
+    acquire_options& with_cancel(const cancellation& c) { cancel = c.handle(); return *this; }
 
     dlock_acquire_options to_c() const noexcept {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -107,6 +132,7 @@ struct acquire_options {
         if (renew) o.renew = *renew ? 1 : 0;
         if (fair) o.fair = *fair ? 1 : 0;
         if (reentrant) o.reentrant = *reentrant ? 1 : 0;
+        o.cancel = cancel;
         return o;
     }
 };
@@ -349,10 +375,19 @@ public:
     mutex& operator=(const mutex&) = delete;
 
     void lock() { store(client_->acquire(name_, acquire_options(options_).with_wait(forever))); }
+    // Waits until acquired or `c` is cancelled: then throws std::system_error with errc::cancelled.
+    void lock(const cancellation& c) {
+        store(client_->acquire(name_, acquire_options(options_).with_wait(forever).with_cancel(c)));
+    }
     bool try_lock() { return try_for(std::chrono::milliseconds(0)); }
     template <typename Rep, typename Period>
     bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
         return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d));
+    }
+    // As try_lock_for(d), and throws std::system_error with errc::cancelled when `c` is cancelled.
+    template <typename Rep, typename Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period>& d, const cancellation& c) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d), &c);
     }
     template <typename Clock, typename Duration>
     bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
@@ -379,9 +414,11 @@ public:
     dlock::lease& current_lease() noexcept { return lease_; }
 
 private:
-    bool try_for(std::chrono::nanoseconds d) {
+    bool try_for(std::chrono::nanoseconds d, const cancellation* c = nullptr) {
         std::error_code ec;
-        lease l = client_->acquire(name_, acquire_options(options_).with_wait(std::chrono::milliseconds(detail::to_ms(d))), ec);
+        acquire_options o = acquire_options(options_).with_wait(std::chrono::milliseconds(detail::to_ms(d)));
+        if (c) o.with_cancel(*c);
+        lease l = client_->acquire(name_, o, ec);
         if (ec == make_error_code(errc::timeout)) return false;
         detail::throw_if(ec);
         store(std::move(l));

@@ -8,6 +8,18 @@
  * of version N, so a host reads only what the plugin's version defines. The static asserts at the
  * end pin the layout of every released version.
  *
+ * Every other struct with a struct_size (dlock_plugin_host, dlock_acquire_request, dlock_grant,
+ * dlock_lock_info) is append-only too, and each released version has a size constant
+ * (DLOCK_<STRUCT>_V1_SIZE). Its struct_size is the size the side that allocated it was built
+ * with, which may be older or newer than the other side:
+ *   - the host hands a plugin structs of at least the v1 size; a plugin reads a field appended
+ *     after v1 only if struct_size covers it (DLOCK_STRUCT_COVERS), and takes the default of
+ *     that field otherwise;
+ *   - a plugin writes into an output struct (dlock_grant, dlock_lock_info) only the fields its
+ *     struct_size covers; the host fills the rest with their defaults before the call.
+ * Structs without struct_size (dlock_plugin_error, dlock_option_desc, dlock_option_value,
+ * dlock_renewal) never change within a version of the table: a new layout is a new ABI version.
+ *
  * Rules across the boundary:
  *   - only C types cross it: no C++ type, exception, allocator or thread-local state;
  *   - strings are UTF-8 and NUL-terminated, borrowed for the duration of the call;
@@ -30,6 +42,12 @@ extern "C" {
 
 /* The newest plugin ABI version this header describes. */
 #define DLOCK_PLUGIN_ABI_VERSION 1u
+
+/* True if the struct at `ptr` (which starts with uint32_t struct_size) is long enough to hold
+   `field` of `type`: a field appended after the version the other side was built with is read or
+   written only then. */
+#define DLOCK_STRUCT_COVERS(ptr, type, field)                                                      \
+    ((ptr) != NULL && (size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
 
 /* The name of the one symbol a plugin exports. */
 #define DLOCK_PLUGIN_NEGOTIATE_SYMBOL "dlock_plugin_negotiate"
@@ -109,6 +127,8 @@ typedef struct dlock_plugin_host {
     void (*hold_state_changed)(void *context, void *host_lease, int state, int64_t valid_until_ns);
 } dlock_plugin_host;
 
+#define DLOCK_PLUGIN_HOST_V1_SIZE (offsetof(dlock_plugin_host, hold_state_changed) + sizeof(void (*)(void)))
+
 /* ---- acquisition ----------------------------------------------------------------------------- */
 
 typedef struct dlock_acquire_request {
@@ -121,6 +141,8 @@ typedef struct dlock_acquire_request {
     void *host_lease;    /* cookie for dlock_plugin_host.hold_state_changed */
 } dlock_acquire_request;
 
+#define DLOCK_ACQUIRE_REQUEST_V1_SIZE (offsetof(dlock_acquire_request, host_lease) + sizeof(void *))
+
 typedef struct dlock_grant {
     uint32_t struct_size;
     uint64_t fencing_token; /* 0 without DLOCK_CAP_FENCING */
@@ -128,6 +150,8 @@ typedef struct dlock_grant {
                                hold never expires by itself */
     int64_t ttl_ms;         /* the ttl the backend granted (it may raise it to its minimum) */
 } dlock_grant;
+
+#define DLOCK_GRANT_V1_SIZE (offsetof(dlock_grant, ttl_ms) + sizeof(int64_t))
 
 /* One lease in a batch renewal. */
 typedef struct dlock_renewal {
@@ -180,6 +204,10 @@ typedef struct dlock_plugin {
     /* -- version 2 appends here -- */
 } dlock_plugin;
 
+/* The table size each ABI version requires: a table of version N is accepted if its struct_size
+   is at least DLOCK_PLUGIN_V<N>_SIZE (a plugin built against a newer header is longer). */
+#define DLOCK_PLUGIN_V1_SIZE (offsetof(dlock_plugin, inspect) + sizeof(void (*)(void)))
+
 /* The exported negotiation entry point, implemented by each plugin:
  *   host_max_version: the newest ABI version the host understands (>= 1).
  * On success returns DLOCK_OK and sets *out_plugin to a table of version <= host_max_version, with
@@ -202,28 +230,69 @@ DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const 
 } /* extern "C" */
 #endif
 
-/* Released layouts (LP64). A change that fails one of these breaks every built plugin. */
-#if defined(__LP64__)
-#ifdef __cplusplus
-#define DLOCK_STATIC_ASSERT static_assert
-#else
-#define DLOCK_STATIC_ASSERT _Static_assert
-#endif
-#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L)
+/* Released layouts (LP64), field by field (DLOCK_STATIC_ASSERT is defined in dlock.h). A change
+   that fails one of these breaks every built plugin: append instead, under a new version. */
+#if defined(__LP64__) && defined(DLOCK_STATIC_ASSERT)
+/* dlock_plugin, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, struct_size) == 0, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, version) == 4, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, name) == 8, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, description) == 16, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, options) == 24, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, option_count) == 32, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, create) == 40, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, destroy) == 48, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, capabilities) == 56, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, interrupt) == 64, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, acquire) == 72, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, release) == 80, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, hold_destroy) == 88, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, renew) == 96, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, inspect) == 104, "plugin ABI v1 layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_plugin) == 112, "plugin ABI v1 layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_option_desc) == 40, "option description layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_option_value) == 48, "option value layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_acquire_request) == 56, "acquire request layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_grant) == 32, "grant layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_PLUGIN_V1_SIZE == 112, "plugin ABI v1 layout changed");
+/* dlock_plugin_host, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, struct_size) == 0, "host services v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, context) == 8, "host services v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, log) == 16, "host services v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, hold_state_changed) == 24, "host services v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_PLUGIN_HOST_V1_SIZE == 32, "host services v1 layout changed");
+/* dlock_acquire_request, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, struct_size) == 0, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, name) == 8, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, owner) == 16, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, ttl_ms) == 24, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, deadline_ns) == 32, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, fair) == 40, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, host_lease) == 48, "acquire request v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_REQUEST_V1_SIZE == 56, "acquire request v1 layout changed");
+/* dlock_grant, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_grant, struct_size) == 0, "grant v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_grant, fencing_token) == 8, "grant v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_grant, valid_until_ns) == 16, "grant v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_grant, ttl_ms) == 24, "grant v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_GRANT_V1_SIZE == 32, "grant v1 layout changed");
+/* Fixed within a table version (no struct_size). */
+DLOCK_STATIC_ASSERT(sizeof(dlock_plugin_error) == 1024, "plugin error layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_renewal, hold) == 0, "renewal layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_renewal, ttl_ms) == 8, "renewal layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_renewal, status) == 16, "renewal layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_renewal, valid_until_ns) == 24, "renewal layout changed");
 DLOCK_STATIC_ASSERT(sizeof(dlock_renewal) == 32, "renewal layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_plugin_host) == 32, "host services layout changed");
-DLOCK_STATIC_ASSERT(sizeof(dlock_lock_info) == 88, "lock info layout changed");
-#endif
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, name) == 0, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, type) == 8, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, flags) == 12, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, dsn_part) == 16, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, default_value) == 24, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_desc, doc) == 32, "option description layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_option_desc) == 40, "option description layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, name) == 0, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, type) == 8, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, is_set) == 12, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, string_value) == 16, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, int_value) == 24, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, list_values) == 32, "option value layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_option_value, list_count) == 40, "option value layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_option_value) == 48, "option value layout changed");
 #endif
 
 #endif /* DLOCK_PLUGIN_H */

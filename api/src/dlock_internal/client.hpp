@@ -21,6 +21,7 @@
 
 #include <dlock/plugin.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -31,6 +32,11 @@
 #include <vector>
 
 struct dlock_lease;
+
+// A cancel handle (dlock.h): set once, read by the acquires that were given it.
+struct dlock_cancel_token {
+    std::atomic<bool> cancelled{false};
+};
 
 namespace dlock::core {
 

@@ -8,5 +8,6 @@
 #pragma once
 
 #include <dlock/plugin_kit/clock.hpp>
+#include <dlock/plugin_kit/plugin_struct.hpp>
 #include <dlock/plugin_kit/support.hpp>
 #include <dlock/plugin_kit/waker.hpp>

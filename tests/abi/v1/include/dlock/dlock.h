@@ -1,0 +1,243 @@
+/*
+ * dlock.h — the stable C ABI of dlock: clients, leases, acquire options, inspection and errors.
+ *
+ * A client is one configured backend (file, redis, redlock, zookeeper, etcd, sql) chosen by a YAML
+ * config or a DSN at run time. acquire() returns a lease: proof that this process holds the named
+ * lock until it is released or lost. Every backend honours the same contract:
+ *   - never reports success without the lock; a failed or timed-out acquire leaves nothing behind;
+ *   - release is owner-only and idempotent, fenced by the lease's random owner token;
+ *   - a lease's state moves HELD -> SUSPECT -> LOST (or RELEASED); the lost callback fires once;
+ *   - every duration is measured on CLOCK_MONOTONIC, never on the wall clock.
+ *
+ * Conventions of this header:
+ *   - Functions return dlock_status (0 = DLOCK_OK). DLOCK_TIMEOUT ("not acquired in time") is an
+ *     ordinary outcome, not a failure. On any other non-OK status, dlock_last_error() describes it.
+ *   - Out-parameters are written only on DLOCK_OK.
+ *   - Strings are UTF-8 and NUL-terminated. Strings passed in are borrowed for the call; strings
+ *     returned are owned by the object they came from and live as long as it does.
+ *   - Option structs start with struct_size and have an _INIT macro; fields are only ever appended.
+ *   - *_destroy / *_close accept NULL. No function lets a C++ exception escape.
+ *   - Clients are thread-safe. A lease may be used from any thread, but not from two at once.
+ *
+ * This header compiles as C99 and as C++.
+ */
+#ifndef DLOCK_DLOCK_H
+#define DLOCK_DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* libdlock is built with hidden visibility; only what this header declares is exported. */
+#if defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- versions ------------------------------------------------------------------------------- */
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH" (static storage). */
+DLOCK_API const char *dlock_version(void);
+
+/* ---- status codes --------------------------------------------------------------------------- */
+
+typedef enum dlock_status {
+    DLOCK_OK = 0,
+    /* The lock was not acquired within the wait: an ordinary outcome. */
+    DLOCK_TIMEOUT = 1,
+    /* A name, option or argument is malformed; the message names which and why. */
+    DLOCK_INVALID_ARGUMENT = 2,
+    /* The configuration (YAML, DSN, backend options) is invalid; the message gives where. */
+    DLOCK_CONFIG = 3,
+    /* The backend plugin could not be found, loaded or negotiated with, or misbehaved. */
+    DLOCK_PLUGIN = 4,
+    /* The backend does not offer this operation or capability. */
+    DLOCK_NOT_SUPPORTED = 5,
+    /* The backend could not be reached (connection refused, timed out, no quorum). */
+    DLOCK_UNAVAILABLE = 6,
+    /* The backend answered with an error (read-only replica, out of memory, permission denied,
+       wrong type of key...). Never reported as "held". */
+    DLOCK_BACKEND = 7,
+    /* A transport failure left the outcome unknown. For release: safe to retry. */
+    DLOCK_UNKNOWN = 8,
+    /* The lease was lost (expired, or taken by another holder). For release: ALREADY_LOST —
+       nothing belonging to another holder was touched. */
+    DLOCK_LOST = 9,
+    /* The client was closed while the call waited. */
+    DLOCK_CANCELLED = 10,
+    /* Out of memory, or another failure inside dlock itself. */
+    DLOCK_INTERNAL = 11
+} dlock_status;
+
+/* A short constant name for a status ("DLOCK_TIMEOUT"); "DLOCK_<unknown>" for other values. */
+DLOCK_API const char *dlock_status_name(int status);
+
+/* The detail of the last non-OK status returned to this thread: names the backend, the endpoint,
+   and what to do. Owned by the library, valid until the next dlock call on this thread. Never NULL
+   (an empty string when there was no error). */
+DLOCK_API const char *dlock_last_error(void);
+
+/* ---- capabilities --------------------------------------------------------------------------- */
+
+/* Bits of dlock_client_capabilities(). */
+#define DLOCK_CAP_FENCING ((uint64_t)1 << 0)       /* leases carry a strictly increasing fencing token */
+#define DLOCK_CAP_FAIR ((uint64_t)1 << 1)          /* waiters are served first come, first served */
+#define DLOCK_CAP_PUSH_WAIT ((uint64_t)1 << 2)     /* waiters are woken by the backend, never poll */
+#define DLOCK_CAP_TTL ((uint64_t)1 << 3)           /* leases expire after their ttl unless renewed */
+#define DLOCK_CAP_SESSION_BOUND ((uint64_t)1 << 4) /* locks are released when the holder dies */
+#define DLOCK_CAP_QUORUM ((uint64_t)1 << 5)        /* survives the loss of a minority of servers */
+#define DLOCK_CAP_REENTRANT ((uint64_t)1 << 6)     /* acquire with reentrant=1 counts holds per name */
+
+/* ---- clients -------------------------------------------------------------------------------- */
+
+typedef struct dlock_client dlock_client;
+
+/* Opens a client from a config path or a DSN.
+ *
+ * `config` is one of:
+ *   - NULL or "": the file named by $DLOCK_CONFIG if set, else the embedded default (the `file`
+ *     backend in $XDG_RUNTIME_DIR/dlock, or /tmp/dlock-<uid> without it);
+ *   - a DSN, recognised by "<scheme>://" (e.g. "redis://:pw@127.0.0.1:6379/0?ttl=30s");
+ *   - otherwise the path of a YAML config file.
+ * Loads the backend plugin and creates the backend; does not wait for servers to answer unless the
+ * backend connects eagerly. Returns DLOCK_OK, DLOCK_CONFIG, DLOCK_PLUGIN, DLOCK_UNAVAILABLE,
+ * DLOCK_BACKEND or DLOCK_INTERNAL. */
+DLOCK_API int dlock_client_open(const char *config, dlock_client **out_client);
+
+/* Opens a client from YAML text. `origin` names the text in error messages (may be NULL). */
+DLOCK_API int dlock_client_open_yaml(const char *yaml_text, const char *origin, dlock_client **out_client);
+
+/* Closes a client: acquires waiting in other threads return DLOCK_CANCELLED, every lease still
+ * held is released (its state becomes RELEASED, or LOST if the backend had lost it), the lease
+ * keeper stops and the backend is destroyed. Lease handles stay valid until destroyed. Must not be
+ * called from a lost callback. Accepts NULL. */
+DLOCK_API void dlock_client_close(dlock_client *client);
+
+/* The backend's name ("file", "redis", ...). */
+DLOCK_API const char *dlock_client_backend(const dlock_client *client);
+
+/* The backend's DLOCK_CAP_* bits, as configured (a redlock client has QUORUM, a file one does not). */
+DLOCK_API uint64_t dlock_client_capabilities(const dlock_client *client);
+
+/* ---- acquire -------------------------------------------------------------------------------- */
+
+/* Sentinels for durations in dlock_acquire_options. */
+#define DLOCK_DEFAULT (-1)                 /* take the value from the lock's policy or the config defaults */
+#define DLOCK_WAIT_FOREVER INT64_MAX       /* wait_ms: wait until acquired or the client closes */
+
+typedef struct dlock_lease dlock_lease;
+
+/* Called once when a lease becomes LOST, from the client's callback thread (or, when registered on
+   a lease already lost, from the registering thread). The callback thread is not the one that
+   renews leases: a callback may block (re-acquire with a wait, say) without any lease of the
+   client missing a renewal, though the client's later callbacks wait for it. Must not destroy the
+   lease or close the client; may call any other dlock function. */
+typedef void (*dlock_lost_callback)(dlock_lease *lease, void *user_data);
+
+typedef struct dlock_acquire_options {
+    uint32_t struct_size;  /* sizeof(dlock_acquire_options) of the caller's header */
+    int64_t wait_ms;       /* 0 = try once; N = give up after N ms; DLOCK_WAIT_FOREVER; DLOCK_DEFAULT */
+    int64_t ttl_ms;        /* lease length, >= 1; DLOCK_DEFAULT */
+    int renew;             /* 1 = the keeper renews the lease until release; 0 = no; DLOCK_DEFAULT */
+    int fair;              /* 1 = FIFO among waiters where the backend can; 0 = no; DLOCK_DEFAULT */
+    int reentrant;         /* 1 = a name this client already holds reentrantly is held again (hold
+                              count); 0 = a second acquire contends like any other; DLOCK_DEFAULT */
+    dlock_lost_callback on_lost; /* may be NULL */
+    void *on_lost_user_data;
+} dlock_acquire_options;
+
+#define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
+    { sizeof(dlock_acquire_options), DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT,   \
+      DLOCK_DEFAULT, NULL, NULL }
+
+/* Acquires the lock `name` (1..1024 bytes of valid UTF-8, no NUL; every other byte sequence is a
+ * distinct name, `/` and `..` included). `options` may be NULL (all defaults).
+ * Blocks until acquired, the wait runs out (DLOCK_TIMEOUT), or the client closes (DLOCK_CANCELLED).
+ * Returns DLOCK_OK with a new lease in *out_lease (destroy it with dlock_lease_destroy), or
+ * DLOCK_TIMEOUT, DLOCK_INVALID_ARGUMENT, DLOCK_UNAVAILABLE, DLOCK_BACKEND, DLOCK_UNKNOWN,
+ * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind.
+ * A grant that is no lock any more when the backend's answer arrives — its validity already over
+ * (the reply took longer than the ttl), or reported LOST before acquire returned — is given back
+ * and retried while the wait allows, then answered DLOCK_TIMEOUT; the same holds for a reentrant
+ * acquire of a hold whose validity ran out. */
+DLOCK_API int dlock_acquire(dlock_client *client, const char *name, const dlock_acquire_options *options,
+                            dlock_lease **out_lease);
+
+/* ---- leases --------------------------------------------------------------------------------- */
+
+typedef enum dlock_lease_state {
+    DLOCK_LEASE_HELD = 0,     /* confirmed held until valid_until */
+    DLOCK_LEASE_SUSPECT = 1,  /* renewal is failing; may still be held until valid_until */
+    DLOCK_LEASE_LOST = 2,     /* no longer held: expired, taken, or the session ended */
+    DLOCK_LEASE_RELEASED = 3  /* released by this process */
+} dlock_lease_state;
+
+/* The lock's name. */
+DLOCK_API const char *dlock_lease_name(const dlock_lease *lease);
+
+/* The owner token: 128 random bits fresh for this acquisition, as 32 lowercase hex digits. */
+DLOCK_API const char *dlock_lease_owner(const dlock_lease *lease);
+
+/* The fencing token, strictly increasing per name across all holders; 0 when the backend has no
+   DLOCK_CAP_FENCING. Pass it to the resources the lock protects so they can refuse stale writers. */
+DLOCK_API uint64_t dlock_lease_fencing_token(const dlock_lease *lease);
+
+/* The end of validity on CLOCK_MONOTONIC, in nanoseconds (clock_gettime(CLOCK_MONOTONIC)): the
+   send time of the last confirmed acquire or renew + ttl - drift. INT64_MAX for leases that never
+   expire on their own (session-bound backends such as `file`). */
+DLOCK_API int64_t dlock_lease_valid_until(const dlock_lease *lease);
+
+/* The current state. Moves to LOST by itself (keeper, backend notice, or valid_until passing). */
+DLOCK_API dlock_lease_state dlock_lease_state_get(const dlock_lease *lease);
+
+/* Registers the callback fired once when the lease becomes LOST (replacing the one given to
+   acquire). If the lease is already LOST and its callback has not fired, calls it before returning.
+   If the previous callback of this lease is running, waits for it to return first (unless called
+   from that callback), so its user_data may be freed once this returns. Returns DLOCK_OK. */
+DLOCK_API int dlock_lease_on_lost(dlock_lease *lease, dlock_lost_callback callback, void *user_data);
+
+/* Extends the lease by its ttl now, whatever the keeper does. Returns DLOCK_OK (valid_until moved),
+   DLOCK_LOST, DLOCK_UNAVAILABLE/DLOCK_UNKNOWN (could not confirm: the lease is SUSPECT),
+   DLOCK_CANCELLED (client closed) or DLOCK_INVALID_ARGUMENT (released). For backends without
+   DLOCK_CAP_TTL this confirms the lease is still held. */
+DLOCK_API int dlock_lease_renew(dlock_lease *lease);
+
+/* Releases the lock. Owner-only and idempotent. Returns
+ *   DLOCK_OK      released (or already released by an earlier call);
+ *   DLOCK_LOST    ALREADY_LOST: it had expired or been taken; nothing of the new holder's was touched;
+ *   DLOCK_UNKNOWN the backend could not be reached: the lease is still owned and the call is safe
+ *                 to retry (it becomes LOST at valid_until if never confirmed). */
+DLOCK_API int dlock_lease_release(dlock_lease *lease);
+
+/* Frees the lease handle, releasing the lock first if still held (best effort). Accepts NULL. */
+DLOCK_API void dlock_lease_destroy(dlock_lease *lease);
+
+/* ---- inspection ----------------------------------------------------------------------------- */
+
+typedef struct dlock_lock_info {
+    uint32_t struct_size;         /* sizeof(dlock_lock_info) of the caller's header */
+    int held;                     /* 1 if some process holds the lock now */
+    char holder[64];              /* the holder's owner token (hex) if known and held, else "" */
+    uint64_t fencing_token;       /* the last fencing token issued for the name; 0 if none/unknown */
+    int64_t ttl_left_ms;          /* time until the holder's lease expires; -1 if no ttl or unknown */
+} dlock_lock_info;
+
+#define DLOCK_LOCK_INFO_INIT { sizeof(dlock_lock_info), 0, { 0 }, 0, -1 }
+
+/* Reads who holds `name` now without taking it. Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT,
+   DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE or DLOCK_BACKEND. */
+DLOCK_API int dlock_inspect(dlock_client *client, const char *name, dlock_lock_info *out_info);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLOCK_DLOCK_H */

@@ -1,0 +1,229 @@
+/*
+ * plugin.h — the ABI between libdlock (the host) and a backend plugin (a shared object).
+ *
+ * A plugin exports one C symbol, dlock_plugin_negotiate. The host calls it with the newest ABI
+ * version it understands; the plugin answers with a function table (dlock_plugin) of a version no
+ * newer than that, or refuses and says which minimum version it needs. The table starts with
+ * struct_size and version and is append-only: a field added in version N+1 goes after every field
+ * of version N, so a host reads only what the plugin's version defines. The static asserts at the
+ * end pin the layout of every released version.
+ *
+ * Rules across the boundary:
+ *   - only C types cross it: no C++ type, exception, allocator or thread-local state;
+ *   - strings are UTF-8 and NUL-terminated, borrowed for the duration of the call;
+ *   - errors: an entry returns a dlock_status (dlock.h) and, when not DLOCK_OK, writes a message
+ *     into the caller's dlock_plugin_error, naming the backend, the endpoint and what to do;
+ *   - time: every deadline and validity is CLOCK_MONOTONIC in nanoseconds;
+ *   - nothing a plugin creates (backend, hold, thread) may outlive dlock_plugin.destroy: the host
+ *     keeps the shared object loaded until the last backend made from it is destroyed.
+ * The host validates names (1..1024 bytes of UTF-8, no NUL) and option types before calling a
+ * plugin; the plugin maps names into its own keyspace so that distinct names never alias.
+ */
+#ifndef DLOCK_PLUGIN_H
+#define DLOCK_PLUGIN_H
+
+#include <dlock/dlock.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The newest plugin ABI version this header describes. */
+#define DLOCK_PLUGIN_ABI_VERSION 1u
+
+/* The name of the one symbol a plugin exports. */
+#define DLOCK_PLUGIN_NEGOTIATE_SYMBOL "dlock_plugin_negotiate"
+
+/* A plugin's backend instance: one configured connection set / session, shared by a client's
+   threads. Every entry taking one must be thread-safe unless noted. */
+typedef struct dlock_backend dlock_backend;
+
+/* A plugin's record of one successful acquisition (what release and renew need). */
+typedef struct dlock_hold dlock_hold;
+
+/* Where a plugin writes the reason for a non-OK status (truncated to fit, always NUL-terminated). */
+typedef struct dlock_plugin_error {
+    char message[1024];
+} dlock_plugin_error;
+
+/* ---- options --------------------------------------------------------------------------------- */
+
+typedef enum dlock_option_type {
+    DLOCK_OPTION_STRING = 0,
+    DLOCK_OPTION_INT = 1,
+    DLOCK_OPTION_BOOL = 2,
+    DLOCK_OPTION_DURATION = 3, /* YAML "250ms", "30s", "5m", "1h"; handed over in milliseconds */
+    DLOCK_OPTION_STRING_LIST = 4
+} dlock_option_type;
+
+#define DLOCK_OPTION_REQUIRED 1u /* config must set it (no default) */
+#define DLOCK_OPTION_SECRET 2u   /* never printed (passwords) */
+
+/* Which part of a DSN "scheme://user:password@host1,host2/path?k=v" fills an option. Query keys
+   fill the options of the same name (or the defaults ttl/wait/renew/fair/reentrant). */
+typedef enum dlock_dsn_part {
+    DLOCK_DSN_NONE = 0,
+    DLOCK_DSN_HOSTS = 1,    /* "host1,host2": a STRING gets it whole, a STRING_LIST one per host */
+    DLOCK_DSN_USER = 2,
+    DLOCK_DSN_PASSWORD = 3,
+    DLOCK_DSN_PATH = 4,     /* a STRING gets it with its leading '/', other types without */
+    DLOCK_DSN_URL = 5       /* the whole DSN less dlock's own query keys */
+} dlock_dsn_part;
+
+/* One option a backend accepts; `dlock backends --describe NAME` prints these. */
+typedef struct dlock_option_desc {
+    const char *name;          /* YAML key under `options:` */
+    uint32_t type;             /* dlock_option_type */
+    uint32_t flags;            /* DLOCK_OPTION_* bits */
+    uint32_t dsn_part;         /* dlock_dsn_part */
+    const char *default_value; /* in YAML syntax, NULL if none */
+    const char *doc;           /* one or two sentences */
+} dlock_option_desc;
+
+/* A validated option value handed to create: one per described option, in description order. */
+typedef struct dlock_option_value {
+    const char *name;
+    uint32_t type;                  /* dlock_option_type */
+    int is_set;                     /* 0: not in the config and no default */
+    const char *string_value;       /* STRING */
+    int64_t int_value;              /* INT; BOOL as 0/1; DURATION in milliseconds */
+    const char *const *list_values; /* STRING_LIST */
+    size_t list_count;
+} dlock_option_value;
+
+/* ---- services the host offers a backend ------------------------------------------------------ */
+
+typedef struct dlock_plugin_host {
+    uint32_t struct_size;
+    void *context;
+    /* Logs for the user (level: 0 debug, 1 info, 2 warning, 3 error). Any thread. */
+    void (*log)(void *context, int level, const char *message);
+    /* Reports that a hold changed state by itself — the backend noticed its session expired, its
+       key vanished, its connection dropped. `state` is a dlock_lease_state (HELD again, SUSPECT or
+       LOST); `valid_until_ns` the new end of validity. `host_lease` is the cookie of the acquire
+       request. Any thread, from the moment acquire registers the hold — even before acquire
+       returns: a grant reported LOST (or one whose valid_until is already past) when acquire
+       returns OK is given back through release and not handed out. May be called until
+       hold_destroy returns for that hold; must not be called while the plugin holds a lock that
+       its release or renew entries take. */
+    void (*hold_state_changed)(void *context, void *host_lease, int state, int64_t valid_until_ns);
+} dlock_plugin_host;
+
+/* ---- acquisition ----------------------------------------------------------------------------- */
+
+typedef struct dlock_acquire_request {
+    uint32_t struct_size;
+    const char *name;    /* validated by the host */
+    const char *owner;   /* 32 lowercase hex digits, fresh random for this acquisition */
+    int64_t ttl_ms;      /* >= 1 */
+    int64_t deadline_ns; /* 0: try once; INT64_MAX: no deadline; else CLOCK_MONOTONIC */
+    int fair;            /* 1: FIFO if the backend can */
+    void *host_lease;    /* cookie for dlock_plugin_host.hold_state_changed */
+} dlock_acquire_request;
+
+typedef struct dlock_grant {
+    uint32_t struct_size;
+    uint64_t fencing_token; /* 0 without DLOCK_CAP_FENCING */
+    int64_t valid_until_ns; /* send time of the confirmed request + ttl - drift; INT64_MAX if the
+                               hold never expires by itself */
+    int64_t ttl_ms;         /* the ttl the backend granted (it may raise it to its minimum) */
+} dlock_grant;
+
+/* One lease in a batch renewal. */
+typedef struct dlock_renewal {
+    dlock_hold *hold;       /* in */
+    int64_t ttl_ms;         /* in: extend to now + ttl */
+    int status;             /* out: DLOCK_OK, DLOCK_LOST (definitely not ours any more), or
+                               DLOCK_UNAVAILABLE / DLOCK_UNKNOWN / DLOCK_BACKEND (unconfirmed) */
+    int64_t valid_until_ns; /* out, when status is DLOCK_OK */
+} dlock_renewal;
+
+/* ---- the function table ---------------------------------------------------------------------- */
+
+typedef struct dlock_plugin {
+    /* -- version 1 -- */
+    uint32_t struct_size; /* sizeof the table as the plugin was built */
+    uint32_t version;     /* the ABI version this table implements */
+    const char *name;     /* the backend name: "file", "redis", ... */
+    const char *description;
+    const dlock_option_desc *options;
+    size_t option_count;
+
+    /* Creates a backend from validated options (one value per description, in order). Returns
+       DLOCK_OK, DLOCK_CONFIG (a value is wrong: name it), DLOCK_UNAVAILABLE, DLOCK_BACKEND. */
+    int (*create)(const dlock_option_value *options, size_t option_count, const dlock_plugin_host *host,
+                  dlock_backend **out_backend, dlock_plugin_error *error);
+    /* Destroys a backend. The host has destroyed its holds and no call is in progress. */
+    void (*destroy)(dlock_backend *backend);
+    /* DLOCK_CAP_* bits of this backend as configured; with NULL, those of a backend created with
+       the default options (what `dlock backends` prints). */
+    uint64_t (*capabilities)(dlock_backend *backend);
+    /* Makes every acquire in progress on this backend, and every later one, return
+       DLOCK_CANCELLED promptly. Called when the client closes. */
+    void (*interrupt)(dlock_backend *backend);
+    /* Acquires, blocking until request->deadline_ns. Returns DLOCK_OK with *out_hold and
+       *out_grant written, or DLOCK_TIMEOUT, DLOCK_CANCELLED, DLOCK_UNAVAILABLE, DLOCK_BACKEND,
+       DLOCK_UNKNOWN, DLOCK_INVALID_ARGUMENT. On any status but OK nothing is left behind. */
+    int (*acquire)(dlock_backend *backend, const dlock_acquire_request *request, dlock_hold **out_hold,
+                   dlock_grant *out_grant, dlock_plugin_error *error);
+    /* Releases a hold, fenced by its owner token. Returns DLOCK_OK, DLOCK_LOST (it was no longer
+       ours; nothing else touched) or DLOCK_UNKNOWN (may be retried). Does not free the hold. */
+    int (*release)(dlock_backend *backend, dlock_hold *hold, dlock_plugin_error *error);
+    /* Frees a hold (after release, or when the host gives up on it). No server call required. */
+    void (*hold_destroy)(dlock_backend *backend, dlock_hold *hold);
+    /* Renews a batch of holds, ideally in one round trip; writes each renewal's status. Returns
+       DLOCK_OK when every status was written, else a status that applies to all of them. */
+    int (*renew)(dlock_backend *backend, dlock_renewal *renewals, size_t count, dlock_plugin_error *error);
+    /* Reads the state of a lock without taking it. May be NULL (DLOCK_NOT_SUPPORTED). */
+    int (*inspect)(dlock_backend *backend, const char *name, dlock_lock_info *out_info,
+                   dlock_plugin_error *error);
+    /* -- version 2 appends here -- */
+} dlock_plugin;
+
+/* The exported negotiation entry point, implemented by each plugin:
+ *   host_max_version: the newest ABI version the host understands (>= 1).
+ * On success returns DLOCK_OK and sets *out_plugin to a table of version <= host_max_version, with
+ * static storage duration. If the plugin cannot serve any version <= host_max_version it returns
+ * DLOCK_NOT_SUPPORTED and sets *out_min_version to the oldest version it could serve. */
+typedef int (*dlock_plugin_negotiate_fn)(uint32_t host_max_version, const dlock_plugin **out_plugin,
+                                        uint32_t *out_min_version);
+
+#if defined(__GNUC__)
+#define DLOCK_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define DLOCK_PLUGIN_EXPORT
+#endif
+
+/* Plugins define this function with DLOCK_PLUGIN_EXPORT. */
+DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin **out_plugin,
+                                               uint32_t *out_min_version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* Released layouts (LP64). A change that fails one of these breaks every built plugin. */
+#if defined(__LP64__)
+#ifdef __cplusplus
+#define DLOCK_STATIC_ASSERT static_assert
+#else
+#define DLOCK_STATIC_ASSERT _Static_assert
+#endif
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L)
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, version) == 4, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, name) == 8, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, options) == 24, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, create) == 40, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, inspect) == 104, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_plugin) == 112, "plugin ABI v1 layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_option_desc) == 40, "option description layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_option_value) == 48, "option value layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_acquire_request) == 56, "acquire request layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_grant) == 32, "grant layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_renewal) == 32, "renewal layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_plugin_host) == 32, "host services layout changed");
+DLOCK_STATIC_ASSERT(sizeof(dlock_lock_info) == 88, "lock info layout changed");
+#endif
+#endif
+
+#endif /* DLOCK_PLUGIN_H */
