@@ -26,6 +26,10 @@ using detail::error;
 
 namespace {
 
+// This dlock's version, for messages. From the header rather than dlock_version(): the loader sits
+// below the C ABI and does not call into it.
+const std::string this_dlock = fmt::format("{}.{}.{}", DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR, DLOCK_VERSION_PATCH);
+
 constexpr size_t v1_table_size = sizeof(dlock_plugin);  // pinned by the static asserts in plugin.h
 
 std::string file_name_for(const std::string& backend) { return "libdlock-" + backend + ".so"; }
@@ -42,7 +46,7 @@ void check_table(const dlock_plugin* t, const std::string& where, const std::str
     if (t->version < min_abi_version)
         throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it implements plugin ABI version {}, older than the oldest this "
                                               "dlock {} accepts ({}); rebuild the plugin against this dlock",
-                                              where, t->version, dlock_version(), min_abi_version));
+                                              where, t->version, this_dlock, min_abi_version));
     if (t->version > DLOCK_PLUGIN_ABI_VERSION)
         throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it answered plugin ABI version {} although this dlock offered at "
                                               "most {}; the plugin is broken",
@@ -76,8 +80,8 @@ const dlock_plugin* negotiate(dlock_plugin_negotiate_fn fn, const std::string& w
         if (plugin_min > DLOCK_PLUGIN_ABI_VERSION)
             throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it needs plugin ABI version {} or newer, but this dlock {} "
                                                   "offers at most {}; upgrade dlock or use an older build of the plugin",
-                                                  where, plugin_min, dlock_version(), DLOCK_PLUGIN_ABI_VERSION));
-        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it refused to negotiate (status {})", where, dlock_status_name(status)));
+                                                  where, plugin_min, this_dlock, DLOCK_PLUGIN_ABI_VERSION));
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it refused to negotiate (status {})", where, detail::status_name(status)));
     }
     check_table(table, where, expected_name);
     return table;
