@@ -1,6 +1,7 @@
 // The core: clients, holds, leases and the lease keeper.
 #include "dlock_internal/client.hpp"
 
+#include "dlock_internal/backends.hpp"
 #include "dlock_internal/common.hpp"
 #include "dlock_internal/names.hpp"
 
@@ -77,7 +78,7 @@ bool tri_state(int value, bool fallback, const char* what) {
 }  // namespace
 
 std::shared_ptr<client_core> client_core::open(config::client_config config) {
-    auto module = loader::load(config.backend, config.plugin_path);
+    auto module = loader::load(config.backend, config.plugin_path, builtin_backends());
     const auto options = config::bind_options(config, *module->table);
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
     dlock_plugin_error err{};
