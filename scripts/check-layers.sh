@@ -15,19 +15,15 @@
 #   kit      plugins/support: what plugins share                    may use public
 #   plugin   plugins/<name>: one backend each                       may use kit, other plugin
 #                                                                   directories (shared code), public
-#   core     the core (clients, leases, keeper, built-ins)          may use base, config, loader,
+#   core     core/: clients, leases, keeper, built-in backends      may use base, config, loader,
 #                                                                   plugin (the built-in `file`), public
-#   c_api    the C ABI (c_api.cpp, c_admin.cpp, firewall.hpp)       may use core and all below
+#   c_api    api/src: the C ABI of dlock.h and dlock_admin.h        may use core and all below
 #   cli      cli/: the `dlock` command                              may use public only
 # The build enforces the same order (each target sees only its own and lower layers' headers);
 # this check also covers what a build option leaves out, and says where a wrong include is.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-
-# The core is core/ once api/src has been renamed; until then api/src holds both core and C ABI.
-core_dir=core
-[ -d core ] || core_dir=api/src
 
 layer_of() {  # path of a file -> its layer ("" when not in a layer)
   case "$1" in
@@ -38,8 +34,7 @@ layer_of() {  # path of a file -> its layer ("" when not in a layer)
     plugins/support/*) echo kit ;;
     plugins/*) echo plugin ;;
     cli/*) echo cli ;;
-    api/src/c_api.cpp | api/src/c_admin.cpp | api/src/firewall.hpp) echo c_api ;;
-    "$core_dir"/*) echo core ;;
+    core/*) echo core ;;
     api/src/*) echo c_api ;;
     *) echo "" ;;
   esac
@@ -60,7 +55,7 @@ allowed() {  # layer -> the layers it may include (besides its own)
 
 # The directories a quoted include is searched in: the including file's own, then every layer's
 # include directory (each CMake target adds its source directory).
-search_dirs=(api/include base config loader "$core_dir" api/src cli plugins/support/include)
+search_dirs=(api/include base config loader core api/src cli plugins/support/include)
 for d in plugins/*/; do search_dirs+=("${d%/}"); done
 
 resolve() {  # including file, include text, bracket or quote -> the file it names ("" if not ours)
