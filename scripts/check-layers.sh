@@ -25,18 +25,18 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-layer_of() {  # path of a file -> its layer ("" when not in a layer)
+layer_of() {  # path of a file -> its layer in $layer_found ("" when not in a layer); no subshell
   case "$1" in
-    api/include/*) echo public ;;
-    base/*) echo base ;;
-    config/*) echo config ;;
-    loader/*) echo loader ;;
-    plugins/support/*) echo kit ;;
-    plugins/*) echo plugin ;;
-    cli/*) echo cli ;;
-    core/*) echo core ;;
-    api/src/*) echo c_api ;;
-    *) echo "" ;;
+    api/include/*) layer_found=public ;;
+    base/*) layer_found=base ;;
+    config/*) layer_found=config ;;
+    loader/*) layer_found=loader ;;
+    plugins/support/*) layer_found=kit ;;
+    plugins/*) layer_found=plugin ;;
+    cli/*) layer_found=cli ;;
+    core/*) layer_found=core ;;
+    api/src/*) layer_found=c_api ;;
+    *) layer_found="" ;;
   esac
 }
 
@@ -58,47 +58,51 @@ allowed() {  # layer -> the layers it may include (besides its own)
 search_dirs=(api/include base config loader core api/src cli plugins/support/include)
 for d in plugins/*/; do search_dirs+=("${d%/}"); done
 
-resolve() {  # including file, include text, bracket or quote -> the file it names ("" if not ours)
-  local from=$1 name=$2 kind=$3
-  if [ "$kind" = quote ] && [ -f "$(dirname "$from")/$name" ]; then
-    echo "$(dirname "$from")/$name"
+resolve() {  # including file, include text, bracket or quote -> in $resolved the file it names
+  local from=$1 name=$2 kind=$3 d    # ("" if not one of ours: a system, third-party or generated header)
+  resolved=""
+  if [ "$kind" = quote ] && [ -f "${from%/*}/$name" ]; then
+    resolved="${from%/*}/$name"
     return
   fi
-  local d
+  [ "$kind" = bracket ] && [ "${name#dlock/}" = "$name" ] && return  # <...> of ours are <dlock/...>
   for d in "${search_dirs[@]}"; do
     if [ -f "$d/$name" ]; then
-      [ "$kind" = bracket ] && [ "${name#dlock/}" = "$name" ] && continue  # <...> of ours are <dlock/...>
-      echo "$d/$name"
+      resolved="$d/$name"
       return
     fi
   done
-  echo ""
 }
 
 declare -A uses  # layer -> the layers it includes
 violations=0
 files=$(find api base config loader core plugins cli -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) 2>/dev/null | sort || true)
 for file in $files; do
-  layer=$(layer_of "$file")
+  layer_of "$file"
+  layer=$layer_found
   [ -n "$layer" ] || continue
   while IFS= read -r hit; do
     line=${hit%%:*}
     text=${hit#*:}
     if [[ $text =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\"([^\"]+)\" ]]; then
-      target=$(resolve "$file" "${BASH_REMATCH[1]}" quote)
+      included=${BASH_REMATCH[1]}
+      resolve "$file" "$included" quote
     elif [[ $text =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\<(dlock/[^\>]+)\> ]]; then
-      target=$(resolve "$file" "${BASH_REMATCH[1]}" bracket)
+      included=${BASH_REMATCH[1]}
+      resolve "$file" "$included" bracket
     else
       continue
     fi
+    target=$resolved
     [ -n "$target" ] || continue  # a generated or third-party header
-    to=$(layer_of "$target")
+    layer_of "$target"
+    to=$layer_found
     [ -n "$to" ] && [ "$to" != "$layer" ] || continue
     # Between plugins: a plugin may use another plugin directory's shared code, not the reverse of
     # a layer; that is the same layer here.
     uses[$layer]="${uses[$layer]:-} $to"
     if [[ " $(allowed "$layer") " != *" $to "* ]]; then
-      echo "$file:$line: includes ${BASH_REMATCH[1]} ($target, layer $to), which layer $layer may not use" \
+      echo "$file:$line: includes $included ($target, layer $to), which layer $layer may not use" \
            "(allowed: $(allowed "$layer"))" >&2
       violations=$((violations + 1))
     fi
