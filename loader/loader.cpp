@@ -2,7 +2,6 @@
 #include "dlock_internal/loader.hpp"
 
 #include "dlock_internal/common.hpp"
-#include "file_plugin.hpp"
 
 #include <boost/dll/shared_library.hpp>
 #include <boost/filesystem.hpp>
@@ -26,6 +25,10 @@ using detail::error;
 
 namespace {
 
+// This dlock's version, for messages. From the header rather than dlock_version(): the loader sits
+// below the C ABI and does not call into it.
+const std::string this_dlock = DLOCK_VERSION_STRING;
+
 // The smallest table each plugin ABI version may have, by version (index 0 unused). A plugin built
 // against a newer header of the same version has a longer table; the host reads only the entries
 // of the version negotiated.
@@ -47,7 +50,7 @@ void check_table(const dlock_plugin* t, const std::string& where, const std::str
     if (t->version < min_abi_version)
         throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it implements plugin ABI version {}, older than the oldest this "
                                               "dlock {} accepts ({}); rebuild the plugin against this dlock",
-                                              where, t->version, dlock_version(), min_abi_version));
+                                              where, t->version, this_dlock, min_abi_version));
     if (t->version > DLOCK_PLUGIN_ABI_VERSION)
         throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it answered plugin ABI version {} although this dlock offered at "
                                               "most {}; the plugin is broken",
@@ -81,8 +84,8 @@ const dlock_plugin* negotiate(dlock_plugin_negotiate_fn fn, const std::string& w
         if (plugin_min > DLOCK_PLUGIN_ABI_VERSION)
             throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it needs plugin ABI version {} or newer, but this dlock {} "
                                                   "offers at most {}; upgrade dlock or use an older build of the plugin",
-                                                  where, plugin_min, dlock_version(), DLOCK_PLUGIN_ABI_VERSION));
-        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it refused to negotiate (status {})", where, dlock_status_name(status)));
+                                                  where, plugin_min, this_dlock, DLOCK_PLUGIN_ABI_VERSION));
+        throw error(DLOCK_PLUGIN, fmt::format("plugin {}: it refused to negotiate (status {})", where, detail::status_name(status)));
     }
     check_table(table, where, expected_name);
     return table;
@@ -91,16 +94,19 @@ const dlock_plugin* negotiate(dlock_plugin_negotiate_fn fn, const std::string& w
 std::mutex cache_mutex;
 std::map<std::string, std::weak_ptr<const module>> cache;  // by canonical path
 
-std::shared_ptr<const module> builtin_file() {
-    static const std::shared_ptr<const module> file = [] {
+// The built-in `b`, negotiated once and kept for the life of the process (cache_mutex held).
+std::shared_ptr<const module> load_builtin(const builtin& b) {
+    static std::map<std::string, std::shared_ptr<const module>> negotiated;
+    auto& slot = negotiated[b.name];
+    if (!slot) {
         auto m = std::make_shared<module>();
-        m->name = "file";
+        m->name = b.name;
         m->path = "built-in";
-        m->table = negotiate(&dlock_file_plugin_negotiate, "`file` (built-in)", "file");
+        m->table = negotiate(b.negotiate, fmt::format("`{}` (built-in)", b.name), b.name);
         m->version = m->table->version;
-        return m;
-    }();
-    return file;
+        slot = m;
+    }
+    return slot;
 }
 
 // A plugin runs with the rights of every program that loads it, so its file and every directory
@@ -140,12 +146,14 @@ void check_trusted(const boost::filesystem::path& canonical) {
 }
 
 // The plugin directory of the libdlock this process uses: lib/dlock/plugins beside libdlock.so.
-// Found from where the dynamic linker mapped dlock_version (libdlock's own, even when this code is
-// linked statically into the `dlock` command), so it holds for a build tree and an install tree
-// alike and nothing about either is compiled in. Empty if it cannot be told.
+// Found from where the dynamic linker mapped this very function (the loader is linked into libdlock,
+// and into no other shared object or program but tests), so it holds for a build tree and an install
+// tree alike and nothing about either is compiled in. Empty if it cannot be told.
 std::string plugin_dir_next_to_libdlock() {
     Dl_info info{};
-    if (!dladdr(reinterpret_cast<const void*>(&dlock_version), &info) || !info.dli_fname || !*info.dli_fname) return {};
+    if (!dladdr(reinterpret_cast<const void*>(&plugin_dir_next_to_libdlock), &info) || !info.dli_fname ||
+        !*info.dli_fname)
+        return {};
     const auto library = boost::filesystem::absolute(info.dli_fname);
     return (library.parent_path() / "dlock" / "plugins").string();
 }
@@ -208,10 +216,15 @@ std::shared_ptr<const module> load_file(const std::string& path, const std::stri
     return m;
 }
 
-std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path) {
+std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path,
+                                   const std::vector<builtin>& builtins) {
     if (!valid_backend_name(backend))
         throw error(DLOCK_INVALID_ARGUMENT, fmt::format("`{}` is not a backend name (lowercase letters, digits, '-' and '_')", backend));
-    if (backend == "file") return builtin_file();
+    for (const auto& b : builtins) {
+        if (b.name != backend) continue;
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        return load_builtin(b);
+    }
     const std::string file = file_name_for(backend);
     const auto dirs = search_path(config_plugin_path);
     for (const auto& d : dirs) {
@@ -227,9 +240,15 @@ std::shared_ptr<const module> load(const std::string& backend, const std::vector
 }
 
 std::vector<std::shared_ptr<const module>> discover(const std::vector<std::string>& config_plugin_path,
+                                                    const std::vector<builtin>& builtins,
                                                     std::vector<std::string>& failures) {
-    std::vector<std::shared_ptr<const module>> found{builtin_file()};
-    std::set<std::string> names{"file"};
+    std::vector<std::shared_ptr<const module>> found;
+    std::set<std::string> names;
+    for (const auto& b : builtins) {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        found.push_back(load_builtin(b));
+        names.insert(b.name);
+    }
     for (const auto& d : search_path(config_plugin_path)) {
         boost::system::error_code ec;
         std::vector<boost::filesystem::path> files;

@@ -2,6 +2,7 @@
 // dlock_status plus the thread-local detail text of dlock_last_error().
 #include "dlock_internal/client.hpp"
 #include "dlock_internal/common.hpp"
+#include "firewall.hpp"
 
 #include <dlock/dlock.h>
 
@@ -16,31 +17,8 @@ struct dlock_client {
 
 namespace {
 
-thread_local std::string last_error;
-
-int fail(int status, const char* message) {
-    try {
-        last_error = message;
-    } catch (...) {
-        // Out of memory while recording an error: keep the status.
-    }
-    return status;
-}
-
-template <typename F>
-int firewall(F&& body) noexcept {
-    try {
-        return body();
-    } catch (const error& e) {
-        return fail(e.status(), e.what());
-    } catch (const std::bad_alloc&) {
-        return fail(DLOCK_INTERNAL, "out of memory");
-    } catch (const std::exception& e) {
-        return fail(DLOCK_INTERNAL, e.what());
-    } catch (...) {
-        return fail(DLOCK_INTERNAL, "unknown internal error");
-    }
-}
+using dlock::c_abi::firewall;
+using dlock::c_abi::last_error;
 
 int open_with(dlock::config::client_config config, dlock_client** out_client) {
     auto client = std::make_unique<dlock_client>();
@@ -55,23 +33,7 @@ extern "C" {
 
 const char* dlock_version(void) { return DLOCK_VERSION_STRING; }
 
-const char* dlock_status_name(int status) {
-    switch (status) {
-    case DLOCK_OK: return "DLOCK_OK";
-    case DLOCK_TIMEOUT: return "DLOCK_TIMEOUT";
-    case DLOCK_INVALID_ARGUMENT: return "DLOCK_INVALID_ARGUMENT";
-    case DLOCK_CONFIG: return "DLOCK_CONFIG";
-    case DLOCK_PLUGIN: return "DLOCK_PLUGIN";
-    case DLOCK_NOT_SUPPORTED: return "DLOCK_NOT_SUPPORTED";
-    case DLOCK_UNAVAILABLE: return "DLOCK_UNAVAILABLE";
-    case DLOCK_BACKEND: return "DLOCK_BACKEND";
-    case DLOCK_UNKNOWN: return "DLOCK_UNKNOWN";
-    case DLOCK_LOST: return "DLOCK_LOST";
-    case DLOCK_CANCELLED: return "DLOCK_CANCELLED";
-    case DLOCK_INTERNAL: return "DLOCK_INTERNAL";
-    default: return "DLOCK_<unknown>";
-    }
-}
+const char* dlock_status_name(int status) { return dlock::detail::status_name(status); }
 
 const char* dlock_last_error(void) { return last_error.c_str(); }
 

@@ -9,7 +9,8 @@
 //      installed library never searches the tree it was built in.
 // A plugin file is loaded only if it and every directory above it can be changed by no one but
 // root and the user running the program (see load_file).
-// The `file` backend is built into libdlock and needs no file.
+// Backends built into the program (libdlock's `file`) need no file: the layer that links the loader
+// names them (see `builtin`); the loader itself knows no backend.
 #pragma once
 
 #include <dlock/plugin.h>
@@ -32,6 +33,13 @@ struct module {
     std::shared_ptr<void> library;  // the opened library (empty for built-ins)
 };
 
+// A backend compiled into the program that links the loader: its name and its negotiation function,
+// negotiated and checked like a plugin file's. A built-in name is never looked up on the search path.
+struct builtin {
+    std::string name;
+    dlock_plugin_negotiate_fn negotiate = nullptr;
+};
+
 struct search_dir {
     std::string dir;
     std::string origin;  // "plugin_path", "DLOCK_PLUGIN_PATH", "next to libdlock"
@@ -40,10 +48,11 @@ struct search_dir {
 // The directories searched, in order, with where each came from.
 std::vector<search_dir> search_path(const std::vector<std::string>& config_plugin_path);
 
-// Loads the plugin for `backend`. Throws detail::error: DLOCK_PLUGIN (not found — the message lists
-// every directory tried — or refused: the message names the file and the reason), or
-// DLOCK_INVALID_ARGUMENT (a backend name that is not [a-z0-9_-]+).
-std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path);
+// Loads the backend `backend`: the built-in of that name, else its plugin file. Throws detail::error:
+// DLOCK_PLUGIN (not found — the message lists every directory tried — or refused: the message names
+// the file and the reason), or DLOCK_INVALID_ARGUMENT (a backend name that is not [a-z0-9_-]+).
+std::shared_ptr<const module> load(const std::string& backend, const std::vector<std::string>& config_plugin_path,
+                                   const std::vector<builtin>& builtins);
 
 // Loads and negotiates one shared object by path (expects its table to name `expected_name`
 // unless that is empty). Refuses a file that a user other than root or the effective user could
@@ -56,6 +65,7 @@ std::shared_ptr<const module> load_file(const std::string& path, const std::stri
 // file of each name; later duplicates are shadowed). Files that fail to load are reported with
 // their error in `failures` ("path: reason").
 std::vector<std::shared_ptr<const module>> discover(const std::vector<std::string>& config_plugin_path,
+                                                    const std::vector<builtin>& builtins,
                                                     std::vector<std::string>& failures);
 
 }  // namespace dlock::loader

@@ -117,9 +117,14 @@ TEST_F(Cli, CommandIsTerminatedWhenDlockDies) {
     // If `dlock run` is killed its lock is released (by the kernel, for `file`): the command must
     // not run on unprotected.
     const std::string marker = dir_.path() + "/terminated";
+    const std::string started = dir_.path() + "/started";
     child_process run_process({DLOCK_CLI, "--config", config_, "run", "cli/orphan", "--", "sh", "-c",
-                               "trap 'touch " + marker + "; exit 0' TERM; while :; do sleep 0.05; done"});
-    std::this_thread::sleep_for(300ms);
+                               "trap 'touch " + marker + "; exit 0' TERM; touch " + started +
+                                   "; while :; do sleep 0.05; done"});
+    // dlock is killed once the command runs with its trap set (a fixed pause was too short on a
+    // loaded machine under ASan: dlock died before it had started the command).
+    for (int i = 0; i < 500 && !std::ifstream(started).good(); ++i) std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(std::ifstream(started).good()) << "the command did not start within 10 s";
     run_process.kill(SIGKILL);
     run_process.wait();
     bool terminated = false;

@@ -6,9 +6,11 @@
 //                   std::scoped_lock and try_lock_for
 //   dlock::cancellation  a cancel handle for waits (acquire_options::with_cancel, mutex::lock(c))
 //
-// Errors: functions throw std::system_error whose code is in dlock::category(); each has an
-// overload taking std::error_code& that never throws. Durations are std::chrono; time points are
-// std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of every dlock deadline).
+// Errors: functions throw std::system_error whose code is in dlock::category(). client::open,
+// client::acquire, lease::renew and lease::release also have an overload taking std::error_code&
+// that never throws; the others (from_yaml, inspect, on_lost, ...) only throw. Durations are
+// std::chrono; time points are std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of
+// every dlock deadline).
 // Thread safety is that of the C ABI: a client may be shared by threads; a lease or mutex object
 // is used by one thread at a time.
 #pragma once
@@ -393,7 +395,7 @@ public:
     bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
         return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()));
     }
-    // Releases; never throws. Call lease().release() first to learn the outcome.
+    // Releases; never throws. Call current_lease().release() first to learn the outcome.
     void unlock() noexcept {
         lease taken;
         {

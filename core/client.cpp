@@ -1,6 +1,7 @@
 // The core: clients, holds, leases and the lease keeper.
 #include "dlock_internal/client.hpp"
 
+#include "dlock_internal/backends.hpp"
 #include "dlock_internal/common.hpp"
 #include "dlock_internal/names.hpp"
 
@@ -82,7 +83,7 @@ bool tri_state(int value, bool fallback, const char* what) {
 }  // namespace
 
 std::shared_ptr<client_core> client_core::open(config::client_config config) {
-    auto module = loader::load(config.backend, config.plugin_path);
+    auto module = loader::load(config.backend, config.plugin_path, builtin_backends());
     const auto options = config::bind_options(config, *module->table);
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
     dlock_plugin_error err{};
@@ -92,7 +93,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     if (status != DLOCK_OK) {
         core->backend_ = nullptr;
         throw error(status, message_of(err, fmt::format("backend `{}` could not be created ({})", core->plugin_->name,
-                                                        dlock_status_name(status))));
+                                                        detail::status_name(status))));
     }
     if (!core->backend_)
         throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
@@ -120,7 +121,7 @@ void client_core::log(int level, const char* message) {
 }
 
 [[noreturn]] void client_core::fail_plugin_call(int status, const dlock_plugin_error& err, const char* what) {
-    throw error(status, message_of(err, fmt::format("backend `{}`: {} failed ({})", plugin_->name, what, dlock_status_name(status))));
+    throw error(status, message_of(err, fmt::format("backend `{}`: {} failed ({})", plugin_->name, what, detail::status_name(status))));
 }
 
 dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options* options) {
@@ -314,7 +315,7 @@ void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& na
     const int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
     if (status != DLOCK_OK && status != DLOCK_LOST)
         logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
-                      name, dlock_status_name(status), message_of(err, ""));
+                      name, detail::status_name(status), message_of(err, ""));
     plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
 }
 
@@ -381,7 +382,7 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
     changed_.notify_all();
     if (status != DLOCK_OK && status != DLOCK_LOST) {
         why = message_of(err, fmt::format("backend `{}`: release of `{}` failed ({}); the outcome is unknown, retry",
-                                          plugin_->name, h->name, dlock_status_name(status)));
+                                          plugin_->name, h->name, detail::status_name(status)));
         return DLOCK_UNKNOWN;
     }
     if (status == DLOCK_LOST || was_lost) {
@@ -445,7 +446,7 @@ int client_core::renew(dlock_lease* lease) {
     apply_renewal(*h, status, renewal.valid_until_ns, monotonic_now_ns());
     if (status != DLOCK_OK)
         throw error(status, message_of(err, fmt::format("backend `{}`: renewal of `{}` not confirmed ({})", plugin_->name,
-                                                        h->name, dlock_status_name(status))));
+                                                        h->name, detail::status_name(status))));
     return DLOCK_OK;
 }
 
@@ -583,7 +584,7 @@ void client_core::keeper_loop() {
             dlock_plugin_error err{};
             const int call = plugin_call(err, plugin_->name, "renew",
                                          [&] { return plugin_->renew(backend_, batch.data(), batch.size(), &err); });
-            if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, dlock_status_name(call)));
+            if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, detail::status_name(call)));
             lock.lock();
             const int64_t after = monotonic_now_ns();
             for (size_t i = 0; i < batch.size(); ++i) {

@@ -1,4 +1,4 @@
-// common.hpp — what every internal part of libdlock shares: the internal error type (a status plus
+// common.hpp — the base every internal layer of libdlock shares: the internal error type (a status plus
 // a message, turned into dlock_status + dlock_last_error() at the C ABI firewall) and the monotonic
 // clock every duration is measured on.
 #pragma once
@@ -22,6 +22,26 @@ public:
 private:
     int status_;
 };
+
+// The constant name of a status ("DLOCK_TIMEOUT"); what dlock_status_name() returns. Here so that
+// the layers below the C ABI name statuses without calling up into it.
+constexpr const char* status_name(int status) noexcept {
+    switch (status) {
+    case DLOCK_OK: return "DLOCK_OK";
+    case DLOCK_TIMEOUT: return "DLOCK_TIMEOUT";
+    case DLOCK_INVALID_ARGUMENT: return "DLOCK_INVALID_ARGUMENT";
+    case DLOCK_CONFIG: return "DLOCK_CONFIG";
+    case DLOCK_PLUGIN: return "DLOCK_PLUGIN";
+    case DLOCK_NOT_SUPPORTED: return "DLOCK_NOT_SUPPORTED";
+    case DLOCK_UNAVAILABLE: return "DLOCK_UNAVAILABLE";
+    case DLOCK_BACKEND: return "DLOCK_BACKEND";
+    case DLOCK_UNKNOWN: return "DLOCK_UNKNOWN";
+    case DLOCK_LOST: return "DLOCK_LOST";
+    case DLOCK_CANCELLED: return "DLOCK_CANCELLED";
+    case DLOCK_INTERNAL: return "DLOCK_INTERNAL";
+    default: return "DLOCK_<unknown>";
+    }
+}
 
 constexpr int64_t ns_per_ms = 1'000'000;
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();

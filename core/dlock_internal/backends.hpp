@@ -1,0 +1,39 @@
+// backends.hpp — the backends this library offers: the built-in ones, which the core hands the
+// loader (the loader knows no backend of its own), and the catalog of every backend a config can
+// reach, which the admin API (dlock_admin.h) lists.
+#pragma once
+
+#include "dlock_internal/config.hpp"
+#include "dlock_internal/loader.hpp"
+
+#include <dlock/dlock_admin.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dlock::core {
+
+// The backends compiled into libdlock: `file`.
+const std::vector<loader::builtin>& builtin_backends();
+
+// Every backend found for a config, described as dlock_admin.h's structs, which point into the
+// storage this object owns. Holding it keeps each described plugin loaded.
+class backend_catalog {
+public:
+    // Throws detail::error.
+    explicit backend_catalog(const config::client_config& config);
+    backend_catalog(const backend_catalog&) = delete;
+    backend_catalog& operator=(const backend_catalog&) = delete;
+
+    const std::vector<dlock_backend_info>& backends() const { return infos_; }
+    const std::vector<std::string>& failures() const { return failures_; }
+
+private:
+    std::vector<std::shared_ptr<const loader::module>> modules_;
+    std::vector<std::vector<dlock_backend_option>> options_;  // one vector per module
+    std::vector<dlock_backend_info> infos_;
+    std::vector<std::string> failures_;
+};
+
+}  // namespace dlock::core
