@@ -69,6 +69,7 @@ const char* dlock_status_name(int status) {
     case DLOCK_LOST: return "DLOCK_LOST";
     case DLOCK_CANCELLED: return "DLOCK_CANCELLED";
     case DLOCK_INTERNAL: return "DLOCK_INTERNAL";
+    case DLOCK_PERMISSION: return "DLOCK_PERMISSION";
     default: return "DLOCK_<unknown>";
     }
 }

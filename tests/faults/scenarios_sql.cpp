@@ -309,7 +309,7 @@ void missing_privileges(context& ctx) {
                                          "postgresql://dlock_unprivileged@127.0.0.1:" +
                                              std::to_string(ctx.lab().sql().client_endpoint().port) + "/postgres",
                                          "  table: dlock_private_" + mode(ctx) + "\n");
-    const std::string message = require_open_refused(ctx, config, DLOCK_BACKEND, "a user without privileges", "BACKEND");
+    const std::string message = require_open_refused(ctx, config, DLOCK_PERMISSION, "a user without privileges", "PERMISSION");
     ctx.require(message.find("permission denied") != std::string::npos && message.find("grant") != std::string::npos,
                 "the error says permission denied and what to grant: " + message);
     ctx.note(message);
