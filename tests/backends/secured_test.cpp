@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -227,6 +229,59 @@ TEST_F(Secured, PlainConnectionIsRefused) {
     EXPECT_LT(r.took, open_bound);
     expect_no_secret(r.message);
     std::cout << "[postgres_secure] " << r.message << "\n";
+}
+
+// ---- secrets ----------------------------------------------------------------------------------
+
+// Every `dlock` subcommand, in text and --json, with the good config, a wrong password and an
+// unreachable server, at log level debug: the password's bytes appear in no output.
+TEST_F(Secured, NoSecretInAnyCliOutputOrLogLine) {
+    const std::string plugin(server().plugin());
+    const char* endpoint_key = chosen == secured_backend::etcd        ? "endpoints"
+                               : chosen == secured_backend::postgres  ? "dsn"
+                               : chosen == secured_backend::zookeeper ? "connect"
+                                                                      : "endpoint";
+    const std::string unreachable_value = chosen == secured_backend::etcd       ? "[\"https://127.0.0.1:1\"]"
+                                          : chosen == secured_backend::postgres ? quoted("postgresql://" + a().user + "@127.0.0.1:1/postgres")
+                                                                                : quoted("127.0.0.1:1");
+    dlock::test::scratch_dir dir("dlock-secrets");
+    auto write = [&](const std::string& stem, const std::string& text) {
+        const std::string path = dir.path() + "/" + stem + ".yaml";
+        std::ofstream(path) << text;
+        std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+        return path;
+    };
+    std::vector<std::string> configs = {
+        a().config.string(),
+        write("wrong", server().config_text(a(), {{"password", quoted("wrong-" + a().password)}})),
+        write("unreachable", server().config_text(a(), {{endpoint_key, unreachable_value}})),
+    };
+    if (chosen == secured_backend::redis_acl) {  // the DSN form carries the password in the URL
+        const std::string hostport = server().client_endpoint().to_string();
+        configs.push_back("redis://" + a().user + ":" + a().password + "@" + hostport);
+        configs.push_back("redis://" + a().user + ":wrong-" + a().password + "@" + hostport);
+        configs.push_back("redis://" + a().user + ":" + a().password + "@127.0.0.1:1");
+    }
+    int runs = 0;
+    for (const auto& config : configs) {
+        for (const bool json : {false, true}) {
+            for (std::vector<std::string> command : std::vector<std::vector<std::string>>{
+                     {"check"}, {"inspect", "secrets/x"}, {"backends", "--describe", plugin}, {"run", "secrets/x", "--", "true"}}) {
+                std::vector<std::string> argv = {"env", "DLOCK_LOG=debug", DLOCK_CLI, "--config", config};
+                if (json) argv.push_back("--json");
+                argv.insert(argv.end(), command.begin(), command.end());
+                std::string output;
+                dlock::lab::run_command(argv, &output);
+                ++runs;
+                if (command[0] != "run") EXPECT_FALSE(output.empty()) << command[0];  // a run that worked says nothing
+                for (const tenant* t : {&a(), &b()})
+                    EXPECT_EQ(output.find(t->password), std::string::npos)
+                        << "`dlock " << command[0] << (json ? " --json" : "") << "` with config " << (config.find("://") == std::string::npos ? config : "<the DSN>")
+                        << " printed the password:\n" << output;
+            }
+        }
+    }
+    std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << runs << " CLI runs, no secret in any output\n";
 }
 
 }  // namespace
