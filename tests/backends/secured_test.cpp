@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "dlock/lab/clients.hpp"
@@ -282,6 +283,43 @@ TEST_F(Secured, NoSecretInAnyCliOutputOrLogLine) {
         }
     }
     std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << runs << " CLI runs, no secret in any output\n";
+}
+
+TEST_F(Secured, PasswordFileKeepsTheSecretOutOfTheConfig) {
+    dlock::test::scratch_dir dir("dlock-password-file");
+    const std::string secret_file = dir.path() + "/password";
+    std::ofstream(secret_file) << a().password << "\n";
+    std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    const std::string text = server().config_text(a(), {{"password", std::nullopt}, {"password_file", quoted(secret_file)}});
+    ASSERT_EQ(text.find(a().password), std::string::npos);
+    auto client = dlock::client::from_yaml(text);
+    auto lease = client.acquire("secrets/file", dlock::acquire_options().with_wait(0ms));
+    EXPECT_TRUE(lease);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+TEST_F(Secured, WorldReadableConfigWithAPasswordGetsOneWarningLine) {
+    dlock::test::scratch_dir dir("dlock-readable-config");
+    const std::string path = dir.path() + "/readable.yaml";
+    std::ofstream(path) << server().config_text(a());
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                           std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+    std::string output;
+    EXPECT_EQ(dlock::lab::run_command({DLOCK_CLI, "--config", path, "check"}, &output), 0) << output;
+    size_t warnings = 0;
+    std::istringstream lines(output);
+    for (std::string line; std::getline(lines, line);)
+        if (line.find("config file `" + path + "`") != std::string::npos) {
+            ++warnings;
+            EXPECT_NE(line.find("chmod o-r " + path), std::string::npos) << line;
+            EXPECT_NE(line.find("password_file"), std::string::npos) << line;
+        }
+    EXPECT_EQ(warnings, 1u) << output;
+    expect_no_secret(output);
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    output.clear();
+    EXPECT_EQ(dlock::lab::run_command({DLOCK_CLI, "--config", path, "check"}, &output), 0) << output;
+    EXPECT_EQ(output.find("config file"), std::string::npos) << "no warning once private: " << output;
 }
 
 }  // namespace
