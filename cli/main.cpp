@@ -303,6 +303,7 @@ int list_backends(const std::string& config, const std::string& describe, bool a
         for (size_t i = 0; i < m->table->option_count; ++i) {
             const dlock_option_desc& o = m->table->options[i];
             options.push_back({{"name", o.name}, {"type", type_name(o.type)}, {"required", (o.flags & DLOCK_OPTION_REQUIRED) != 0},
+                               {"secret", (o.flags & DLOCK_OPTION_SECRET) != 0},
                                {"default", o.default_value ? json(o.default_value) : json(nullptr)}, {"doc", o.doc ? o.doc : ""}});
         }
         entry["options"] = options;
@@ -314,8 +315,9 @@ int list_backends(const std::string& config, const std::string& describe, bool a
             std::cout << "           " << (m->table->description ? m->table->description : "") << "\n\n  options:\n";
             for (size_t i = 0; i < m->table->option_count; ++i) {
                 const dlock_option_desc& o = m->table->options[i];
-                std::cout << fmt::format("    {:<18} {:<9} {}\n        {}\n", o.name, type_name(o.type),
+                std::cout << fmt::format("    {:<18} {:<9} {}{}\n        {}\n", o.name, type_name(o.type),
                                          (o.flags & DLOCK_OPTION_REQUIRED) ? "required" : fmt::format("default: {}", o.default_value ? o.default_value : "(none)"),
+                                         (o.flags & DLOCK_OPTION_SECRET) ? fmt::format("  secret (or `{}_file: PATH`)", o.name) : "",
                                          o.doc ? o.doc : "");
             }
         }
