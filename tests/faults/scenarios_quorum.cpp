@@ -465,7 +465,7 @@ void etcdctl(const std::string& endpoint, std::vector<std::string> args) {
 }
 
 // Authentication on: user `reader` may only read dlock's keys, `nobody` has no role. A client of
-// either gets a clear BACKEND error naming the permission — at open (nobody) or at acquire
+// either gets a clear PERMISSION error naming the permission — at open (nobody) or at acquire
 // (reader) — and never a lock; `root` locks normally. Authentication is turned off again however
 // the cell ends (the next cells share this server).
 void permission_denied(context& ctx) {

@@ -297,7 +297,7 @@ void dropped_table(context& ctx) {
     ctx.check_histories();
 }
 
-// 14h: a user who may not create dlock's tables: opening the client is a clear BACKEND error that
+// 14h: a user who may not create dlock's tables: opening the client is a clear PERMISSION error that
 // says what to grant.
 void missing_privileges(context& ctx) {
     auto server = admin(ctx);
