@@ -27,7 +27,7 @@ int backends(const std::string& config, const std::string& describe, bool as_jso
                       {"capabilities", capability_list(b.capabilities)}, {"description", b.description}};
         json options = json::array();
         for (const auto& o : b.options)
-            options.push_back({{"name", o.name}, {"type", o.type}, {"required", o.required},
+            options.push_back({{"name", o.name}, {"type", o.type}, {"required", o.required}, {"secret", o.secret},
                                {"default", o.default_value ? json(*o.default_value) : json(nullptr)}, {"doc", o.doc}});
         entry["options"] = options;
         out.push_back(entry);
@@ -39,8 +39,9 @@ int backends(const std::string& config, const std::string& describe, bool as_jso
         if (!describe.empty()) {
             std::cout << "           " << b.description << "\n\n  options:\n";
             for (const auto& o : b.options)
-                std::cout << fmt::format("    {:<18} {:<9} {}\n        {}\n", o.name, o.type,
+                std::cout << fmt::format("    {:<18} {:<9} {}{}\n        {}\n", o.name, o.type,
                                          o.required ? "required" : fmt::format("default: {}", o.default_value.value_or("(none)")),
+                                         o.secret ? fmt::format("  secret (or `{}_file: PATH`)", o.name) : "",
                                          o.doc);
         }
     }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
 
 namespace dlock::config {
 
@@ -225,6 +226,7 @@ client_config parse_yaml(const std::string& text, const std::string& origin) {
                     for (const auto& item : option) raw.list.push_back(scalar_of(item, origin, "options." + raw.key));
                 } else {
                     raw.scalar = scalar_of(option, origin, "options." + raw.key);
+                    raw.literal = option.IsScalar() && option.Scalar().find("${") == std::string::npos;
                 }
                 config.options.push_back(std::move(raw));
             }
@@ -250,7 +252,9 @@ client_config load_yaml_file(const std::string& path) {
     if (!in) fail(fmt::format("cannot read config file `{}`: {}", path, std::strerror(errno)));
     std::stringstream text;
     text << in.rdbuf();
-    return parse_yaml(text.str(), path);
+    client_config config = parse_yaml(text.str(), path);
+    config.file = path;
+    return config;
 }
 
 bool looks_like_dsn(std::string_view text) {
@@ -374,6 +378,46 @@ resolved_policy resolve(const client_config& config, std::string_view name) {
     return out;
 }
 
+namespace {
+
+// "0644" when others may read `path`; "" when they may not or it cannot be told.
+std::string readable_by_others(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !(st.st_mode & S_IROTH)) return "";
+    return fmt::format("{:04o}", st.st_mode & 07777);
+}
+
+// Whether a literal value of a secret option holds a secret: a URL without a password
+// ("postgresql://app@db/x") does not.
+bool holds_secret(const dlock_option_desc& desc, const std::string& value) {
+    if (value.empty()) return false;
+    if (desc.dsn_part != DLOCK_DSN_URL) return true;
+    const size_t scheme = value.find("://");
+    if (scheme == std::string::npos) return value.find("password") != std::string::npos;  // keyword=value form
+    const size_t at = value.find('@', scheme + 3), slash = value.find('/', scheme + 3);
+    return (at != std::string::npos && (slash == std::string::npos || at < slash) &&
+            value.substr(scheme + 3, at - scheme - 3).find(':') != std::string::npos) ||
+           value.find("password=") != std::string::npos;
+}
+
+// The content of a secret file, without its final line break. The content is never quoted in
+// an error.
+std::string read_secret_file(const raw_option& raw) {
+    const std::string& path = raw.scalar;
+    if (raw.is_list || path.empty()) fail(fmt::format("{}: option `{}` takes the path of one file", raw.location, raw.key));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(fmt::format("{}: option `{}`: cannot read `{}`: {}", raw.location, raw.key, path, std::strerror(errno)));
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string secret = text.str();
+    if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+    if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+    if (secret.empty()) fail(fmt::format("{}: option `{}`: `{}` is empty", raw.location, raw.key, path));
+    return secret;
+}
+
+}  // namespace
+
 bound_options bind_options(const client_config& config, const dlock_plugin& plugin) {
     const std::string backend = plugin.name ? plugin.name : config.backend;
     bool has_url_part = false;
@@ -387,8 +431,15 @@ bound_options bind_options(const client_config& config, const dlock_plugin& plug
             if (key == plugin.options[i].name) return &plugin.options[i];
         return nullptr;
     };
+    // `X_file` for every secret option X.
+    auto secret_of_file_key = [&](const std::string& key) -> const dlock_option_desc* {
+        const std::string suffix = "_file";
+        if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) return nullptr;
+        const dlock_option_desc* d = describe(key.substr(0, key.size() - suffix.size()));
+        return d && (d->flags & DLOCK_OPTION_SECRET) ? d : nullptr;
+    };
     for (const auto& raw : config.options) {
-        if (describe(raw.key)) continue;
+        if (describe(raw.key) || secret_of_file_key(raw.key)) continue;
         if (config.from_dsn && has_url_part) continue;  // stays in the URL for the backend's own client
         fail(fmt::format("{}: unknown option `{}` for backend `{}` (known: {})", raw.location, raw.key, backend,
                          known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", "))));
@@ -410,6 +461,31 @@ bound_options bind_options(const client_config& config, const dlock_plugin& plug
         bool found = false;
         for (const auto& raw : config.options)
             if (raw.key == desc.name) { source = raw; found = true; }
+        if (desc.flags & DLOCK_OPTION_SECRET) {
+            const std::string file_key = std::string(desc.name) + "_file";
+            for (const auto& raw : config.options) {
+                if (raw.key != file_key) continue;
+                if (found)
+                    fail(fmt::format("{}: options `{}` and `{}` are both set; keep one", raw.location, desc.name, file_key));
+                if (const std::string mode = readable_by_others(raw.scalar); !mode.empty())
+                    out.warnings_.push_back(fmt::format("secret file `{}` (option `{}`) can be read by other users (mode {}); "
+                                                        "run `chmod o-r {}`", raw.scalar, file_key, mode, raw.scalar));
+                source = raw;
+                source.scalar = read_secret_file(raw);
+                source.literal = false;
+                source.location = fmt::format("{} (the file of `{}`)", raw.location, file_key);
+                found = true;
+            }
+            if (found && source.literal && !config.file.empty() && holds_secret(desc, source.scalar) &&
+                std::none_of(out.warnings_.begin(), out.warnings_.end(),
+                             [&](const std::string& w) { return w.rfind("config file", 0) == 0; })) {
+                if (const std::string mode = readable_by_others(config.file); !mode.empty())
+                    out.warnings_.push_back(fmt::format(
+                        "config file `{}` holds the secret option `{}` and can be read by other users (mode {}); run "
+                        "`chmod o-r {}`, or move the secret out of it with `{}: PATH` or `{}: ${{ENV_VAR}}`",
+                        config.file, desc.name, mode, config.file, file_key, desc.name));
+            }
+        }
         if (!found && config.from_dsn) {
             const std::string loc = fmt::format("DSN ({} of the URL)", desc.name);
             switch (desc.dsn_part) {

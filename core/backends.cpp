@@ -34,7 +34,7 @@ backend_catalog::backend_catalog(const config::client_config& config) {
         auto& options = options_.emplace_back();
         for (size_t i = 0; i < t.option_count; ++i) {
             const dlock_option_desc& o = t.options[i];
-            options.push_back({o.name, option_type_name(o.type), (o.flags & DLOCK_OPTION_REQUIRED) ? 1 : 0,
+            options.push_back({o.name, option_type_name(o.type), (o.flags & DLOCK_OPTION_REQUIRED) ? 1 : 0, (o.flags & DLOCK_OPTION_SECRET) ? 1 : 0,
                                o.default_value, o.doc ? o.doc : ""});
         }
         dlock_backend_info info{};

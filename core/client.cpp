@@ -85,6 +85,7 @@ bool tri_state(int value, bool fallback, const char* what) {
 std::shared_ptr<client_core> client_core::open(config::client_config config) {
     auto module = loader::load(config.backend, config.plugin_path, builtin_backends());
     const auto options = config::bind_options(config, *module->table);
+    for (const auto& w : options.warnings()) logger().warn("{}", w);
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
     dlock_plugin_error err{};
     const int status = plugin_call(err, core->plugin_->name, "create", [&] {

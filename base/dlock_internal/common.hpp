@@ -39,6 +39,7 @@ constexpr const char* status_name(int status) noexcept {
     case DLOCK_LOST: return "DLOCK_LOST";
     case DLOCK_CANCELLED: return "DLOCK_CANCELLED";
     case DLOCK_INTERNAL: return "DLOCK_INTERNAL";
+    case DLOCK_PERMISSION: return "DLOCK_PERMISSION";
     default: return "DLOCK_<unknown>";
     }
 }

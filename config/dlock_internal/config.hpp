@@ -52,10 +52,12 @@ struct raw_option {
     bool is_list = false;
     std::string scalar;
     std::vector<std::string> list;
+    bool literal = true;  // written out in the config, not taken from ${ENV}
 };
 
 struct client_config {
     std::string origin;  // where it came from, for messages
+    std::string file;    // the YAML file it was read from; "" for text and DSNs
     std::string backend;
     std::vector<std::string> plugin_path;
     policy defaults;
@@ -95,16 +97,22 @@ class bound_options {
 public:
     const dlock_option_value* data() const { return values_.data(); }
     size_t size() const { return values_.size(); }
+    // One line per file holding a secret that other users can read, saying how to fix it.
+    const std::vector<std::string>& warnings() const { return warnings_; }
 
 private:
     friend bound_options bind_options(const client_config&, const dlock_plugin&);
     std::vector<dlock_option_value> values_;
     std::vector<std::unique_ptr<std::string>> strings_;
     std::vector<std::unique_ptr<std::vector<const char*>>> lists_;
+    std::vector<std::string> warnings_;
 };
 
 // Checks every configured option against the plugin's description (unknown keys, types, required
 // ones) and fills defaults. Throws detail::error(DLOCK_CONFIG).
+// A secret option X (DLOCK_OPTION_SECRET) may instead be given as `X_file: PATH`: the file's
+// content, without its final newline, is the value. A secret written out in a config file, or a
+// secret file, that other users can read (mode o+r) gives one warning line naming it and the fix.
 bound_options bind_options(const client_config& config, const dlock_plugin& plugin);
 
 }  // namespace dlock::config

@@ -104,13 +104,21 @@ bool connection::member_unusable(const grpc::Status& status) {
     return status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+std::string connection::tls_hint() const {
+    if (!config_.tls) return "";
+    // gRPC words a refused handshake as a failed connection ("Ssl handshake failed", "Endpoint read
+    // failed"): name the settings that cause it.
+    return "; with TLS, `ca_file` must hold the CA that signed the members' certificates, which must name the host "
+           "in `endpoints`, and the members must trust the CA of `cert_file`";
+}
+
 failure connection::failure_of(const grpc::Status& status, const std::string& address, const char* what) const {
     const std::string& message = status.error_message();
     const std::string where = fmt::format("etcd {}: {}", address, what);
     switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
         return {DLOCK_UNAVAILABLE, fmt::format("{} failed: {}; check that etcd runs there and that a majority of its "
-                                               "cluster is up", where, message)};
+                                               "cluster is up{}", where, message, tls_hint())};
     case grpc::StatusCode::DEADLINE_EXCEEDED:
         return {DLOCK_UNAVAILABLE, fmt::format("{}: no answer within {} ms (the member may be paused, overloaded or cut "
                                                "off); raise `request_timeout` if it is merely slow", where,
@@ -118,7 +126,7 @@ failure connection::failure_of(const grpc::Status& status, const std::string& ad
     case grpc::StatusCode::CANCELLED:
         return {DLOCK_CANCELLED, fmt::format("{}: cancelled (the client is closing)", where)};
     case grpc::StatusCode::PERMISSION_DENIED:
-        return {DLOCK_BACKEND, fmt::format("{}: permission denied for user `{}` ({}); grant its role readwrite on the "
+        return {DLOCK_PERMISSION, fmt::format("{}: permission denied for user `{}` ({}); grant its role readwrite on the "
                                            "key prefix, e.g. `etcdctl role grant-permission ROLE --prefix=true readwrite "
                                            "{}`", where, config_.username, message, config_.key_prefix)};
     case grpc::StatusCode::UNAUTHENTICATED:
@@ -226,7 +234,7 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
         }
     }
     fail(DLOCK_UNAVAILABLE, fmt::format("etcd: {} failed on every endpoint ({}); check that etcd runs at {} and that a "
-                                        "majority of its cluster is up", what, errors, endpoint_list()));
+                                        "majority of its cluster is up{}", what, errors, endpoint_list(), tls_hint()));
 }
 
 void connection::authenticate() {
@@ -262,8 +270,8 @@ void connection::authenticate() {
         }
         throw failure_of(status, m.address, "authenticate");
     }
-    fail(DLOCK_UNAVAILABLE, fmt::format("etcd: authenticate failed on every endpoint ({}); check that etcd runs at {}",
-                                        errors, endpoint_list()));
+    fail(DLOCK_UNAVAILABLE, fmt::format("etcd: authenticate failed on every endpoint ({}); check that etcd runs at {}{}",
+                                        errors, endpoint_list(), tls_hint()));
 }
 
 void connection::check_reachable() {

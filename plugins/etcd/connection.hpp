@@ -124,6 +124,8 @@ public:
 
     // The dlock status and message for a failed call `what` on member `address`.
     failure failure_of(const grpc::Status& status, const std::string& address, const char* what) const;
+    // With TLS on: what to check when a member cannot be reached ("" without TLS).
+    std::string tls_hint() const;
     // True for errors that mean "this member cannot serve now; another may".
     static bool member_unusable(const grpc::Status& status);
 

@@ -2,6 +2,9 @@
 // table and its negotiation. The algorithm is described in etcd_backend.hpp.
 #include "etcd_backend.hpp"
 
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -56,6 +59,28 @@ std::string read_pem(const char* option, const std::string& path) {
     return text.str();
 }
 
+// A client certificate that is not valid now is refused by the server during the handshake, and
+// gRPC reports only a failed connection: say at open which file to renew instead.
+void check_certificate_validity(const std::string& path, const std::string& pem) {
+    std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), int(pem.size())), &BIO_free);
+    std::unique_ptr<X509, decltype(&X509_free)> cert(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr,
+                                                     &X509_free);
+    if (!cert) fail(DLOCK_CONFIG, fmt::format("etcd: option `cert_file`: `{}` holds no PEM certificate", path));
+    auto text_of = [](const ASN1_TIME* t) {
+        std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), &BIO_free);
+        if (!out || ASN1_TIME_print(out.get(), t) != 1) return std::string("?");
+        char* data = nullptr;
+        const long n = BIO_get_mem_data(out.get(), &data);
+        return std::string(data, size_t(n));
+    };
+    if (X509_cmp_current_time(X509_get0_notAfter(cert.get())) <= 0)
+        fail(DLOCK_CONFIG, fmt::format("etcd: option `cert_file`: the certificate in `{}` expired on {}; renew it (and "
+                                       "`key_file`)", path, text_of(X509_get0_notAfter(cert.get()))));
+    if (X509_cmp_current_time(X509_get0_notBefore(cert.get())) > 0)
+        fail(DLOCK_CONFIG, fmt::format("etcd: option `cert_file`: the certificate in `{}` is not valid before {}; check "
+                                       "this machine's clock", path, text_of(X509_get0_notBefore(cert.get()))));
+}
+
 settings parse_settings(const dlock_option_value* values, size_t count) {
     settings s;
     bool https = false, http = false;
@@ -96,6 +121,7 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
     if (has_cert != has_key) fail(DLOCK_CONFIG, "etcd: `cert_file` and `key_file` go together");
     if (has_cert) {
         s.cert_pem = read_pem("cert_file", cert->string_value);
+        check_certificate_validity(cert->string_value, s.cert_pem);
         s.key_pem = read_pem("key_file", key->string_value);
         s.tls = true;
     }

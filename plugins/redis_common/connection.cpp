@@ -78,7 +78,7 @@ failure classify_error_reply(const std::string& server, const std::string& error
         error.find("invalid username-password") != std::string::npos)
         return {DLOCK_CONFIG, fmt::format("redis {}: authentication failed ({}); check `username`/`password`", server, error)};
     if (starts("NOPERM") || error.find("The user executing the script can't") != std::string::npos)
-        return {DLOCK_BACKEND, fmt::format("redis {}: permission denied ({}); the ACL user needs EVAL/EVALSHA, PUBLISH and "
+        return {DLOCK_PERMISSION, fmt::format("redis {}: permission denied ({}); the ACL user needs EVAL/EVALSHA, PUBLISH and "
                                            "SUBSCRIBE on dlock's keys",
                                            server, error)};
     return {DLOCK_BACKEND, fmt::format("redis {} answered with an error: {}", server, error)};

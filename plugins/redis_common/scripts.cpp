@@ -286,8 +286,8 @@ void check_permissions(connection& c, const settings& s, bool waiter_queue) {
         const std::string error(r->str, r->len);
         if (error.find("acl_check_cmd") != std::string::npos) return;  // an older server without the call
         const failure f = classify_error_reply(c.where().text(), error);
-        if (f.status != DLOCK_BACKEND || f.message.find("permission denied") == std::string::npos) throw f;
-        fail(DLOCK_CONFIG, fmt::format("redis {}: ACL user `{}` may not run dlock's scripts on keys `{}*` ({}); grant it "
+        if (f.status != DLOCK_PERMISSION) throw f;
+        fail(DLOCK_PERMISSION, fmt::format("redis {}: ACL user `{}` may not run dlock's scripts on keys `{}*` ({}); grant it "
                                        "`~{}*` and `+eval +evalsha +script|load`",
                                        c.where().text(), s.username.empty() ? "default" : s.username, s.key_prefix, error,
                                        s.key_prefix));
@@ -305,7 +305,7 @@ void check_permissions(connection& c, const settings& s, bool waiter_queue) {
     std::string grant;
     if (keys) grant += fmt::format("`~{}*` ", s.key_prefix);
     if (channels) grant += fmt::format("`&{}*` ", s.key_prefix);
-    fail(DLOCK_CONFIG, fmt::format("redis {}: ACL user `{}` may not run what dlock needs: {}; grant it {}and the commands "
+    fail(DLOCK_PERMISSION, fmt::format("redis {}: ACL user `{}` may not run what dlock needs: {}; grant it {}and the commands "
                                    "`+eval +evalsha +script|load +get +set +incr +pttl +pexpire +del +time {}+publish +subscribe "
                                    "+unsubscribe` (ACL SETUSER), or use another `username`",
                                    c.where().text(), s.username.empty() ? "default" : s.username, denied, grant,

@@ -216,7 +216,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
-                if (f.status == DLOCK_CONFIG) throw;
+                if (f.status == DLOCK_CONFIG || f.status == DLOCK_PERMISSION) throw;
                 if (b->host.log) b->host.log(b->host.context, 2, f.message.c_str());
             }
         }
@@ -247,7 +247,8 @@ struct round_result {
     size_t granted = 0, answered = 0;
     int64_t sent_ns = 0;
     int64_t min_holder_ttl_ms = -1;
-    std::string error;  // the first error reply, if any
+    std::string error;                // the first error reply, if any
+    int error_status = DLOCK_BACKEND;  // its status (DLOCK_PERMISSION for an ACL refusal)
 };
 
 // One Redlock round writing `value`. A node that has not answered when the round ends may still
@@ -281,14 +282,21 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
             try {
                 replies[i] = run_script(*round.conns[i], acquire_script, keys, args);
             } catch (const failure& f) {
-                if (r.error.empty()) r.error = f.message;
+                if (r.error.empty()) {
+                    r.error = f.message;
+                    r.error_status = f.status == DLOCK_PERMISSION ? DLOCK_PERMISSION : DLOCK_BACKEND;
+                }
                 replies[i].reset();
             }
             rep = replies[i].get();
         }
         if (!rep) continue;
         if (rep->type == REDIS_REPLY_ERROR) {
-            if (r.error.empty()) r.error = classify_error_reply(b->nodes[i].where.text(), rep->str).message;
+            if (r.error.empty()) {
+                const failure f = classify_error_reply(b->nodes[i].where.text(), rep->str);
+                r.error = f.message;
+                r.error_status = f.status == DLOCK_PERMISSION ? DLOCK_PERMISSION : DLOCK_BACKEND;
+            }
             continue;
         }
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) continue;
@@ -406,7 +414,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             }
             const int64_t now = now_ns();
             if (req->deadline_ns == 0 || now >= req->deadline_ns) {
-                if (!r.error.empty() && r.answered < b->quorum) fail(DLOCK_BACKEND, r.error);
+                if (!r.error.empty() && r.answered < b->quorum) fail(r.error_status, r.error);
                 if (r.answered < b->quorum)
                     fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered ({}); a quorum of {} is needed",
                                                         r.answered, b->nodes.size(), b->names(), b->quorum));

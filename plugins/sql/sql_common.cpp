@@ -322,6 +322,7 @@ void resolve(settings& s) {
     const std::string port = get("port").empty() ? "5432" : get("port");
     const std::string db = get("dbname").empty() ? "(default database)" : get("dbname");
     s.server = fmt::format("{}:{}/{}", host, port, db);
+    s.user = get("user");
 }
 
 std::string sqlstate_of(const std::exception& e) {
@@ -348,9 +349,9 @@ failure classify(const settings& s, const std::exception& e, const std::string& 
         return {DLOCK_BACKEND, fmt::format("{} is read-only during {} ({}): a hot standby, or default_transaction_read_only "
                                            "is on; point `dsn` at the primary (e.g. target_session_attrs=read-write)", at, what, why)};
     if (state == "42501")
-        return {DLOCK_BACKEND, fmt::format("{}: permission denied during {} ({}); grant dlock's user CREATE on the schema, or "
-                                           "create the tables yourself (docs/backends/sql.md has the DDL), and SELECT, "
-                                           "INSERT, UPDATE on them", at, what, why)};
+        return {DLOCK_PERMISSION, fmt::format("{}: permission denied to user `{}` during {} ({}); grant it CREATE on the schema, "
+                                              "or create the tables yourself (docs/backends/sql.md has the DDL), and SELECT, "
+                                              "INSERT, UPDATE on them", at, s.user.empty() ? "(libpq's default)" : s.user, what, why)};
     if (state == "42P01" || state == "3F000")
         return {DLOCK_BACKEND, fmt::format("{}: dlock's table is missing during {} ({}); it was dropped after the client "
                                            "started: reopen the client to recreate it", at, what, why)};

@@ -763,7 +763,7 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
     } catch (const std::exception& e) {
         if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
         const failure f = classify(b->config, e, fmt::format("renewing {} leases", count), true);
-        fail(f.status == DLOCK_BACKEND ? DLOCK_BACKEND : DLOCK_UNKNOWN, f.message);
+        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_PERMISSION ? f.status : DLOCK_UNKNOWN, f.message);
     }
     std::set<std::string> extended;
     for (const auto& row : r) extended.insert(row[0].as<std::string>());

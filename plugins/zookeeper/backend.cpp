@@ -365,8 +365,25 @@ void dlock_backend::check_base_path(waiter& w, const std::shared_ptr<session>& s
             const std::string prefix = base.substr(0, slash);
             auto c = create(*s, prefix, ZOO_PERSISTENT);
             if (!await(w, {c.get()}, until, false)) fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer creating `{}`", where(s.get()), prefix));
+            if (c->rc == ZNOAUTH) {
+                // ZooKeeper checks the parent's ACL before it looks for the node: a path an
+                // administrator made for this client under a parent closed to it is refused too.
+                auto existing = get_acl(*s, prefix);
+                if (!await(w, {existing.get()}, until, false))
+                    fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer reading `{}`", where(s.get()), prefix));
+                if (existing->rc == ZOK) {
+                    if (slash == std::string::npos) break;
+                    continue;
+                }
+                if (existing->rc == ZNOAUTH)
+                    fail(DLOCK_PERMISSION, fmt::format("{}: `{}` exists but its ACL does not let this client ({}) read it: it belongs "
+                                                       "to another identity, or `password` is wrong (a digest is never refused "
+                                                       "at login); check `user`/`password` or choose another `base_path`",
+                                                       where(s.get()), prefix,
+                                                       config_.user.empty() ? "unauthenticated" : "digest user `" + config_.user + "`"));
+            }
             if (c->rc == ZNOAUTH)
-                fail(DLOCK_CONFIG, fmt::format("{}: permission denied creating the base path `{}`: the ACL of its parent does not let "
+                fail(DLOCK_PERMISSION, fmt::format("{}: permission denied creating the base path `{}`: the ACL of its parent does not let "
                                                "this client create nodes; check `user`/`password` or choose another `base_path`",
                                                where(s.get()), prefix));
             if (c->rc != ZOK && c->rc != ZNODEEXISTS)
@@ -409,7 +426,7 @@ void dlock_backend::check_base_path(waiter& w, const std::shared_ptr<session>& s
         fail(DLOCK_CONFIG, fmt::format("{}: authentication failed for the base path `{}`: its nodes belong to user `{}` with another "
                                        "password (ACL: {}); check `password`",
                                        where(s.get()), base, own_user, acl_text));
-    fail(DLOCK_CONFIG, fmt::format("{}: this client ({}) may not create lock nodes under `{}` (ACL: {}); set `user`/`password` "
+    fail(DLOCK_PERMISSION, fmt::format("{}: this client ({}) may not create lock nodes under `{}` (ACL: {}); set `user`/`password` "
                                    "to an identity the ACL grants, or choose another `base_path`",
                                    where(s.get()), own_user.empty() ? "unauthenticated" : "digest user `" + own_user + "`", base,
                                    acl_text));

@@ -468,7 +468,7 @@ void acquisition::give_back() noexcept {
 bool acquisition::retryable(int rc, const char* doing, const std::string& path) {
     if (outcome_unknown(rc) || session_gone(rc) || rc == ZTHROTTLEDOP) return false;
     if (rc == ZNOAUTH)
-        fail(DLOCK_BACKEND, fmt::format("{}: permission denied {} `{}`: its ACL does not grant this client ({}); check `user`/"
+        fail(DLOCK_PERMISSION, fmt::format("{}: permission denied {} `{}`: its ACL does not grant this client ({}); check `user`/"
                                         "`password`, or the nodes were created by another identity",
                                         b_.where(s_.get()), doing, path,
                                         b_.config().user.empty() ? "unauthenticated" : "digest user `" + b_.config().user + "`"));
@@ -574,7 +574,7 @@ int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_
         auto s = b->connected_session(w, now_ns() + b->config().connect_timeout_ms * ns_per_ms, false);
         const std::string lock_path = join_path(b->config().base_path, escape_name(name));
         auto request_failed = [&](int rc, const std::string& doing) -> void {
-            fail(rc == ZNOAUTH ? DLOCK_BACKEND : DLOCK_UNAVAILABLE, fmt::format("{}: {} failed: {}", b->where(s.get()), doing, zerror(rc)));
+            fail(rc == ZNOAUTH ? DLOCK_PERMISSION : DLOCK_UNAVAILABLE, fmt::format("{}: {} failed: {}", b->where(s.get()), doing, zerror(rc)));
         };
         info->held = 0;
         for (int attempt = 0; attempt < 5; ++attempt) {

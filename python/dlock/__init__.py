@@ -11,7 +11,7 @@ from ._native import lib as _lib
 from .client import (FOREVER, INTERRUPT_SLICE_S, Capability, Client, Lease, LeaseState, LockInfo,
                      ReleaseOutcome)
 from .errors import (BackendError, Cancelled, ConfigError, DlockError, InternalError, InvalidArgument, Lost,
-                     NotSupported, PluginError, Timeout, Unavailable, Unknown)
+                     NotSupported, PermissionDenied, PluginError, Timeout, Unavailable, Unknown)
 
 __version__ = "0.1.0"
 
@@ -28,5 +28,5 @@ def library_path() -> str:
 
 __all__ = ["BackendError", "Cancelled", "Capability", "Client", "ConfigError", "DlockError", "FOREVER",
            "INTERRUPT_SLICE_S", "InternalError", "InvalidArgument", "Lease", "LeaseState", "LockInfo", "Lost",
-           "NotSupported", "PluginError", "ReleaseOutcome", "Timeout", "Unavailable", "Unknown",
+           "NotSupported", "PermissionDenied", "PluginError", "ReleaseOutcome", "Timeout", "Unavailable", "Unknown",
            "library_path", "library_version"]

@@ -66,6 +66,10 @@ class InternalError(DlockError):
     """DLOCK_INTERNAL: out of memory, or another failure inside dlock itself."""
 
 
+class PermissionDenied(DlockError):
+    """DLOCK_PERMISSION: the server refused the operation to this identity (another tenant's lock)."""
+
+
 _BY_STATUS: Dict[int, Type[DlockError]] = {
     _native.TIMEOUT: Timeout,
     _native.INVALID_ARGUMENT: InvalidArgument,
@@ -78,6 +82,7 @@ _BY_STATUS: Dict[int, Type[DlockError]] = {
     _native.LOST: Lost,
     _native.CANCELLED: Cancelled,
     _native.INTERNAL: InternalError,
+    _native.PERMISSION: PermissionDenied,
 }
 for _status, _cls in _BY_STATUS.items():
     _cls.status = _status

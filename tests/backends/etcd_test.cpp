@@ -483,7 +483,7 @@ TEST_F(EtcdFaults, AuthenticationAndPermissionErrorsAreClear) {
     }
     {
         auto c = open({"username: nobody", "password: nobodypw"}, ec);
-        EXPECT_EQ(ec, dlock::errc::backend) << "no permission at all: refused at open";
+        EXPECT_EQ(ec, dlock::errc::permission) << "no permission at all: refused at open";
         EXPECT_NE(std::string(dlock_last_error()).find("permission denied for user `nobody`"), std::string::npos)
             << dlock_last_error();
     }
@@ -492,7 +492,7 @@ TEST_F(EtcdFaults, AuthenticationAndPermissionErrorsAreClear) {
         ASSERT_FALSE(ec) << "read permission is enough to open: " << dlock_last_error();
         auto lease = c.acquire("faults/denied", dlock::acquire_options().with_wait(0ms), ec);
         const std::string message = dlock_last_error();
-        EXPECT_EQ(ec, dlock::errc::backend) << "never held";
+        EXPECT_EQ(ec, dlock::errc::permission) << "never held";
         EXPECT_FALSE(lease);
         EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
         EXPECT_NE(message.find(where.to_string()), std::string::npos) << "the message names the member: " << message;

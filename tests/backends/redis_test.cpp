@@ -647,7 +647,7 @@ protected:
 TEST_F(RedisAcl, UserWithoutChannelRightsIsRefusedAtOpen) {
     make_user("dlock-nochannels", {"~dlock:*", "resetchannels"});
     dlock_client* c = nullptr;
-    EXPECT_EQ(dlock_client_open(dsn_for("dlock-nochannels").c_str(), &c), DLOCK_CONFIG);
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-nochannels").c_str(), &c), DLOCK_PERMISSION);
     const std::string message = dlock_last_error();
     EXPECT_NE(message.find("dlock-nochannels"), std::string::npos) << "names the user: " << message;
     EXPECT_NE(message.find("PUBLISH"), std::string::npos) << "names what is denied: " << message;
@@ -660,7 +660,7 @@ TEST_F(RedisAcl, UserWithoutChannelRightsIsRefusedAtOpen) {
 TEST_F(RedisAcl, UserWithoutKeyRightsIsRefusedAtOpen) {
     make_user("dlock-otherkeys", {"~other:*", "&dlock:*"});
     dlock_client* c = nullptr;
-    EXPECT_EQ(dlock_client_open(dsn_for("dlock-otherkeys").c_str(), &c), DLOCK_CONFIG);
+    EXPECT_EQ(dlock_client_open(dsn_for("dlock-otherkeys").c_str(), &c), DLOCK_PERMISSION);
     const std::string message = dlock_last_error();
     EXPECT_NE(message.find("dlock-otherkeys"), std::string::npos) << message;
     EXPECT_NE(message.find("~dlock:*"), std::string::npos) << "says what to grant: " << message;
@@ -703,6 +703,7 @@ TEST_F(RedisAcl, ReleaseRefusedByTheAclChangesNothing) {
     const auto first = a.release(ec);
     const std::string message = dlock_last_error();
     EXPECT_NE(first, dlock::release_outcome::released);
+    EXPECT_EQ(ec, dlock::errc::permission) << message;
     EXPECT_NE(message.find("permission"), std::string::npos) << message;
     EXPECT_EQ(redis().checked({"GET", "dlock:{faults/acl-revoked}:lock"}).text, a.owner()) << "the refused release deleted the lock";
     redis().checked({"ACL", "SETUSER", "dlock-revoked", "&dlock:*"});

@@ -265,7 +265,7 @@ TEST_F(RedlockFaults, NodeWhoseUserLacksARightIsRefusedAtOpen) {
     std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  username: " << user
                         << "\n  password: pw-redlock\n";
     dlock_client* c = nullptr;
-    EXPECT_EQ(dlock_client_open(path.c_str(), &c), DLOCK_CONFIG);
+    EXPECT_EQ(dlock_client_open(path.c_str(), &c), DLOCK_PERMISSION);
     const std::string message = dlock_last_error();
     EXPECT_NE(message.find(node(2).client_endpoint().to_string()), std::string::npos) << "names the node: " << message;
     EXPECT_NE(message.find("&dlock:*"), std::string::npos) << "says what to grant: " << message;

@@ -748,7 +748,7 @@ TEST_F(SqlFaults, MissingPrivilegesAreAClearError) {
     admin.execute("CREATE ROLE dlock_unprivileged LOGIN");
     dlock_client* c = nullptr;
     const std::string as_user = "postgresql://dlock_unprivileged@127.0.0.1:" + std::to_string(port()) + "/postgres";
-    EXPECT_EQ(dlock_client_open_yaml(yaml("lease", "  table: dlock_private\n", as_user).c_str(), "noperm", &c), DLOCK_BACKEND);
+    EXPECT_EQ(dlock_client_open_yaml(yaml("lease", "  table: dlock_private\n", as_user).c_str(), "noperm", &c), DLOCK_PERMISSION);
     const std::string message = dlock_last_error();
     EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
     EXPECT_NE(message.find("grant"), std::string::npos) << "says what to do: " << message;

@@ -863,15 +863,17 @@ TEST_F(ZooKeeperFaults, DigestAclKeepsOtherIdentitiesFromDeletingLockNodes) {
         EXPECT_TRUE(client.inspect("x").held);
         EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 
-        auto fails_at_open = [&](const std::vector<std::string>& options, const std::string& fragment) {
+        auto fails_at_open = [&](const std::vector<std::string>& options, const std::string& fragment,
+                                 int status = DLOCK_CONFIG) {
             dlock_client* c = nullptr;
-            EXPECT_EQ(dlock_client_open(config(server, options).c_str(), &c), DLOCK_CONFIG) << fragment;
+            EXPECT_EQ(dlock_client_open(config(server, options).c_str(), &c), status) << fragment;
             EXPECT_NE(std::string(dlock_last_error()).find(fragment), std::string::npos) << dlock_last_error();
             EXPECT_EQ(c, nullptr);
         };
         fails_at_open({"base_path: /dlock-acl", "user: alice", "password: guess"}, "another password");
-        fails_at_open({"base_path: /dlock-acl", "user: mallory", "password: pw"}, "may not create lock nodes under `/dlock-acl`");
-        fails_at_open({"base_path: /dlock-acl"}, "unauthenticated");
+        fails_at_open({"base_path: /dlock-acl", "user: mallory", "password: pw"}, "may not create lock nodes under `/dlock-acl`",
+                      DLOCK_PERMISSION);
+        fails_at_open({"base_path: /dlock-acl"}, "unauthenticated", DLOCK_PERMISSION);
         fails_at_open({"password: pw"}, "without `user`");
     }
     raw_session("127.0.0.1:" + std::to_string(standalone().port), "alice:s3cret").remove_tree("/dlock-acl");

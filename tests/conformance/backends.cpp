@@ -4,6 +4,7 @@
 
 #ifdef DLOCK_WITH_LAB
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/secured.hpp"
 #endif
 
 namespace dlock::conformance {
@@ -16,6 +17,12 @@ std::function<std::string(const std::string&)> lab_config(const std::string& ser
     return [server](const std::string&) {
         return lab::lab_environment::instance().config_path(*lab::parse_backend(server)).string();
     };
+}
+
+// Tenant A of a secured server (TLS and authentication on; A holds only the privileges
+// docs/backends/*.md list). The server starts on first use; when it cannot, the test fails.
+std::function<std::string(const std::string&)> secured_config(lab::secured_backend which) {
+    return [which](const std::string&) { return lab::shared_secured_server(which).tenant_a().config.string(); };
 }
 #endif
 
@@ -31,15 +38,18 @@ std::vector<backend_case> backend_cases() {
 #ifdef DLOCK_WITH_LAB
     cases.push_back({"redis", {"redis"}, lab_config("redis")});
     cases.push_back({"redlock", {"redlock"}, lab_config("redlock")});
+    cases.push_back({"redis_secured", {}, secured_config(lab::secured_backend::redis_acl)});
 #endif
 #ifdef DLOCK_HAVE_ZOOKEEPER
     // A holder's session outlives its death by up to the session timeout.
     cases.push_back({"zookeeper", {"zookeeper"}, lab_config("zookeeper"), std::chrono::milliseconds(8000)});
     cases.push_back({"zookeeper_ensemble", {"zookeeper-ensemble"}, lab_config("zookeeper-ensemble"), std::chrono::milliseconds(8000)});
+    cases.push_back({"zookeeper_secured", {}, secured_config(lab::secured_backend::zookeeper), std::chrono::milliseconds(8000)});
 #endif
 #ifdef DLOCK_HAVE_ETCD
     cases.push_back({"etcd", {"etcd"}, lab_config("etcd"), std::chrono::milliseconds(4000)});
     cases.push_back({"etcd_cluster", {"etcd-cluster"}, lab_config("etcd-cluster"), std::chrono::milliseconds(4000)});
+    cases.push_back({"etcd_secured", {}, secured_config(lab::secured_backend::etcd), std::chrono::milliseconds(4000)});
 #endif
 #ifdef DLOCK_HAVE_SQL
     cases.push_back({"sql_lease", {"sql"}, lab_config("sql")});
@@ -59,6 +69,7 @@ std::vector<backend_case> backend_cases() {
                                              << "\"\n  mode: named\n";
                          return path;
                      }});
+    cases.push_back({"sql_secured", {}, secured_config(lab::secured_backend::postgres)});
 #endif
     return cases;
 }

@@ -465,7 +465,7 @@ void etcdctl(const std::string& endpoint, std::vector<std::string> args) {
 }
 
 // Authentication on: user `reader` may only read dlock's keys, `nobody` has no role. A client of
-// either gets a clear BACKEND error naming the permission — at open (nobody) or at acquire
+// either gets a clear PERMISSION error naming the permission — at open (nobody) or at acquire
 // (reader) — and never a lock; `root` locks normally. Authentication is turned off again however
 // the cell ends (the next cells share this server).
 void permission_denied(context& ctx) {
@@ -493,7 +493,7 @@ void permission_denied(context& ctx) {
         dlock_client* client = nullptr;
         const int status = dlock_client_open(config.c_str(), &client);
         const std::string message = dlock_last_error();
-        ctx.require(status == DLOCK_BACKEND, "a user with no permission is refused at open: " + message);
+        ctx.require(status == DLOCK_PERMISSION, "a user with no permission is refused at open: " + message);
         ctx.require(message.find("permission denied") != std::string::npos, "the error says permission denied: " + message);
         if (status == DLOCK_OK && client) {
             dlock::client opened(client);
@@ -504,7 +504,7 @@ void permission_denied(context& ctx) {
     }
     auto reader = ctx.spawn_holder("reader", write_yaml(ctx, "reader.yaml", endpoints, {"username: reader", "password: readerpw"}));
     const auto refused = reader->acquire(name, 0ms);
-    expect_refused(ctx, refused, "a read-only user", "DLOCK_BACKEND");
+    expect_refused(ctx, refused, "a read-only user", "DLOCK_PERMISSION");
     ctx.require(refused.message.find("permission denied") != std::string::npos, "the error says permission denied: " + refused.message);
     ctx.require(reader->state(name) != "held", "nothing reads as held after the error");
     ctx.note(refused.message);

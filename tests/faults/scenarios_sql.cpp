@@ -297,7 +297,7 @@ void dropped_table(context& ctx) {
     ctx.check_histories();
 }
 
-// 14h: a user who may not create dlock's tables: opening the client is a clear BACKEND error that
+// 14h: a user who may not create dlock's tables: opening the client is a clear PERMISSION error that
 // says what to grant.
 void missing_privileges(context& ctx) {
     auto server = admin(ctx);
@@ -309,7 +309,7 @@ void missing_privileges(context& ctx) {
                                          "postgresql://dlock_unprivileged@127.0.0.1:" +
                                              std::to_string(ctx.lab().sql().client_endpoint().port) + "/postgres",
                                          "  table: dlock_private_" + mode(ctx) + "\n");
-    const std::string message = require_open_refused(ctx, config, DLOCK_BACKEND, "a user without privileges", "BACKEND");
+    const std::string message = require_open_refused(ctx, config, DLOCK_PERMISSION, "a user without privileges", "PERMISSION");
     ctx.require(message.find("permission denied") != std::string::npos && message.find("grant") != std::string::npos,
                 "the error says permission denied and what to grant: " + message);
     ctx.note(message);

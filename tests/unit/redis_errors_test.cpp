@@ -25,11 +25,11 @@ TEST(RedisErrors, EachServerErrorIsNamedWithWhatToDo) {
     expect("WRONGTYPE Operation against a key holding the wrong kind of value", DLOCK_BACKEND, "another type");
     expect("NOAUTH Authentication required.", DLOCK_CONFIG, "authentication failed");
     expect("WRONGPASS invalid username-password pair or user is disabled.", DLOCK_CONFIG, "authentication failed");
-    expect("NOPERM this user has no permissions to run the 'evalsha' command", DLOCK_BACKEND, "permission denied");
+    expect("NOPERM this user has no permissions to run the 'evalsha' command", DLOCK_PERMISSION, "permission denied");
     // Redis 7 words an ACL refusal inside a script as an ERR.
     expect("ERR The user executing the script can't publish to the channel mentioned in the command script: c931de, on "
            "@user_script:4.",
-           DLOCK_BACKEND, "permission denied");
+           DLOCK_PERMISSION, "permission denied");
     expect("ERR something new", DLOCK_BACKEND, "answered with an error");
 }
 

@@ -68,8 +68,8 @@ typedef enum dlock_status {
     DLOCK_NOT_SUPPORTED = 5,
     /* The backend could not be reached (connection refused, timed out, no quorum). */
     DLOCK_UNAVAILABLE = 6,
-    /* The backend answered with an error (read-only replica, out of memory, permission denied,
-       wrong type of key...). Never reported as "held". */
+    /* The backend answered with an error (read-only replica, out of memory, wrong type of key...).
+       Never reported as "held". A refusal for lack of permission is DLOCK_PERMISSION. */
     DLOCK_BACKEND = 7,
     /* A transport failure left the outcome unknown. For release: safe to retry. */
     DLOCK_UNKNOWN = 8,
@@ -79,7 +79,12 @@ typedef enum dlock_status {
     /* The client was closed while the call waited, or the acquire's cancel token was cancelled. */
     DLOCK_CANCELLED = 10,
     /* Out of memory, or another failure inside dlock itself. */
-    DLOCK_INTERNAL = 11
+    DLOCK_INTERNAL = 11,
+    /* The server refused the operation to this identity (etcd PermissionDenied, PostgreSQL 42501,
+       Redis NOPERM, ZooKeeper NOAUTH): the lock or its prefix belongs to another role or tenant, or
+       the identity lacks a privilege dlock needs. Never reported as "held". Appended after
+       DLOCK_INTERNAL; a caller built before it sees an unknown status (not DLOCK_BACKEND). */
+    DLOCK_PERMISSION = 12
 } dlock_status;
 
 /* A short constant name for a status ("DLOCK_TIMEOUT"); "DLOCK_<unknown>" for other values. */
@@ -114,7 +119,7 @@ typedef struct dlock_client dlock_client;
  *   - otherwise the path of a YAML config file.
  * Loads the backend plugin and creates the backend; does not wait for servers to answer unless the
  * backend connects eagerly. Returns DLOCK_OK, DLOCK_CONFIG, DLOCK_PLUGIN, DLOCK_UNAVAILABLE,
- * DLOCK_BACKEND or DLOCK_INTERNAL. */
+ * DLOCK_BACKEND, DLOCK_PERMISSION or DLOCK_INTERNAL. */
 DLOCK_API int dlock_client_open(const char *config, dlock_client **out_client);
 
 /* Opens a client from YAML text. `origin` names the text in error messages (may be NULL). */
@@ -203,7 +208,8 @@ typedef struct dlock_acquire_options {
  * grant that arrives after the cancel is given back, and DLOCK_CANCELLED returned.
  * Returns DLOCK_OK with a new lease in *out_lease (destroy it with dlock_lease_destroy), or
  * DLOCK_TIMEOUT, DLOCK_INVALID_ARGUMENT, DLOCK_UNAVAILABLE, DLOCK_BACKEND, DLOCK_UNKNOWN,
- * DLOCK_CANCELLED, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing is left behind.
+ * DLOCK_CANCELLED, DLOCK_PERMISSION, DLOCK_PLUGIN or DLOCK_INTERNAL. On any status but OK nothing
+ * is left behind.
  * A grant that is no lock any more when the backend's answer arrives — its validity already over
  * (the reply took longer than the ttl), or reported LOST before acquire returned — is given back
  * and retried while the wait allows, then answered DLOCK_TIMEOUT; the same holds for a reentrant
@@ -280,7 +286,7 @@ typedef struct dlock_lock_info {
    of *out_info (struct_size itself is left as it is): a caller built against an older, shorter
    dlock_lock_info gets the fields it knows and nothing beyond. Returns DLOCK_OK,
    DLOCK_INVALID_ARGUMENT (also when out_info->struct_size < DLOCK_LOCK_INFO_V1_SIZE),
-   DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE or DLOCK_BACKEND. */
+   DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE, DLOCK_BACKEND or DLOCK_PERMISSION. */
 DLOCK_API int dlock_inspect(dlock_client *client, const char *name, dlock_lock_info *out_info);
 
 #ifdef __cplusplus

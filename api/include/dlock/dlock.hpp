@@ -45,6 +45,7 @@ enum class errc {
     lost = DLOCK_LOST,
     cancelled = DLOCK_CANCELLED,
     internal = DLOCK_INTERNAL,
+    permission = DLOCK_PERMISSION,
 };
 
 // The category of dlock statuses; message() gives the status's constant name.

@@ -24,6 +24,7 @@ typedef struct dlock_backend_option {
     const char *name;
     const char *type;           /* "string", "int", "bool", "duration" or "list" */
     int required;               /* 1 if the config must set it */
+    int secret;                 /* 1 if it holds a secret (also settable as `<name>_file: PATH`) */
     const char *default_value;  /* as a config would write it; NULL when there is none */
     const char *doc;            /* one line; "" when the backend gives none */
 } dlock_backend_option;

@@ -22,6 +22,7 @@ struct backend_option {
     std::string name;
     std::string type;  // "string", "int", "bool", "duration" or "list"
     bool required = false;
+    bool secret = false;  // holds a secret (also settable as `<name>_file: PATH`)
     std::optional<std::string> default_value;  // as a config writes it
     std::string doc;
 };
@@ -66,7 +67,7 @@ inline backend_catalog copy_catalog(const std::string& config, std::error_code& 
         backend_description b{info.name, info.path, info.abi_version, info.capabilities, info.description, {}};
         for (size_t k = 0; k < info.option_count; ++k) {
             const dlock_backend_option& o = info.options[k];
-            b.options.push_back({o.name, o.type, o.required != 0,
+            b.options.push_back({o.name, o.type, o.required != 0, o.secret != 0,
                                  o.default_value ? std::optional<std::string>(o.default_value) : std::nullopt, o.doc});
         }
         out.backends.push_back(std::move(b));
