@@ -272,7 +272,7 @@ void script::learn_sha1(const std::string& sha) const {
 // with the server's TIME in microseconds before INCR: tokens then keep rising across a loss of
 // the data, as long as the server's clock does not go back and fewer than one lock per microsecond
 // was taken since the previous seed. Starting again at 1 would let a resource that saw the old
-// tokens accept a stale holder's writes (FAULTS.md scenario 6, restart delayed past the ttl).
+// tokens accept a stale holder's writes (docs/design/faults.md §6, restart delayed past the ttl).
 const script acquire_script(R"lua(
 if redis.call('GET', KEYS[1]) then
   return {0, redis.call('PTTL', KEYS[1])}

@@ -1,6 +1,6 @@
 // zookeeper_backend.hpp — the inside of the `zookeeper` plugin: settings, the session (one
 // libzookeeper-mt handle), asynchronous requests and the waits on them, the session monitor, and the
-// name mapping. The C entry points and the lock recipe are in zookeeper_plugin.cpp and lock.cpp.
+// name mapping. The C entry points and the lock recipe are in zookeeper_plugin.cpp.
 //
 // Threads and locks:
 //   - libzookeeper-mt runs two threads per handle: I/O, and completions (every completion and

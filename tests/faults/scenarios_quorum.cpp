@@ -1,4 +1,4 @@
-// scenarios_quorum.cpp — the fault scenarios of FAULTS.md that concern the quorum systems
+// scenarios_quorum.cpp — the fault scenarios of docs/design/faults.md that concern the quorum systems
 // (`zookeeper`, `zookeeper_ensemble`, `etcd`, `etcd_cluster`), written against the suite's API:
 //   10a leader killed, 10b leader paused — held locks survive, waiters proceed after re-election,
 //       contending workers stay exclusive across the election;

@@ -1,4 +1,4 @@
-// scenarios_redis.cpp — the fault scenarios of FAULTS.md that only Redis-based backends (`redis`,
+// scenarios_redis.cpp — the fault scenarios of docs/design/faults.md that only Redis-based backends (`redis`,
 // `redlock`) meet, written against the suite's API (suite.hpp):
 //   6a  server restart without persistence right after an acquire — EV (the server forgets the key);
 //   6b  the same crash with `appendonly yes` + `appendfsync always` — SAFE (the key survives);
@@ -105,7 +105,7 @@ acquire_result acquire_retrying_transport(context& ctx, holder& h, const std::st
 // ---- 6: server restart --------------------------------------------------------------------------
 
 // After a restart without persistence: B (the new holder) writes to the fenced resource, then A
-// (the old one, as a holder stalled past its ttl would — FAULTS.md 3). The restart forgot the fence
+// (the old one, as a holder stalled past its ttl would — docs/design/faults.md §3). The restart forgot the fence
 // counter with the keys, so B's token may repeat A's and the resource cannot refuse A's write: a
 // stale write accepted. Only for targets with fencing tokens (redis; redlock has none).
 void fenced_writes_after_restart(context& ctx, holder& a, holder& b, const std::string& name, const acquire_result& first,
@@ -224,7 +224,7 @@ void restart_with_fsync_always(context& ctx) {
 
 // 6c: the server (or a Redlock quorum) crashes and is restarted empty only after the longest ttl
 // in use has passed: by then A's own validity ran out (it reports LOST), so B's acquisition cannot
-// overlap it. FAULTS.md calls this SAFE; for redis the fence counter is forgotten all the same
+// overlap it. docs/design/faults.md calls this SAFE; for redis the fence counter is forgotten all the same
 // (tokens start again at 1), which fenced_writes_after_restart() demonstrates — so the cell finds
 // EV against the expected SAFE: a documented claim that does not hold, reported, not hidden.
 void restart_delayed_past_ttl(context& ctx) {

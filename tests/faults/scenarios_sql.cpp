@@ -1,4 +1,4 @@
-// scenarios_sql.cpp — the fault scenarios of FAULTS.md that concern the `sql` backend (PostgreSQL;
+// scenarios_sql.cpp — the fault scenarios of docs/design/faults.md that concern the `sql` backend (PostgreSQL;
 // targets sql_lease and sql_advisory), written against the suite's API (suite.hpp):
 //   13a the holder's backend is terminated (pg_terminate_backend): advisory — LOST pushed, but a
 //       queued waiter holds the lock before the old holder hears it: EV, caught by the fencing

@@ -1,6 +1,6 @@
 // plugin_support.hpp — what every backend plugin's C entry points share: the failure a plugin
 // throws inside itself, the exception firewall that turns it (or anything else) into a dlock_status
-// and a message at the ABI, option lookup, the clock-drift allowance of DESIGN.md, and version
+// and a message at the ABI, option lookup, the clock-drift allowance of docs/design/contract.md, and version
 // negotiation. Header-only; nothing here crosses the plugin ABI.
 #pragma once
 
