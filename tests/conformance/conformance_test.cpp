@@ -58,12 +58,7 @@ backend_setup& setup_for(const backend_case& c) {
 class Conformance : public ::testing::TestWithParam<backend_case> {
 protected:
     void SetUp() override {
-        if (const std::string why = dlock::conformance::missing_servers(GetParam()); !why.empty()) {
-            // Under CI a server that cannot start is a failure, never a skip.
-            const char* ci = std::getenv("CI");
-            if (ci && (std::string(ci) == "true" || std::string(ci) == "1")) FAIL() << why;
-            GTEST_SKIP() << why;
-        }
+        DLOCK_CONFORMANCE_REQUIRE_SERVERS(GetParam());
         config_ = setup_for(GetParam()).config;
         scratch_ = setup_for(GetParam()).scratch->path();
         client_ = dlock::client::open(config_);
