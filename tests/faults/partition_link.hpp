@@ -20,9 +20,12 @@
 
 #include "dlock/lab/lab.hpp"
 #include "dlock/lab/netns.hpp"
+#include "scenario_helpers.hpp"
 #include "suite.hpp"
 
 namespace dlock::faults::links {
+
+using helpers::target_endpoints;
 
 // The sql holder's peer_timeout through a link (the plugin's minimum): a cut advisory holder
 // reports LOST within it.
@@ -30,12 +33,6 @@ inline constexpr milliseconds kSqlPeerTimeout{3000};
 
 inline bool is_sql(const context& ctx) { return ctx.tgt().plugin == "sql"; }
 inline bool is_advisory(const context& ctx) { return ctx.tgt().name == "sql_advisory"; }
-
-inline std::vector<lab::endpoint> target_endpoints(context& ctx) {
-    const auto& servers = ctx.tgt().servers;
-    if (servers.empty()) return {};
-    return ctx.lab().access(servers.front()).endpoints;
-}
 
 // What the PostgreSQL server applies to each session the plugin opens (sql_common.cpp: twice the
 // client's peer timeout), mirrored by the relay on the holder's connections.

@@ -77,12 +77,6 @@ milliseconds takeover_wait(context& ctx) {
     return base + ctx.tgt().liveness_limit() + 1s;
 }
 
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 10ms);
-    return at;
-}
-
 std::string cut_text(const std::vector<std::size_t>& cut, std::size_t servers) {
     if (cut.size() == servers) return servers == 1 ? "its server" : "all " + std::to_string(servers) + " servers";
     return std::to_string(cut.size()) + " of " + std::to_string(servers) + " servers";

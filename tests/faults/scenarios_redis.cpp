@@ -33,10 +33,6 @@ using namespace std::chrono_literals;
 
 using namespace helpers;
 
-// The Redis key holding `name`'s lock with the lab's default key prefix (docs/backends/redis.md:
-// `<prefix>{<name>}:lock`; the suite's names hold no `{`, `}` or `%`, which would be escaped).
-std::string lock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
-
 // The Redis servers a target runs on: the single server, or Redlock's nodes.
 std::vector<lab::redis_server*> redis_nodes(context& ctx) {
     std::vector<lab::redis_server*> nodes;
@@ -64,26 +60,11 @@ bool key_exists(lab::redis_server& node, const std::string& key) {
     return node.client().checked({"EXISTS", key}).integer != 0;
 }
 
-// A try-once acquire that must not succeed: a success is a false success (a violation), an
-// outcome other than `expected_status` (when given) fails the cell.
-void expect_refused(context& ctx, const acquire_result& r, const std::string& what, const std::string& expected_status = "") {
-    if (r.ok) ctx.violation(violation_kind::false_success, what + ": acquire reported success");
-    if (!expected_status.empty())
-        ctx.require(r.status == expected_status, what + ": expected " + expected_status + ", got " + r.status + " (" + r.message + ")");
-}
-
 // Releases every named lease of `h` (logging release-invoke so the checkers end its holds) and
 // makes the process exit.
 void finish(holder& h, const std::vector<std::string>& names) {
     for (const auto& name : names) h.release(name);
     h.quit();
-}
-
-// The holder's LOST callback time, once it ran (polling the holder for at most `limit`).
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 10ms);
-    return at;
 }
 
 // An acquire by a client whose pooled connections predate a server restart: its first command
@@ -293,7 +274,7 @@ void redlock_majority_down(context& ctx) {
     const auto waited = a->acquire(name, 500ms);
     expect_refused(ctx, waited, "a 500 ms wait without a quorum");
     for (std::size_t i = 3; i < nodes.size(); ++i)
-        ctx.require(!key_exists(*nodes[i], lock_key(name)), "no key left on live node " + std::to_string(i + 1));
+        ctx.require(!key_exists(*nodes[i], redis_lock_key(name)), "no key left on live node " + std::to_string(i + 1));
     restore(nodes);
     const auto after = acquire_retrying_transport(ctx, *a, name, 2s, 0ms);
     ctx.require(after.ok, "acquire works again once the nodes are back: " + after.message);
@@ -341,7 +322,7 @@ void redlock_late_nodes(context& ctx) {
     nodes[4]->resume();
     std::this_thread::sleep_for(50ms);
     for (std::size_t i = 3; i < 5; ++i)
-        ctx.require(!key_exists(*nodes[i], lock_key(name)),
+        ctx.require(!key_exists(*nodes[i], redis_lock_key(name)),
                     "the lock was given back on late node " + std::to_string(i + 1) + " (key present 50 ms after it woke)");
     for (auto& p : proxies) p->set_delay(0us);
     const auto next = b->acquire(name, 2s, 5s);
@@ -409,7 +390,7 @@ void clock_jump_round(context& ctx, std::size_t jumped, const std::string& suffi
     ctx.require(first.ok, "A acquires: " + first.message);
     if (!first.ok) return;
     for (std::size_t i = 0; i < jumped; ++i) {
-        const auto expired = nodes[i]->expire_keys_early(lock_key(name), 60s);
+        const auto expired = nodes[i]->expire_keys_early(redis_lock_key(name), 60s);
         ctx.require(expired == 1, "the jump expired A's key on node " + std::to_string(i + 1));
     }
     const int64_t jumped_ns = monotonic_ns();
@@ -529,9 +510,9 @@ void wrong_type(context& ctx) {
     server_error_is_clear(
         ctx, "WRONGTYPE (a hash at the lock key)", "another type",
         [](lab::redis_server& node, const std::string& name) {
-            node.client().checked({"HSET", lock_key(name), "field", "value"});
+            node.client().checked({"HSET", redis_lock_key(name), "field", "value"});
         },
-        [](lab::redis_server& node, const std::string& name) { node.client().checked({"DEL", lock_key(name)}); });
+        [](lab::redis_server& node, const std::string& name) { node.client().checked({"DEL", redis_lock_key(name)}); });
 }
 
 const registrar restart_ev{{6, "a", "server restart without persistence right after an acquire",
