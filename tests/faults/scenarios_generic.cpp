@@ -110,6 +110,21 @@ void soak_nemesis(context& ctx, const std::vector<worker_group*>& contenders, dl
     spawn_victim();
     const milliseconds blip = std::max(ctx.tgt().ttl / 4, milliseconds(100));
     const auto servers = target_servers(ctx);
+    // Each pause and cut is as long as this thread's sleep. On a starved machine the sleep can
+    // overrun until the fault is no longer short (a contender stopped past its ttl is scenario 3,
+    // EV for a ttl lock): measure each, and a cell whose nemesis overran half the ttl does not
+    // judge what it claims to.
+    milliseconds longest{0};
+    int overran = 0;
+    auto timed = [&](const std::function<void()>& start, milliseconds length, const std::function<void()>& end) {
+        start();
+        const auto from = std::chrono::steady_clock::now();  // the fault is in place
+        std::this_thread::sleep_for(length);
+        end();
+        const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - from);
+        longest = std::max(longest, took);
+        if (took > ctx.tgt().ttl / 2) ++overran;
+    };
     std::uniform_int_distribution<int> gap_ms(500, 2000), action(0, link ? 3 : 2);
     while (keep_going()) {
         std::this_thread::sleep_for(milliseconds(gap_ms(ctx.rng())));
@@ -123,41 +138,41 @@ void soak_nemesis(context& ctx, const std::vector<worker_group*>& contenders, dl
         case 1: {
             auto& group = *contenders[ctx.rng()() % contenders.size()];
             const size_t i = ctx.rng()() % group.size();
-            group.pause(i);
-            std::this_thread::sleep_for(std::min(ctx.tgt().ttl / 4, milliseconds(200)));
-            group.resume(i);
+            timed([&] { group.pause(i); }, std::min(ctx.tgt().ttl / 4, milliseconds(200)), [&] { group.resume(i); });
             ctx.fault("short SIGSTOP of a contender");
             break;
         }
         case 2: {
             if (servers.empty()) break;
             auto* s = servers[ctx.rng()() % servers.size()];
-            s->pause();
-            std::this_thread::sleep_for(ctx.tgt().ttl / 4);
-            s->resume();
+            timed([&] { s->pause(); }, ctx.tgt().ttl / 4, [&] { s->resume(); });
             ctx.fault("short pause of a server");
             break;
         }
         default: {
             const std::size_t n = link->servers().size();
             const int kind = int(ctx.rng()() % (n > 1 ? 3 : 2));
-            if (kind == 0) {
-                link->cut_all();
-                ctx.fault("short partition: link cut");
-            } else if (kind == 1) {
-                link->cut_all(dlock::lab::direction::downstream);
-                ctx.fault("short partition: replies dropped");
-            } else {
-                // A minority of the servers (Redlock, an ensemble): the rest still answer.
-                std::vector<std::size_t> minority(n);
-                for (std::size_t i = 0; i < n; ++i) minority[i] = i;
-                std::shuffle(minority.begin(), minority.end(), ctx.rng());
-                minority.resize((n - 1) / 2);
-                link->cut(minority);
-                ctx.fault("short partition: a minority of the servers cut");
-            }
-            std::this_thread::sleep_for(blip);
-            link->heal();
+            std::string what;
+            timed(
+                [&] {
+                    if (kind == 0) {
+                        link->cut_all();
+                        what = "short partition: link cut";
+                    } else if (kind == 1) {
+                        link->cut_all(dlock::lab::direction::downstream);
+                        what = "short partition: replies dropped";
+                    } else {
+                        // A minority of the servers (Redlock, an ensemble): the rest still answer.
+                        std::vector<std::size_t> minority(n);
+                        for (std::size_t i = 0; i < n; ++i) minority[i] = i;
+                        std::shuffle(minority.begin(), minority.end(), ctx.rng());
+                        minority.resize((n - 1) / 2);
+                        link->cut(minority);
+                        what = "short partition: a minority of the servers cut";
+                    }
+                },
+                blip, [&] { link->heal(); });
+            ctx.fault(what);
             break;
         }
         }
@@ -165,6 +180,9 @@ void soak_nemesis(context& ctx, const std::vector<worker_group*>& contenders, dl
     // The last victim runs until now.
     victims.back()->kill(0);
     for (auto& v : victims) v->wait(milliseconds(30000));
+    ctx.note(fmt::format("longest pause or cut {} ms", longest.count()));
+    ctx.require(overran == 0, fmt::format("every pause and cut ended within ttl/2 ({} overran, the longest {} ms: the machine "
+                                          "starved the nemesis)", overran, longest.count()));
 }
 
 void contention(context& ctx) {
