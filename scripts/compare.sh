@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: every dlock backend against its floor and its peers, one run, one report.
 #   scripts/compare.sh                 quick size (a few minutes of measuring)
-#   scripts/compare.sh --full          BENCHMARKS.md's sizes
+#   scripts/compare.sh --full          docs/design/benchmarks.md's sizes
 #   scripts/compare.sh --backends redis,etcd --skip-peers --out DIR   (any dlock-compare option)
 # Installs the Debian packages (scripts/install-deps.sh), builds the release tree
 # (scripts/build.sh release), then runs build/release/bin/dlock-compare, which starts the lab,

@@ -1,4 +1,4 @@
-// main.cpp — dlock-compare: the cross-backend comparison of BENCHMARKS.md in one run. It starts one
+// main.cpp — dlock-compare: the cross-backend comparison of docs/design/benchmarks.md in one run. It starts one
 // lab for the backends asked for, then per target (file, redis, redlock, zookeeper, etcd, sql_lease,
 // sql_advisory) calibrates the floor, runs S1–S6, counts server commands, runs Redlock's S7 and the
 // peers (S8), and writes report.md / report.json / plots into a folder it names at the end.
@@ -176,7 +176,7 @@ options parse_options(int argc, char** argv) {
     std::string out;
     std::string worker;
     app.add_flag("--quick", quick, "quick size (the default): fewer cycles and points, a few minutes");
-    app.add_flag("--full", o.full, "BENCHMARKS.md's sizes");
+    app.add_flag("--full", o.full, "docs/design/benchmarks.md's sizes");
     app.add_option("--backends", backends, "comma-separated targets (default: all): " + fmt::format("{}", fmt::join(all_targets, ",")));
     app.add_option("--out", out, "report folder (default: a fresh ./dlock-report-<UTC time>)");
     app.add_flag("--skip-peers", o.skip_peers, "do not run the peers (S8)");

@@ -1,6 +1,6 @@
 // probes.hpp — what the comparison suite needs to know about each backend that the C++ API cannot
 // tell it: the floor (the backend's own server driven through the same client library with the
-// minimum round trips of BENCHMARKS.md), the server's own count of commands per cycle, Redlock's
+// minimum round trips of docs/design/benchmarks.md), the server's own count of commands per cycle, Redlock's
 // S7, and the peers (S8) on the same servers. One implementation file per backend family
 // (probes_file.cpp, probes_redis.cpp, probes_zookeeper.cpp, probes_etcd.cpp, probes_sql.cpp);
 // the driver (main.cpp) calls only what is declared here.
@@ -20,7 +20,7 @@
 namespace dlock::bench {
 
 // How much to measure. quick: the README's main job (a few minutes for every backend together);
-// full: BENCHMARKS.md's sizes (>= 10 000 S1 cycles per backend, every client count).
+// full: docs/design/benchmarks.md's sizes (>= 10 000 S1 cycles per backend, every client count).
 enum class run_size { quick, full };
 
 // One backend configuration under test. name is one of: file, redis, redlock, zookeeper, etcd,
@@ -40,7 +40,7 @@ struct calibration {
     // The cost of one fsync where the server's durability needs one per write (etcd, ZooKeeper,
     // PostgreSQL commit), measured on the lab's data directory; NaN where none is involved.
     double fsync_us = NAN;
-    int min_round_trips = 0;  // BENCHMARKS.md: redis 2, redlock 2, zookeeper 3, etcd 2, sql 2, file 2 syscalls
+    int min_round_trips = 0;  // docs/design/benchmarks.md: redis 2, redlock 2, zookeeper 3, etcd 2, sql 2, file 2 syscalls
     // One cycle of exactly those operations (acquire+release done by hand), measured like S1.
     distribution floor;
     std::string method;  // one sentence: what a floor cycle sends
@@ -49,7 +49,7 @@ calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size);
 
 // The server's own count of the commands (requests, statements, RPCs) one acquire+release sends:
 // reads the server's counters, calls run_cycles(cycles) (the driver runs that many uncontended
-// acquire+release cycles through dlock), reads them again. `minimum` is BENCHMARKS.md's.
+// acquire+release cycles through dlock), reads them again. `minimum` is docs/design/benchmarks.md's.
 struct command_count {
     double per_cycle = NAN;
     int minimum = 0;

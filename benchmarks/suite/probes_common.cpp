@@ -42,7 +42,7 @@ distribution time_cycles(int cycles, int warmup, const std::function<void()>& cy
     return summarize(std::move(samples));
 }
 
-// The per-backend S1 count and warm-up of a calibration: BENCHMARKS.md's 10 000 in full, 2 000 quick.
+// The per-backend S1 count and warm-up of a calibration: docs/design/benchmarks.md's 10 000 in full, 2 000 quick.
 int calibration_cycles(run_size size) { return size == run_size::full ? 10000 : 2000; }
 
 // Uncontended try-once acquire+release of `name` through the C++ API on one warm client.

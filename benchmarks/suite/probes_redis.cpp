@@ -39,7 +39,7 @@ struct single_floor {
 };
 
 // One floor cycle on Redlock's nodes: each script sent to every node at once through the plugin's
-// fan-out, each round ending at the quorum-th reply (BENCHMARKS.md).
+// fan-out, each round ending at the quorum-th reply (docs/design/benchmarks.md).
 struct fan_out_floor {
     std::vector<std::unique_ptr<rc::connection>> owned;
     std::vector<rc::connection*> conns;

@@ -421,7 +421,7 @@ std::string scenario_tables(const json& report) {
                    << " | " << us(num(p.value("dlock_python_around", none), "p50_us")) << " | " << ratio(num(p, "ratio_python_p50")) << " | "
                    << str(p, "dlock_python_error") << " |\n";
 
-    md << "\n## Targets (BENCHMARKS.md), per backend\n\n| backend | target | value | result | note |\n|---|---|---|---|---|\n";
+    md << "\n## Targets (docs/design/benchmarks.md), per backend\n\n| backend | target | value | result | note |\n|---|---|---|---|---|\n";
     for (const auto& t : targets)
         for (const auto& row : t.value("targets", json::array()))
             md << "| " << str(t, "name") << " | " << str(row, "target") << " | " << str(row, "value") << " | " << met_text(row.at("met")) << " | "

@@ -1,7 +1,7 @@
 // report.hpp — the comparison suite's report: every number of a run gathered in one JSON document
 // (report.json), the S1 samples for the CDF plot (samples.json), the plots (plots.py, run with
 // /usr/bin/python3 and matplotlib's Agg backend) and report.md, headed by the summary table with
-// the targets of BENCHMARKS.md, each met or missed.
+// the targets of docs/design/benchmarks.md, each met or missed.
 #pragma once
 
 #include "probes.hpp"
@@ -25,7 +25,7 @@ nlohmann::json to_json(const redlock_row& r);
 nlohmann::json machine_info();
 nlohmann::json server_versions();
 
-// Per target, the targets of BENCHMARKS.md that its numbers decide: [{target, value, met}], with
+// Per target, the targets of docs/design/benchmarks.md that its numbers decide: [{target, value, met}], with
 // met null when not measured. Stored into each target's "targets" by write_report.
 nlohmann::json evaluate_targets(const nlohmann::json& target_report, const nlohmann::json& run);
 

@@ -1,4 +1,4 @@
-// scenarios.hpp — the generic scenarios of BENCHMARKS.md that every backend runs through the C++ API:
+// scenarios.hpp — the generic scenarios of docs/design/benchmarks.md that every backend runs through the C++ API:
 // S1 (Google Benchmark, in the driver's process) and the multi-process S2–S6 (dlock-bench-worker
 // processes, synchronised over pipes and by CLOCK_MONOTONIC start/end times). Each returns plain
 // numbers; report.hpp turns them into the report. Every function throws on a failure it cannot

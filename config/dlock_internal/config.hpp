@@ -1,4 +1,4 @@
-// config.hpp — dlock's configuration: the YAML format of DESIGN.md and the DSN form, parsed and
+// config.hpp — dlock's configuration: the YAML format of docs/config.md and the DSN form, parsed and
 // validated with messages that give the origin (file:line:column) and the key at fault.
 //
 //   backend: redis                  # which plugin

@@ -32,7 +32,7 @@ namespace {
 // with the server's TIME in microseconds before INCR: tokens then keep rising across a loss of
 // the data, as long as the server's clock does not go back and fewer than one lock per microsecond
 // was taken since the previous seed. Starting again at 1 would let a resource that saw the old
-// tokens accept a stale holder's writes (FAULTS.md scenario 6, restart delayed past the ttl).
+// tokens accept a stale holder's writes (docs/design/faults.md §6, restart delayed past the ttl).
 const char* const grant_lua = R"lua(
 local function grant(before_set)
   local fence = redis.call('GET', KEYS[2])

@@ -1,4 +1,4 @@
-// The `etcd` backend under the faults of FAULTS.md that concern it, on real etcd servers from the
+// The `etcd` backend under the faults of docs/design/faults.md that concern it, on real etcd servers from the
 // lab (one member, and a 3-member cluster with 50 ms heartbeats and 500 ms elections):
 //   2  holder killed: the next holder gets the lock after about the ttl (also with a leader change);
 //   3  holder paused past its ttl: its fenced write is refused, it learns it lost the lock;
@@ -119,19 +119,10 @@ std::vector<std::string> keys_under(const dlock::lab::endpoint& member, const st
     return keys;
 }
 
-class EtcdFaults : public ::testing::Test {
+class EtcdFaults : public dlock::test::lab_backend_test {
 protected:
-    void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::etcd);
-        DLOCK_LAB_REQUIRE(backend::etcd_cluster);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::etcd);
-        env.reset(backend::etcd_cluster);
-    }
+    EtcdFaults() : lab_backend_test({backend::etcd, backend::etcd_cluster}) {}
 
-    std::string config(backend which) { return dlock::lab::lab_environment::instance().config_path(which).string(); }
     dlock::lab::endpoint single() { return lab_->etcd().client_endpoint(); }
 
     // A config for the given members with extra option lines (e.g. "session_ttl: 3s").
@@ -179,11 +170,10 @@ protected:
         EXPECT_TRUE(other.acquire(name, dlock::acquire_options().with_wait(0ms), ec)) << dlock_last_error();
     }
 
-    dlock::lab::lab* lab_ = nullptr;
     dlock::test::scratch_dir scratch_{"dlock-etcd-test"};
 };
 
-// ---- FAULTS.md 2 ----------------------------------------------------------------------------------
+// ---- docs/design/faults.md §2 ----------------------------------------------------------------------------------
 
 // The holder is SIGKILLed: its session lease outlives it by up to its TTL, then the next holder gets
 // the lock — no sooner (the lock was never released early) and not much later.
@@ -241,7 +231,7 @@ TEST_F(EtcdFaults, HolderAndLeaderKilledNextHolderAfterElectionPlusTtl) {
     holder.wait();
 }
 
-// ---- FAULTS.md 3 and 4 ----------------------------------------------------------------------------
+// ---- docs/design/faults.md §3 and 4 ----------------------------------------------------------------------------
 
 // Holder A is paused past its ttl right after checking its lease; B acquires; A resumes. A's fenced
 // write is refused (B's token, its key's create_revision, is higher), A learns it lost the lock,
@@ -260,7 +250,7 @@ TEST_F(EtcdFaults, HolderPausedPastTtlIsFencedOff) {
     expect_resumed_holder_fenced_off(a, client, b, "faults/pause");
 }
 
-// ---- FAULTS.md 10 ---------------------------------------------------------------------------------
+// ---- docs/design/faults.md §10 ---------------------------------------------------------------------------------
 
 // The leader dies (kill) or stalls (pause) while a lock is held and a waiter waits, with the client
 // connected to it first. The holder's session fails over and its lease survives the election; the
@@ -354,7 +344,7 @@ TEST_F(EtcdFaults, MajorityLostAcquireFailsNeverFalseSuccess) {
         << "the holder's lease must be LOST once its deadline passed unconfirmed";
 }
 
-// ---- FAULTS.md 12 ---------------------------------------------------------------------------------
+// ---- docs/design/faults.md §12 ---------------------------------------------------------------------------------
 
 // A queued waiter whose client is cut off from the server (a partition at a proxy) cannot keep its
 // session lease alive: at the lease's deadline its acquire fails — it never succeeds, even though
@@ -436,7 +426,7 @@ TEST_F(EtcdFaults, OwnKeyDeletedByAnOperatorIsReportedLost) {
     EXPECT_TRUE(other.acquire("faults/own", dlock::acquire_options().with_wait(0ms)));
 }
 
-// ---- FAULTS.md 14 ---------------------------------------------------------------------------------
+// ---- docs/design/faults.md §14 ---------------------------------------------------------------------------------
 
 // Authentication on the single member, enabled with etcdctl and disabled again however the test ends.
 struct auth_enabled {

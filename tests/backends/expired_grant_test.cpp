@@ -3,6 +3,7 @@
 // takes longer than the ttl, so the key has already expired on the server when the client learns
 // it was set. The overlap checker cuts each holder's interval at valid_until and so cannot see such
 // a holder; this test asserts the outcome of acquire itself.
+#include "backend_test.hpp"
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
@@ -22,14 +23,13 @@ using dlock::lab::backend;
 
 namespace {
 
-class ExpiredGrant : public ::testing::Test {
+class ExpiredGrant : public dlock::test::lab_backend_test {
 protected:
+    ExpiredGrant() : lab_backend_test({backend::redis}) {}
+
     void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::redis);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: the proxy needs a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::redis);
+        lab_backend_test::SetUp();
+        if (!lab_) return;
         proxy_ = std::make_unique<dlock::lab::tcp_proxy>(lab_->redis().client_endpoint());
         config_ = dir_.path() + "/slow.yaml";
         std::ofstream(config_) << "backend: redis\noptions:\n  endpoint: \"" << proxy_->listen_endpoint().to_string()
@@ -41,7 +41,6 @@ protected:
         return lab_->redis().client().checked({"EXISTS", "dlock:{" + name + "}:lock"}).integer;
     }
 
-    dlock::lab::lab* lab_ = nullptr;
     dlock::test::scratch_dir dir_{"dlock-expired-grant"};
     std::unique_ptr<dlock::lab::tcp_proxy> proxy_;
     std::string config_;

@@ -1,7 +1,7 @@
 // The `sql` backend's MySQL/MariaDB dialect (both modes) on the lab's real MariaDB 10.11: dialect
 // selection and configuration errors, logins (a wrong password, the ed25519 account, TLS the server
 // does not offer), server errors (a missing grant, a read-only server), names longer than
-// GET_LOCK's 64 characters, the schema created by clients starting together, and FAULTS.md 13's
+// GET_LOCK's 64 characters, the schema created by clients starting together, and docs/design/faults.md §13's
 // MySQL equivalents: KILL CONNECTION of a named-lock holder's session (LOST), of every session of a
 // lease-table holder (nothing lost), and a server restart.
 #include "backend_test.hpp"
@@ -172,7 +172,7 @@ TEST_F(MysqlBackend, TlsTheServerDoesNotOfferIsAPreciseError) {
     EXPECT_NE(o.message.find("sslmode"), std::string::npos) << "says what to check: " << o.message;
 }
 
-// ---- server errors (FAULTS.md 14) ---------------------------------------------------------------
+// ---- server errors (docs/design/faults.md §14) ---------------------------------------------------------------
 
 TEST_F(MysqlBackend, MissingGrantIsAPreciseErrorAtOpen) {
     as_root("DROP USER IF EXISTS 'dlock_reader'@'%'; CREATE USER 'dlock_reader'@'%' IDENTIFIED BY 'reader-pw-5'; "
@@ -308,7 +308,7 @@ TEST_F(MysqlBackend, ClientsStartingTogetherCreateTheSchemaSafely) {
     EXPECT_EQ(scalar("SELECT GROUP_CONCAT(version) FROM race_locks_schema"), "1") << "one version row";
 }
 
-// ---- FAULTS.md 13: KILL CONNECTION, restart ----------------------------------------------------
+// ---- docs/design/faults.md §13: KILL CONNECTION, restart ----------------------------------------------------
 
 TEST_F(MysqlBackend, KilledSessionOfANamedHolderIsReportedLostAndFreesTheLock) {
     auto client = open("named");

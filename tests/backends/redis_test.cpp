@@ -1,4 +1,4 @@
-// The `redis` and `redlock` backends under the faults of FAULTS.md that concern them, on real
+// The `redis` and `redlock` backends under the faults of docs/design/faults.md that concern them, on real
 // servers from the lab. (Holder killed — scenario 2 — is in the conformance suite for every backend.)
 // Where a backend breaks safety by design, the test demonstrates the violation (EV) and asserts
 // that it happened, so the docs' guarantees table stays true.
@@ -32,27 +32,17 @@ using dlock::test::fenced_resource;
 namespace {
 
 
-class RedisFaults : public ::testing::Test {
+class RedisFaults : public dlock::test::lab_backend_test {
 protected:
-    void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::redis);
-        DLOCK_LAB_REQUIRE(backend::redlock);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::redis);
-        env.reset(backend::redlock);
-    }
-public:
-    std::string config(backend which) { return dlock::lab::lab_environment::instance().config_path(which).string(); }
-    dlock::lab::redis_client redis() { return lab_->redis().client(); }
+    RedisFaults() : lab_backend_test({backend::redis, backend::redlock}) {}
 
-protected:
-    dlock::lab::lab* lab_ = nullptr;
+public:
+    using lab_backend_test::config;
+    dlock::lab::redis_client redis() { return lab_->redis().client(); }
 };
 
 
-// FAULTS.md 3 and 4 with fencing: holder A is paused past its ttl right after checking its lease;
+// docs/design/faults.md §3 and 4 with fencing: holder A is paused past its ttl right after checking its lease;
 // B acquires; A resumes. A's fenced write is refused, A learns it lost the lease, and A's stale
 // release leaves B's lock alone.
 TEST_F(RedisFaults, HolderPausedPastTtlIsFencedOff) {
@@ -69,7 +59,7 @@ TEST_F(RedisFaults, HolderPausedPastTtlIsFencedOff) {
     expect_resumed_holder_fenced_off(a, client, b, "faults/pause");
 }
 
-// FAULTS.md 3 for redlock: EV. Without fencing tokens the resource cannot tell the stalled holder
+// docs/design/faults.md §3 for redlock: EV. Without fencing tokens the resource cannot tell the stalled holder
 // from the new one: both writes are accepted, an overlap the client library cannot prevent.
 TEST_F(RedisFaults, RedlockHolderPausedPastTtlOverlapsWithoutFencing) {
     child_process a({DLOCK_CONFORMANCE_WORKER, "script", config(backend::redlock), "faults/pause", "600"}, true, {}, true);
@@ -96,7 +86,7 @@ TEST_F(RedisFaults, RedlockHolderPausedPastTtlOverlapsWithoutFencing) {
     a.wait();
 }
 
-// FAULTS.md 5: a release with a forged owner token is refused by the compare-owner script.
+// docs/design/faults.md §5: a release with a forged owner token is refused by the compare-owner script.
 TEST_F(RedisFaults, ForgedTokenCannotRelease) {
     auto client = dlock::client::open(config(backend::redis));
     auto lease = client.acquire("faults/forged", dlock::acquire_options().with_wait(0ms));
@@ -109,7 +99,7 @@ TEST_F(RedisFaults, ForgedTokenCannotRelease) {
     EXPECT_EQ(raw.checked({"GET", "dlock:{faults/forged}:lock"}).text, lease.owner());
 }
 
-// FAULTS.md 6: EV. Redis restarted without persistence right after an acquire forgets the lock:
+// docs/design/faults.md §6: EV. Redis restarted without persistence right after an acquire forgets the lock:
 // a second client acquires while the first still believes it holds it. The first learns of it at
 // its next renewal.
 TEST_F(RedisFaults, RestartWithoutPersistenceLosesLocks) {
@@ -126,7 +116,7 @@ TEST_F(RedisFaults, RestartWithoutPersistenceLosesLocks) {
     EXPECT_EQ(a.state(), dlock::lease_state::lost) << "the next renewal (at ttl/3) must report the loss";
 }
 
-// FAULTS.md 6, safe variant: with appendonly + appendfsync always, a lock survives a crash.
+// docs/design/faults.md §6, safe variant: with appendonly + appendfsync always, a lock survives a crash.
 TEST_F(RedisFaults, AppendfsyncAlwaysKeepsLocksAcrossACrash) {
     dlock::lab::lab_options options;
     options.redis.appendonly = true;
@@ -144,7 +134,7 @@ TEST_F(RedisFaults, AppendfsyncAlwaysKeepsLocksAcrossACrash) {
     EXPECT_EQ(other.inspect("faults/durable").holder, a.owner());
 }
 
-// FAULTS.md 7: Redlock keeps working with 2 of 5 nodes down and fails cleanly with 3 down.
+// docs/design/faults.md §7: Redlock keeps working with 2 of 5 nodes down and fails cleanly with 3 down.
 TEST_F(RedisFaults, RedlockToleratesAMinorityDownAndFailsCleanlyWithout) {
     auto& nodes = lab_->redlock();
     nodes.node(0).kill();
@@ -168,7 +158,7 @@ TEST_F(RedisFaults, RedlockToleratesAMinorityDownAndFailsCleanlyWithout) {
     for (size_t i = 0; i < 3; ++i) nodes.node(i).restart(dlock::lab::data_policy::keep);
 }
 
-// FAULTS.md 7: nodes that answer late, and a round that outlasts the ttl. Nodes 0-2 answer
+// docs/design/faults.md §7: nodes that answer late, and a round that outlasts the ttl. Nodes 0-2 answer
 // through a proxy adding 100 ms each way and nodes 3-4 are paused: the quorum's grants arrive after
 // the 150 ms ttl, so no validity is left (as when the client itself stalls mid-acquisition). The
 // lock is given back on every node, the paused ones included, which run SET then release when
@@ -211,7 +201,7 @@ TEST_F(RedisFaults, RedlockRoundOutlastingTheTtlGivesTheLockBackEverywhere) {
     EXPECT_FALSE(again) << dlock_last_error();
 }
 
-// FAULTS.md 8: a forward clock jump on a Redis node makes its keys expire early (produced directly:
+// docs/design/faults.md §8: a forward clock jump on a Redis node makes its keys expire early (produced directly:
 // libfaketime cannot run Debian's redis-server). EV for `redis`; for `redlock` one node's jump is
 // harmless, a majority's is not.
 TEST_F(RedisFaults, ClockJumpOnTheServerExpiresTheLockEarly) {
@@ -241,7 +231,7 @@ TEST_F(RedisFaults, RedlockSurvivesOneNodesClockJumpButNotAMajoritys) {
     std::cout << "[redlock] EV demonstrated: clock jumps on 3 of 5 nodes let a second client in\n";
 }
 
-// FAULTS.md 14: server errors are clear errors, never "held".
+// docs/design/faults.md §14: server errors are clear errors, never "held".
 TEST_F(RedisFaults, NoscriptAfterScriptFlushRecovers) {
     auto client = dlock::client::open(config(backend::redis));
     { auto warm = client.acquire("faults/noscript-warm", dlock::acquire_options().with_wait(0ms)); }

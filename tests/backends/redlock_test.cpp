@@ -3,7 +3,7 @@
 // the next round won, one node paused for longer than several ttls, waiters whose watched node
 // misses the release, a failed acquisition on paused nodes, a release a quorum refuses, and a
 // waiter woken by a release, which must retry without the split-vote pause.
-// (The FAULTS.md scenarios redlock shares with `redis` are in redis_test.cpp.)
+// (The docs/design/faults.md scenarios redlock shares with `redis` are in redis_test.cpp.)
 #include "backend_test.hpp"
 #include "support.hpp"
 
@@ -51,16 +51,11 @@ std::future<std::pair<dlock::lease, steady::time_point>> acquire_in_background(d
     });
 }
 
-class RedlockFaults : public ::testing::Test {
+class RedlockFaults : public dlock::test::lab_backend_test {
 protected:
-    void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::redlock);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::redlock);
-    }
-    std::string config() { return dlock::lab::lab_environment::instance().config_path(backend::redlock).string(); }
+    RedlockFaults() : lab_backend_test({backend::redlock}) {}
+
+    std::string config() { return lab_backend_test::config(backend::redlock); }
     dlock::lab::redis_server& node(size_t i) { return lab_->redlock().node(i); }
     bool key_exists(size_t i, const std::string& name) {
         return node(i).client().checked({"EXISTS", lock_key(name)}).integer == 1;
@@ -78,7 +73,6 @@ protected:
         return path;
     }
 
-    dlock::lab::lab* lab_ = nullptr;
     dlock::test::scratch_dir dir_{"dlock-redlock-test"};
 };
 

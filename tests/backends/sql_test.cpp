@@ -1,4 +1,4 @@
-// The `sql` backend (both modes) under the faults of FAULTS.md that concern it, on the lab's real
+// The `sql` backend (both modes) under the faults of docs/design/faults.md that concern it, on the lab's real
 // PostgreSQL 15: 2 (holder killed: advisory frees at once, lease after its ttl), 3 (holder paused:
 // lease holders are fenced off; advisory holders keep the lock), 13 (pg_terminate_backend, server
 // restart, a connection lost while an acquire commits), 14 (hot standby, read-only database,
@@ -64,14 +64,13 @@ std::string dsn_at(uint16_t port, const std::string& database = "postgres") {
     return "postgresql://postgres@127.0.0.1:" + std::to_string(port) + "/" + database;
 }
 
-class SqlFaults : public ::testing::Test {
+class SqlFaults : public dlock::test::lab_backend_test {
 protected:
+    SqlFaults() : lab_backend_test({backend::sql}, true) {}
+
     void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::sql);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::sql, true);
+        lab_backend_test::SetUp();
+        if (!lab_) return;
         scratch_ = std::make_unique<dlock::test::scratch_dir>("dlock-sql-test");
     }
 
@@ -99,12 +98,11 @@ protected:
                       "granted");
     }
 
-    dlock::lab::lab* lab_ = nullptr;
     std::unique_ptr<dlock::test::scratch_dir> scratch_;
     int configs_ = 0;
 };
 
-// ---- FAULTS.md 2: holder killed ---------------------------------------------------------------
+// ---- docs/design/faults.md §2: holder killed ---------------------------------------------------------------
 
 TEST_F(SqlFaults, KilledAdvisoryHolderFreesTheLockAtOnce) {
     child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("advisory"), "faults/killed", "30000"}, true);
@@ -213,7 +211,7 @@ TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
 }
 
-// ---- FAULTS.md 3 and 4: holder paused ---------------------------------------------------------
+// ---- docs/design/faults.md §3 and 4: holder paused ---------------------------------------------------------
 
 // Holder A stalls right after checking its lease, past its ttl; B acquires; A resumes. A's fenced
 // write is refused, A learns it lost the lease, and A's stale release leaves B's lock alone.
@@ -250,7 +248,7 @@ TEST_F(SqlFaults, AdvisoryHolderPausedKeepsTheLock) {
     a.wait();
 }
 
-// ---- FAULTS.md 13: the server ends sessions, restarts, drops a connection mid-commit -----------
+// ---- docs/design/faults.md §13: the server ends sessions, restarts, drops a connection mid-commit -----------
 
 TEST_F(SqlFaults, TerminatedAdvisorySessionIsReportedLostAtOnce) {
     auto client = open("advisory");
@@ -643,7 +641,7 @@ TEST_F(SqlFaults, VersionDependentSettingsAreInForceOnEverySession) {
     EXPECT_EQ(tx.exec("SHOW idle_session_timeout")[0][0].as<std::string>(), "0");
 }
 
-// ---- FAULTS.md 14: setups dlock cannot lock on, server errors ---------------------------------
+// ---- docs/design/faults.md §14: setups dlock cannot lock on, server errors ---------------------------------
 
 // A real streaming replica of the lab's server (pg_basebackup -R), in hot standby.
 TEST_F(SqlFaults, HotStandbyIsRefusedWithAnExplanation) {
@@ -787,7 +785,7 @@ TEST_F(SqlFaults, UnreachableServerIsUnavailableAtOpen) {
     EXPECT_EQ(message.find("secret-pw"), std::string::npos) << "never a password in a message: " << message;
 }
 
-// ---- FAULTS.md 15: names -------------------------------------------------------------------------
+// ---- docs/design/faults.md §15: names -------------------------------------------------------------------------
 
 TEST_F(SqlFaults, InjectionShapedNamesAreStoredVerbatim) {
     const std::vector<std::string> names = {

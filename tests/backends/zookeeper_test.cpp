@@ -1,4 +1,4 @@
-// The `zookeeper` backend under the faults of FAULTS.md that concern it, on real servers from the
+// The `zookeeper` backend under the faults of docs/design/faults.md that concern it, on real servers from the
 // lab (a standalone server and a 3-node ensemble, tickTime 200 ms: session timeouts 0.4 .. 4 s):
 //   2  holder killed — the next holder gets the lock once the holder's session expired;
 //   3  holder paused past the session timeout — its fenced write is rejected, it reports LOST;
@@ -121,16 +121,13 @@ private:
     zhandle_t* zh_ = nullptr;
 };
 
-class ZooKeeperFaults : public ::testing::Test {
+class ZooKeeperFaults : public dlock::test::lab_backend_test {
 protected:
+    ZooKeeperFaults() : lab_backend_test({backend::zookeeper, backend::zookeeper_ensemble}) {}
+
     void SetUp() override {
-        DLOCK_LAB_REQUIRE(backend::zookeeper);
-        DLOCK_LAB_REQUIRE(backend::zookeeper_ensemble);
-        auto& env = dlock::lab::lab_environment::instance();
-        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: fault controls need a lab of our own";
-        lab_ = env.owned_lab();
-        env.reset(backend::zookeeper);
-        env.reset(backend::zookeeper_ensemble);
+        lab_backend_test::SetUp();
+        if (!lab_) return;
         scratch_ = std::make_unique<dlock::test::scratch_dir>("dlock-zookeeper-test");
     }
 
@@ -151,7 +148,6 @@ protected:
         return raw.children(lock_node);
     }
 
-    dlock::lab::lab* lab_ = nullptr;
     std::unique_ptr<dlock::test::scratch_dir> scratch_;
     int configs_ = 0;
 };
@@ -177,7 +173,7 @@ TEST_F(ZooKeeperFaults, NegotiatedSessionTimeoutIsTheLeaseTtl) {
     }
 }
 
-// ---- FAULTS.md 2: holder killed ------------------------------------------------------------------
+// ---- docs/design/faults.md §2: holder killed ------------------------------------------------------------------
 
 TEST_F(ZooKeeperFaults, HolderKilledNextHolderWithinTheSessionTimeout) {
     const std::string cfg = config(standalone().to_string(), {"session_timeout: 1s"});
@@ -201,7 +197,7 @@ TEST_F(ZooKeeperFaults, HolderKilledNextHolderWithinTheSessionTimeout) {
     EXPECT_GT(lease.fencing_token(), std::stoull(held.substr(5)));
 }
 
-// ---- FAULTS.md 3 and 4: holder paused ------------------------------------------------------------
+// ---- docs/design/faults.md §3 and 4: holder paused ------------------------------------------------------------
 
 // Holder A is paused right after checking its lease, past its session timeout; the server expires
 // its session and B acquires. When A resumes, its fenced write (czxid token) is refused, its lease
@@ -223,7 +219,7 @@ TEST_F(ZooKeeperFaults, HolderPausedPastTheSessionTimeoutIsFencedOff) {
     expect_resumed_holder_fenced_off(a, client, b, "faults/pause");
 }
 
-// ---- FAULTS.md 11: session expiry, connection loss during create ----------------------------------
+// ---- docs/design/faults.md §11: session expiry, connection loss during create ----------------------------------
 
 // The holder is cut off from the server (a partition at the proxy, both ways) for longer than its
 // session timeout: the server expires its session. The holder turns SUSPECT when its client notices
@@ -554,7 +550,7 @@ TEST_F(ZooKeeperFaults, WaiterWhoseNodeWasDeletedQueuesAgain) {
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
-// ---- FAULTS.md 10: quorum ---------------------------------------------------------------------------
+// ---- docs/design/faults.md §10: quorum ---------------------------------------------------------------------------
 
 class ZooKeeperEnsembleFaults : public ZooKeeperFaults {
 protected:
@@ -729,7 +725,7 @@ TEST_F(ZooKeeperEnsembleFaults, FollowerCutFromTheLeaderDoesNotExtendTheHolderPa
     ensemble.wait_for_leader(20s);
 }
 
-// FAULTS.md 11 on the ensemble: the create's reply is lost with the connection to follower F1
+// docs/design/faults.md §11 on the ensemble: the create's reply is lost with the connection to follower F1
 // (committed by the leader meanwhile), and the session moves to another member F2, which may not
 // have applied that create yet when it answers the lookup by guid. The acquire must still find its
 // node: exactly one node of ours, the lock acquired, no self-deadlock behind a ghost.
@@ -809,7 +805,7 @@ TEST_F(ZooKeeperEnsembleFaults, MajorityLostAcquireNeverFalselySucceeds) {
     EXPECT_FALSE(ec) << "the quorum is back: " << dlock_last_error();
 }
 
-// ---- FAULTS.md 14: configuration and permission errors ---------------------------------------------
+// ---- docs/design/faults.md §14: configuration and permission errors ---------------------------------------------
 
 TEST_F(ZooKeeperFaults, MissingChrootIsAClearConfigError) {
     const std::string server = standalone().to_string();

@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include <cstdlib>
 #include <fstream>
 
 #ifdef DLOCK_WITH_LAB
@@ -72,6 +73,11 @@ std::vector<backend_case> backend_cases() {
     cases.push_back({"sql_secured", {}, secured_config(lab::secured_backend::postgres)});
 #endif
     return cases;
+}
+
+bool running_in_ci() {
+    const char* ci = std::getenv("CI");
+    return ci && (std::string(ci) == "true" || std::string(ci) == "1");
 }
 
 std::string missing_servers(const backend_case& c) {

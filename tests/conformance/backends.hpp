@@ -26,4 +26,18 @@ std::vector<backend_case> backend_cases();
 // Why the servers of `c` are not available ("" when they are, or when it needs none).
 std::string missing_servers(const backend_case& c);
 
+// True under CI ($CI is "true" or "1"), where a server that cannot start is a failure, never a skip.
+bool running_in_ci();
+
 }  // namespace dlock::conformance
+
+// In a fixture's SetUp (GoogleTest): when a server `backend_case` needs is missing, fails the test
+// under CI and skips it elsewhere.
+#define DLOCK_CONFORMANCE_REQUIRE_SERVERS(backend_case)                                         \
+    do {                                                                                        \
+        if (const std::string dlock_missing_ = ::dlock::conformance::missing_servers(backend_case); \
+            !dlock_missing_.empty()) {                                                          \
+            if (::dlock::conformance::running_in_ci()) FAIL() << dlock_missing_;                \
+            GTEST_SKIP() << dlock_missing_;                                                     \
+        }                                                                                       \
+    } while (false)

@@ -73,12 +73,7 @@ dlock::lab::backend lab_backend_of(const backend_case& c) { return *dlock::lab::
 class Capabilities : public ::testing::TestWithParam<backend_case> {
 protected:
     void SetUp() override {
-        if (const std::string why = dlock::conformance::missing_servers(GetParam()); !why.empty()) {
-            // Under CI a server that cannot start is a failure, never a skip.
-            const char* ci = std::getenv("CI");
-            if (ci && (std::string(ci) == "true" || std::string(ci) == "1")) FAIL() << why;
-            GTEST_SKIP() << why;
-        }
+        DLOCK_CONFORMANCE_REQUIRE_SERVERS(GetParam());
         // One scratch directory and config per backend for the whole run.
         static std::map<std::string, std::pair<std::unique_ptr<dlock::test::scratch_dir>, std::string>> setups;
         auto& setup = setups[GetParam().label];

@@ -1,9 +1,9 @@
-// The conformance suite: the contract of DESIGN.md, asserted identically on every backend.
+// The conformance suite: the contract of docs/design/contract.md, asserted identically on every backend.
 //
 // Basic tier (every backend): acquire/release, try-lock and timeouts, waiters woken on release,
 // owner-only and idempotent release, non-aliasing names, bad names/options/configs, inspect,
 // cancellation on close and of one wait, reentrancy, mutual exclusion across >= 8 processes
-// judged by the overlap checker and a read-sleep-write counter (FAULTS.md 1), recovery after a holder's SIGKILL (2),
+// judged by the overlap checker and a read-sleep-write counter (docs/design/faults.md §1), recovery after a holder's SIGKILL (2),
 // stale release (4), owner-only release (5), bad input (15).
 // Capability tiers skip by capability, never by accident: FENCING (token order), TTL (expiry,
 // renewal, stale release after expiry).
@@ -58,12 +58,7 @@ backend_setup& setup_for(const backend_case& c) {
 class Conformance : public ::testing::TestWithParam<backend_case> {
 protected:
     void SetUp() override {
-        if (const std::string why = dlock::conformance::missing_servers(GetParam()); !why.empty()) {
-            // Under CI a server that cannot start is a failure, never a skip.
-            const char* ci = std::getenv("CI");
-            if (ci && (std::string(ci) == "true" || std::string(ci) == "1")) FAIL() << why;
-            GTEST_SKIP() << why;
-        }
+        DLOCK_CONFORMANCE_REQUIRE_SERVERS(GetParam());
         config_ = setup_for(GetParam()).config;
         scratch_ = setup_for(GetParam()).scratch->path();
         client_ = dlock::client::open(config_);
@@ -356,7 +351,7 @@ TEST_P(Conformance, MutexMeetsTimedLockable) {
     }
 }
 
-// FAULTS.md 1: >= 8 processes, many acquisitions, try-lock and timeouts mixed; the checker
+// docs/design/faults.md §1: >= 8 processes, many acquisitions, try-lock and timeouts mixed; the checker
 // judges the intervals, and a read-sleep-write counter catches lost updates.
 TEST_P(Conformance, MutualExclusionAcrossProcesses) {
     constexpr int processes = 8;
@@ -386,7 +381,7 @@ TEST_P(Conformance, MutualExclusionAcrossProcesses) {
     EXPECT_EQ(value, h.held.size()) << "lost updates in the read-sleep-write counter";
 }
 
-// FAULTS.md 2: the holder is SIGKILLed; the next acquirer gets the lock within the backend's bound.
+// docs/design/faults.md §2: the holder is SIGKILLed; the next acquirer gets the lock within the backend's bound.
 TEST_P(Conformance, HolderKilledNextHolderProceeds) {
     const std::string n = name("x");
     const auto ttl = 1500ms;
@@ -438,7 +433,7 @@ TEST_P(Conformance, UnrenewedLeaseExpiresAndIsReportedLost) {
     EXPECT_GE(clock_type::now(), lease.valid_until()) << "acquired before the first lease's validity ended";
     for (int i = 0; i < 100 && !lost; ++i) std::this_thread::sleep_for(10ms);
     EXPECT_EQ(lost.load(), 1);
-    // FAULTS.md 4: the stale holder's release reports ALREADY_LOST and leaves the new holder alone.
+    // docs/design/faults.md §4: the stale holder's release reports ALREADY_LOST and leaves the new holder alone.
     EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
     EXPECT_TRUE(open().inspect(name("x")).held);
 }

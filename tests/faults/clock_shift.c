@@ -1,9 +1,9 @@
-/* clock_shift.c — an LD_PRELOAD shim for FAULTS.md scenario 9 (client wall-clock jump). It moves
+/* clock_shift.c — an LD_PRELOAD shim for docs/design/faults.md §9 (client wall-clock jump). It moves
  * the wall clock of the process it is preloaded into by the whole number of seconds written in the
  * file named by $DLOCK_FAULT_CLOCK_SHIFT_FILE, re-read on every call, so a test jumps the clock
  * while the process runs by rewriting the file. CLOCK_REALTIME (and its coarse/TAI variants),
  * gettimeofday and time are shifted; CLOCK_MONOTONIC and CLOCK_BOOTTIME are not. libfaketime
- * would do this, but it is not installed here (and ENVIRONMENT.md reports it aborting Redis). */
+ * would do this, but it is not installed here (and docs/design/servers.md reports it aborting Redis). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -34,7 +34,7 @@ void history_writer::append(history_event e) {
     if (e.valid_until_ns) j["valid_until"] = e.valid_until_ns;
     if (!e.status.empty()) j["status"] = e.status;
     j["worker"] = worker_;
-    // Names may hold any bytes (FAULTS 15): replace invalid UTF-8 rather than throw.
+    // Names may hold any bytes (docs/design/faults.md §15): replace invalid UTF-8 rather than throw.
     const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     std::fwrite(line.data(), 1, line.size(), file_);
     std::fflush(file_);

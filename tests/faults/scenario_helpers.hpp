@@ -1,15 +1,18 @@
 // scenario_helpers.hpp — small helpers the backend-specific scenario files share: restoring a
-// server whatever ends a cell, joining a helper thread on unwind, soak rounds, millisecond text, and
-// lock names as ZooKeeper and etcd escape them.
+// server whatever ends a cell, joining a helper thread on unwind, soak rounds, millisecond text,
+// lock names as ZooKeeper and etcd escape them and Redis keys them, a target's endpoints, a refused
+// acquire, and waiting for a holder's LOST.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "suite.hpp"
 
@@ -85,5 +88,33 @@ inline std::string require_open_refused(context& ctx, const std::filesystem::pat
     }
     return message;
 }
+
+// A try-once acquire that must not succeed: a success is a false success (a violation), an
+// outcome other than `expected_status` (when given) fails the cell.
+inline void expect_refused(context& ctx, const acquire_result& r, const std::string& what,
+                           const std::string& expected_status = "") {
+    if (r.ok) ctx.violation(violation_kind::false_success, what + ": acquire reported success");
+    if (!expected_status.empty())
+        ctx.require(r.status == expected_status, what + ": expected " + expected_status + ", got " + r.status + " (" + r.message + ")");
+}
+
+// The holder's LOST callback time, once it ran (polling the holder every `poll`, for at most `limit`).
+inline std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit,
+                                         milliseconds poll = milliseconds(10)) {
+    std::optional<int64_t> at;
+    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, poll);
+    return at;
+}
+
+// The endpoints of every server of the target (one for a standalone server, none for file).
+inline std::vector<lab::endpoint> target_endpoints(context& ctx) {
+    const auto& servers = ctx.tgt().servers;
+    if (servers.empty()) return {};
+    return ctx.lab().access(servers.front()).endpoints;
+}
+
+// The Redis key holding `name`'s lock with the lab's default key prefix (docs/backends/redis.md:
+// `<prefix>{<name>}:lock`; the suite's names hold no `{`, `}` or `%`, which would be escaped).
+inline std::string redis_lock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
 
 }  // namespace dlock::faults::helpers

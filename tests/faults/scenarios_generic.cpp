@@ -1,22 +1,27 @@
-// scenarios_generic.cpp — the FAULTS.md scenarios every backend faces: 1 contention, 2 holder
+// scenarios_generic.cpp — the docs/design/faults.md scenarios every backend faces: 1 contention, 2 holder
 // killed, 3 holder paused past its ttl (and lost-detection latency), 4 stale release, 5 owner-only
 // release, 9 client wall-clock jump, 15 bad input. Targets: file, redis, redlock, zookeeper, etcd,
 // sql_lease, sql_advisory (the quorum targets are the quorum scenarios' business).
 //
-// Expected verdicts come from FAULTS.md and docs/backends/*.md. Scenario 3 is EV for every target
+// Expected verdicts come from docs/design/faults.md and docs/backends/*.md. Scenario 3 is EV for every target
 // whose lock expires by a ttl (redis, redlock, zookeeper, etcd, sql_lease): a holder paused past its
-// ttl overlaps the next holder, which only fencing catches. FAULTS.md's EV list names redis,
+// ttl overlaps the next holder, which only fencing catches. docs/design/faults.md's EV list names redis,
 // redlock, etcd and zookeeper; sql_lease behaves the same way (docs/backends/sql.md: "fenced off")
 // and the suite records it as EV by the same rule. file and sql_advisory keep the lock while the
 // holder is paused: SAFE.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <future>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "partition_link.hpp"
 #include "suite.hpp"
 
 namespace {
@@ -56,24 +61,82 @@ void require_still_held(context& ctx, const std::string& name, const std::string
 
 // ---- 1: contention ---------------------------------------------------------------------------------
 
-// Soak: the contenders run for a while under a random nemesis that only injects faults the
-// backends claim to survive (so the verdict stays SAFE): SIGKILL of extra "victim" workers (each
-// replaced by a fresh one), short SIGSTOPs of contenders, and short server pauses (≤ ttl/4).
-void soak_nemesis(context& ctx, worker_group& contenders, const contend_options& base, milliseconds duration) {
+// The soak's size per target: the contenders run for $DLOCK_FAULT_SOAK_SECONDS (default 120 s) and,
+// when fault_suite --acquisitions N set $DLOCK_FAULT_SOAK_ACQUISITIONS, until they also made N
+// checked acquisitions (the time keeps the nemesis injecting faults on a fast backend).
+struct soak_size {
+    long long acquisitions = 0;  // > 0: at least this many
+    milliseconds duration{0};    // at least this long
+};
+
+soak_size soak_size_from_environment() {
+    soak_size out;
+    if (const char* text = std::getenv("DLOCK_FAULT_SOAK_ACQUISITIONS"); text && std::atoll(text) > 0)
+        out.acquisitions = std::atoll(text);
+    const char* text = std::getenv("DLOCK_FAULT_SOAK_SECONDS");
+    const long seconds = text ? std::atol(text) : 0;
+    out.duration = milliseconds(1000 * (seconds > 0 ? seconds : 120));
+    return out;
+}
+
+// A soak still ends: past this, the contenders are stopped and the cell fails its "ran to the end"
+// requirement.
+constexpr milliseconds kSoakTimeLimit = std::chrono::hours(3);
+
+// The servers of this target among the lab's (their names start with the lab backend's name).
+std::vector<dlock::lab::server*> target_servers(context& ctx) {
+    std::vector<dlock::lab::server*> mine;
+    if (ctx.tgt().servers.empty()) return mine;
+    const std::string prefix(dlock::lab::backend_name(ctx.tgt().servers.front()));
+    for (auto* s : ctx.lab().servers())
+        if (s->name() == prefix || s->name().rfind(prefix + "-", 0) == 0) mine.push_back(s);
+    return mine;
+}
+
+// Soak: the contenders run under a random nemesis that only injects faults the backends claim to
+// survive (so the verdict stays SAFE): SIGKILL of extra "victim" workers (each replaced by a fresh
+// one), short SIGSTOPs of contenders, short server pauses (≤ ttl/4), and — for a target with
+// servers — short partitions (≤ ttl/4) of the contenders that reach the servers through a
+// lab::partition: the whole link, the replies only, or (several servers) a minority of the servers.
+// Runs while `keep_going()` says so.
+void soak_nemesis(context& ctx, const std::vector<worker_group*>& contenders, dlock::lab::partition* link, const contend_options& base,
+                  const std::function<bool()>& keep_going) {
     std::vector<std::unique_ptr<worker_group>> victims;
-    const auto until = std::chrono::steady_clock::now() + duration;
     auto spawn_victim = [&] {
         contend_options v = base;
         v.processes = 1;
+        v.acquisitions = 0;
         v.label = fmt::format("victim-{}", victims.size());
-        // A victim runs until the contenders stop.
-        v.duration = std::max(milliseconds(1000), std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now()));
+        // A victim runs until it is killed: by the nemesis, or once the contenders stopped.
+        v.duration = kSoakTimeLimit;
         victims.push_back(ctx.contend(v));
     };
     spawn_victim();
-    std::uniform_int_distribution<int> gap_ms(500, 2000), action(0, 2);
-    while (std::chrono::steady_clock::now() + milliseconds(3000) < until) {
+    const milliseconds blip = std::max(ctx.tgt().ttl / 4, milliseconds(100));
+    const auto servers = target_servers(ctx);
+    // Each pause and cut lasts as long as this thread's sleep plus the time to undo it; on a loaded
+    // machine both can overrun (a starved thread, iptables waiting for the xtables lock). Each is
+    // measured, and the longest of each kind is noted. A contender SIGSTOPped past half its ttl may
+    // hold its lock past its validity in the middle of its critical section: that is scenario 3 (EV
+    // for a ttl lock), not a fault the soak claims SAFE, so such an overrun fails the cell's
+    // requirement. A server pause or a cut that overruns stays a fault the backends claim to survive
+    // (the holder's process keeps running; 16a-16c cut for longer than the ttl).
+    std::map<std::string, milliseconds> longest;  // per kind
+    int stops_overran = 0;
+    auto timed = [&](const std::string& kind, const std::function<void()>& start, milliseconds length,
+                     const std::function<void()>& end) {
+        start();
+        const auto from = std::chrono::steady_clock::now();  // the fault is in place
+        std::this_thread::sleep_for(length);
+        end();
+        const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - from);
+        longest[kind] = std::max(longest[kind], took);
+        if (kind == "SIGSTOP" && took > ctx.tgt().ttl / 2) ++stops_overran;
+    };
+    std::uniform_int_distribution<int> gap_ms(500, 2000), action(0, link ? 3 : 2);
+    while (keep_going()) {
         std::this_thread::sleep_for(milliseconds(gap_ms(ctx.rng())));
+        if (!keep_going()) break;
         switch (action(ctx.rng())) {
         case 0:
             victims.back()->kill(0);
@@ -81,38 +144,58 @@ void soak_nemesis(context& ctx, worker_group& contenders, const contend_options&
             spawn_victim();
             break;
         case 1: {
-            const size_t i = ctx.rng()() % contenders.size();
-            contenders.pause(i);
-            std::this_thread::sleep_for(std::min(ctx.tgt().ttl / 4, milliseconds(200)));
-            contenders.resume(i);
+            auto& group = *contenders[ctx.rng()() % contenders.size()];
+            const size_t i = ctx.rng()() % group.size();
+            timed("SIGSTOP", [&] { group.pause(i); }, std::min(ctx.tgt().ttl / 4, milliseconds(200)), [&] { group.resume(i); });
             ctx.fault("short SIGSTOP of a contender");
             break;
         }
-        default:
-            if (ctx.tgt().servers.empty()) break;
-            auto servers = ctx.lab().servers();
-            // Only this target's servers: their names start with the lab backend's name.
-            const std::string prefix(dlock::lab::backend_name(ctx.tgt().servers.front()));
-            std::vector<dlock::lab::server*> mine;
-            for (auto* s : servers)
-                if (s->name() == prefix || s->name().rfind(prefix + "-", 0) == 0) mine.push_back(s);
-            if (mine.empty()) break;
-            auto* s = mine[ctx.rng()() % mine.size()];
-            s->pause();
-            std::this_thread::sleep_for(ctx.tgt().ttl / 4);
-            s->resume();
+        case 2: {
+            if (servers.empty()) break;
+            auto* s = servers[ctx.rng()() % servers.size()];
+            timed("server pause", [&] { s->pause(); }, ctx.tgt().ttl / 4, [&] { s->resume(); });
             ctx.fault("short pause of a server");
             break;
         }
+        default: {
+            const std::size_t n = link->servers().size();
+            const int kind = int(ctx.rng()() % (n > 1 ? 3 : 2));
+            std::string what;
+            timed(
+                "partition",
+                [&] {
+                    if (kind == 0) {
+                        link->cut_all();
+                        what = "short partition: link cut";
+                    } else if (kind == 1) {
+                        link->cut_all(dlock::lab::direction::downstream);
+                        what = "short partition: replies dropped";
+                    } else {
+                        // A minority of the servers (Redlock, an ensemble): the rest still answer.
+                        std::vector<std::size_t> minority(n);
+                        for (std::size_t i = 0; i < n; ++i) minority[i] = i;
+                        std::shuffle(minority.begin(), minority.end(), ctx.rng());
+                        minority.resize((n - 1) / 2);
+                        link->cut(minority);
+                        what = "short partition: a minority of the servers cut";
+                    }
+                },
+                blip, [&] { link->heal(); });
+            ctx.fault(what);
+            break;
+        }
+        }
     }
+    // The last victim runs until now.
+    victims.back()->kill(0);
     for (auto& v : victims) v->wait(milliseconds(30000));
-}
-
-// The soak's length per target: $DLOCK_FAULT_SOAK_SECONDS, default 120 s.
-milliseconds soak_duration() {
-    const char* text = std::getenv("DLOCK_FAULT_SOAK_SECONDS");
-    const long seconds = text ? std::atol(text) : 0;
-    return milliseconds(1000 * (seconds > 0 ? seconds : 120));
+    std::string lengths;
+    for (const auto& [kind, ms] : longest) lengths += fmt::format("{}{} {} ms", lengths.empty() ? "" : ", ", kind, ms.count());
+    ctx.note("longest " + (lengths.empty() ? std::string("fault: none") : lengths));
+    ctx.require(stops_overran == 0,
+                fmt::format("every SIGSTOP of a contender ended within ttl/2 ({} overran, the longest {} ms: the machine starved "
+                            "the nemesis)",
+                            stops_overran, longest["SIGSTOP"].count()));
 }
 
 void contention(context& ctx) {
@@ -124,20 +207,45 @@ void contention(context& ctx) {
     o.hold = milliseconds(2);
     o.long_wait = milliseconds(15000);
     std::vector<std::unique_ptr<worker_group>> groups;
+    soak_size size;
+    int processes = o.processes;
     if (!ctx.soak()) {
         groups.push_back(ctx.contend(o));
     } else {
         // Four names × 8 processes: one name's handoff rate would bound the acquisitions a soak
-        // can check; every name is still contended by 8 processes.
-        o.duration = soak_duration();
-        o.processes = 8;
-        for (int i = 0; i < 4; ++i) {
+        // can check; every name is still contended by 8 processes. For a target with servers, one
+        // more process per name reaches them through a lab::partition the nemesis cuts.
+        size = soak_size_from_environment();
+        constexpr int kNames = 4, kDirect = 8;
+        o.duration = size.duration;
+        if (size.acquisitions > 0) o.acquisitions = (size.acquisitions + kNames * kDirect - 1) / (kNames * kDirect);
+        o.processes = kDirect;
+        std::optional<links::partitioned_holder_link> side;
+        if (!ctx.tgt().servers.empty()) side = links::make_link(ctx, "-soak", false);
+        std::vector<worker_group*> direct;
+        for (int i = 0; i < kNames; ++i) {
             contend_options part = o;
             part.name = ctx.lock_name(fmt::format("contended-{}", i));
             part.label = fmt::format("contend{}", i);
             groups.push_back(ctx.contend(part));
+            direct.push_back(groups.back().get());
+            if (side) {
+                contend_options linked = part;
+                linked.processes = 1;
+                // Partitions slow these down: they need not make a full share.
+                if (linked.acquisitions > 0) linked.acquisitions = std::max<long long>(1, linked.acquisitions / 2);
+                linked.label = fmt::format("linked{}", i);
+                linked.extra_env = side->env;
+                groups.push_back(ctx.contend(linked, side->config));
+            }
         }
-        soak_nemesis(ctx, *groups.front(), o, o.duration);
+        processes = int(groups.size()) == kNames ? kNames * kDirect : kNames * (kDirect + 1);
+        // Until every contender ended on its own (its size reached), or the time limit.
+        const auto until = std::chrono::steady_clock::now() + std::max(kSoakTimeLimit, size.duration * 2);
+        soak_nemesis(ctx, direct, side ? side->link.get() : nullptr, o, [&] {
+            return std::chrono::steady_clock::now() < until &&
+                   std::any_of(groups.begin(), groups.end(), [](const auto& g) { return g->running(); });
+        });
     }
     bool finished = true;
     std::string failures;
@@ -147,13 +255,14 @@ void contention(context& ctx) {
     }
     ctx.require(finished, "every contender ran to its end: " + failures);
     const auto r = ctx.check_histories(false);
-    ctx.require(r.acquisitions >= (ctx.soak() ? 100u : 32u), fmt::format("enough acquisitions ({})", r.acquisitions));
+    const std::size_t enough = !ctx.soak() ? 32u : size.acquisitions > 0 ? std::size_t(size.acquisitions) : 100u;
+    ctx.require(r.acquisitions >= enough, fmt::format("enough acquisitions ({} of at least {})", r.acquisitions, enough));
     ctx.require(r.resource.counter_increments == r.acquisitions || ctx.soak(),
                 fmt::format("every critical section incremented the counter ({} of {})", r.resource.counter_increments,
                             r.acquisitions));
     if (!ctx.soak()) ctx.require(r.failures == 0 && r.unknowns == 0, fmt::format("no acquire errors without faults ({} errors, {} unknown)", r.failures, r.unknowns));
     ctx.note(fmt::format("{} processes, {} acquisitions, {} timeouts, {} errors; counter {} of {} increments; tokens {}",
-                         ctx.soak() ? 32 : o.processes, r.acquisitions, r.timeouts, r.failures, r.resource.counter_value,
+                         processes, r.acquisitions, r.timeouts, r.failures, r.resource.counter_value,
                          r.resource.counter_increments, ctx.tgt().fencing() ? "checked" : "none (no FENCING)"));
 }
 
@@ -256,7 +365,7 @@ void paused_past_ttl(context& ctx, const std::string& name) {
     next->quit();
 }
 
-// The time from a server-side loss of the lock to the holder's LOST callback (DESIGN.md: ≤ ttl/3 +
+// The time from a server-side loss of the lock to the holder's LOST callback (docs/design/contract.md: ≤ ttl/3 +
 // one round trip): the lab deletes every lock of the backend (reset_backend: FLUSHALL, delete of
 // the nodes, revoke of every etcd lease, TRUNCATE; for advisory locks, the end of the session).
 void lost_detection(context& ctx, const std::string& name) {

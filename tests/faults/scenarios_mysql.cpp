@@ -1,4 +1,4 @@
-// scenarios_mysql.cpp — the fault scenarios of FAULTS.md that concern the `sql` backend's MySQL
+// scenarios_mysql.cpp — the fault scenarios of docs/design/faults.md that concern the `sql` backend's MySQL
 // dialect on the lab's MariaDB (targets mysql_lease and mysql_named), the MySQL equivalents of 13 and 14
 // (variants named m…, apart from PostgreSQL's):
 //   13ma KILL CONNECTION of the holder's session: named — LOST pushed, but a waiter queued in GET_LOCK

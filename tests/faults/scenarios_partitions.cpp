@@ -1,4 +1,4 @@
-// scenarios_partitions.cpp — FAULTS.md 16, real network partitions: the holder runs in the client
+// scenarios_partitions.cpp — docs/design/faults.md §16, real network partitions: the holder runs in the client
 // namespace of a lab::partition (its own network namespaces, a veth pair, a relay to the servers),
 // everyone else reaches the servers directly, and iptables cuts the holder's link:
 //   16a holder cut from a single server (for Redlock, ZooKeeper and etcd: a minority of the nodes);
@@ -10,14 +10,11 @@
 // release is ALREADY_LOST and touches nothing, and its client acquires again.
 // Each is judged by the overlap checker (the holder stops on LOST, so its hold ends at the earlier
 // of valid_until and on_lost) and the fenced resource; the cut holder's state() must leave HELD
-// before anyone else is granted its lock, and its on_lost must run within its bound (DESIGN.md:
+// before anyone else is granted its lock, and its on_lost must run within its bound (docs/design/contract.md:
 // ttl/3 + one round trip after the lease's expiry). Lost-detection and liveness figures are
 // recorded per cell.
 //
-// The relay and the server's view of a dead client: see lab/netns.hpp. For sql the relay mirrors the
-// TCP keepalive and user timeout the plugin asks the PostgreSQL server to use on its sessions
-// (plugins/sql/sql_common.cpp), so a cut advisory holder's session ends on the server when it would
-// on a direct link — neither kept alive by the relay nor ended early.
+// The relay and the server's view of a dead client: see lab/netns.hpp and partition_link.hpp.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +29,7 @@
 
 #include "dlock/lab/lab.hpp"
 #include "dlock/lab/netns.hpp"
+#include "partition_link.hpp"
 #include "scenario_helpers.hpp"
 #include "suite.hpp"
 
@@ -40,68 +38,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace helpers;
+using namespace links;
 using lab::direction;
 
-// The sql holder's peer_timeout (the plugin's minimum): a cut advisory holder reports LOST within it.
-constexpr milliseconds kSqlPeerTimeout = 3s;
-
-bool is_sql(const context& ctx) { return ctx.tgt().plugin == "sql"; }
-bool is_advisory(const context& ctx) { return ctx.tgt().name == "sql_advisory"; }
-
-std::vector<lab::endpoint> target_endpoints(context& ctx) {
-    const auto& servers = ctx.tgt().servers;
-    if (servers.empty()) return {};
-    return ctx.lab().access(servers.front()).endpoints;
-}
-
-// What the PostgreSQL server applies to each session the plugin opens (sql_common.cpp: twice the
-// client's peer timeout), mirrored by the relay on the holder's connections.
-lab::mirrored_tcp server_tcp_settings(const context& ctx) {
-    lab::mirrored_tcp m;
-    if (!is_sql(ctx)) return m;
-    const int64_t peer_s = std::max<int64_t>(kSqlPeerTimeout.count() / 1000, 3);
-    const int64_t server_peer_s = 2 * peer_s;
-    m.keepalive_idle = std::chrono::seconds(server_peer_s / 2);
-    m.keepalive_interval = std::chrono::seconds(std::max<int64_t>(server_peer_s / 4, 1));
-    m.keepalive_count = 2;
-    m.user_timeout = std::chrono::seconds(server_peer_s);
-    return m;
-}
-
-// The holder's side of a partition: the link and a config that reaches every server through it.
-struct partitioned_holder_link {
-    std::unique_ptr<lab::partition> link;
-    std::filesystem::path config;
-    std::vector<std::string> env;  // for spawn_holder_with_env: run in the client namespace
-};
-
-partitioned_holder_link make_link(context& ctx, const std::string& suffix) {
-    partitioned_holder_link out;
-    const auto servers = target_endpoints(ctx);
-    out.link = std::make_unique<lab::partition>(servers, server_tcp_settings(ctx));
-    std::ifstream in(ctx.tgt().config);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    std::string text = buffer.str();
-    // Every server endpoint of the target's config, rewritten to the relay's address for it.
-    for (std::size_t i = 0; i < servers.size(); ++i) {
-        const std::string from = servers[i].to_string();
-        const std::string to = out.link->endpoints()[i].to_string();
-        for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-            text.replace(at, from.size(), to);
-    }
-    if (is_sql(ctx)) text += "  peer_timeout: " + std::to_string(kSqlPeerTimeout.count()) + "ms\n";
-    out.config = ctx.dir() / ("partitioned" + suffix + ".yaml");
-    std::ofstream(out.config) << text;
-    // The holder stops using the lock the moment it is told LOST (its hold ends there for the
-    // checkers), as an application that honours the callback would.
-    out.env = {"DLOCK_FAULT_NETNS=" + out.link->client_namespace(), "DLOCK_FAULT_STOP_ON_LOST=1"};
-    ctx.log("link " + out.link->client_namespace() + " -> " + out.link->server_namespace() + " (" +
-            std::to_string(servers.size()) + " servers)");
-    return out;
-}
-
-// When a cut holder must have reported LOST, counted from the cut (DESIGN.md: detection within ttl/3
+// When a cut holder must have reported LOST, counted from the cut (docs/design/contract.md: detection within ttl/3
 // + one round trip of the lease's expiry; the last confirmed renewal may have been sent just before
 // the cut, so the lease expires at most a ttl after it). Advisory locks have no ttl: the client's
 // peer timeout is its documented detection time.
@@ -135,12 +75,6 @@ bool judge_lost(context& ctx, std::optional<int64_t> lost, int64_t cut_ns, nanos
 milliseconds takeover_wait(context& ctx) {
     const milliseconds base = is_advisory(ctx) ? milliseconds(server_tcp_settings(ctx).user_timeout) + 2s : 0ms;
     return base + ctx.tgt().liveness_limit() + 1s;
-}
-
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 10ms);
-    return at;
 }
 
 std::string cut_text(const std::vector<std::size_t>& cut, std::size_t servers) {
@@ -225,7 +159,7 @@ void cut_round(context& ctx, const std::vector<std::size_t>& cut, direction whic
                                                              ms_text(ms_between(got.returned_ns, *seen.last_held)) +
                                                              " after B was granted the lock");
         // Not a violation by itself: a ttl lease's state() and valid_until end the hold at its
-        // expiry, when the server frees the lock, and DESIGN.md gives on_lost ttl/3 + one round
+        // expiry, when the server frees the lock, and docs/design/contract.md gives on_lost ttl/3 + one round
         // trip after that (judge_lost). The checkers end A's hold at the earlier of valid_until and
         // on_lost (the holder stops on LOST), so an overlap they find is one.
         if (lost_after_grant)

@@ -1,4 +1,4 @@
-// scenarios_quorum.cpp — the fault scenarios of FAULTS.md that concern the quorum systems
+// scenarios_quorum.cpp — the fault scenarios of docs/design/faults.md that concern the quorum systems
 // (`zookeeper`, `zookeeper_ensemble`, `etcd`, `etcd_cluster`), written against the suite's API:
 //   10a leader killed, 10b leader paused — held locks survive, waiters proceed after re-election,
 //       contending workers stay exclusive across the election;
@@ -96,13 +96,6 @@ std::filesystem::path write_yaml(context& ctx, const std::string& file_name, con
     return path;
 }
 
-// The endpoints of every server of the target (one for standalone targets).
-std::vector<lab::endpoint> target_endpoints(context& ctx) {
-    const auto& servers = ctx.tgt().servers;
-    if (servers.empty()) return {};
-    return ctx.lab().access(servers.front()).endpoints;
-}
-
 // One server of the target to put a proxy in front of: the standalone server, or member 1.
 lab::server& first_server(context& ctx) {
     const std::string& t = ctx.tgt().name;
@@ -110,18 +103,6 @@ lab::server& first_server(context& ctx) {
     if (t == "zookeeper_ensemble") return ctx.lab().zookeeper_ensemble().member(0);
     if (t == "etcd") return ctx.lab().etcd();
     return ctx.lab().etcd_cluster().member(0);
-}
-
-void expect_refused(context& ctx, const acquire_result& r, const std::string& what, const std::string& expected_status = "") {
-    if (r.ok) ctx.violation(violation_kind::false_success, what + ": acquire reported success");
-    if (!expected_status.empty())
-        ctx.require(r.status == expected_status, what + ": expected " + expected_status + ", got " + r.status + " (" + r.message + ")");
-}
-
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 10ms);
-    return at;
 }
 
 // ---- 10: leader faults and a lost majority ----------------------------------------------------------

@@ -1,4 +1,4 @@
-// scenarios_redis.cpp — the fault scenarios of FAULTS.md that only Redis-based backends (`redis`,
+// scenarios_redis.cpp — the fault scenarios of docs/design/faults.md that only Redis-based backends (`redis`,
 // `redlock`) meet, written against the suite's API (suite.hpp):
 //   6a  server restart without persistence right after an acquire — EV (the server forgets the key);
 //   6b  the same crash with `appendonly yes` + `appendfsync always` — SAFE (the key survives);
@@ -33,10 +33,6 @@ using namespace std::chrono_literals;
 
 using namespace helpers;
 
-// The Redis key holding `name`'s lock with the lab's default key prefix (docs/backends/redis.md:
-// `<prefix>{<name>}:lock`; the suite's names hold no `{`, `}` or `%`, which would be escaped).
-std::string lock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
-
 // The Redis servers a target runs on: the single server, or Redlock's nodes.
 std::vector<lab::redis_server*> redis_nodes(context& ctx) {
     std::vector<lab::redis_server*> nodes;
@@ -64,26 +60,11 @@ bool key_exists(lab::redis_server& node, const std::string& key) {
     return node.client().checked({"EXISTS", key}).integer != 0;
 }
 
-// A try-once acquire that must not succeed: a success is a false success (a violation), an
-// outcome other than `expected_status` (when given) fails the cell.
-void expect_refused(context& ctx, const acquire_result& r, const std::string& what, const std::string& expected_status = "") {
-    if (r.ok) ctx.violation(violation_kind::false_success, what + ": acquire reported success");
-    if (!expected_status.empty())
-        ctx.require(r.status == expected_status, what + ": expected " + expected_status + ", got " + r.status + " (" + r.message + ")");
-}
-
 // Releases every named lease of `h` (logging release-invoke so the checkers end its holds) and
 // makes the process exit.
 void finish(holder& h, const std::vector<std::string>& names) {
     for (const auto& name : names) h.release(name);
     h.quit();
-}
-
-// The holder's LOST callback time, once it ran (polling the holder for at most `limit`).
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 10ms);
-    return at;
 }
 
 // An acquire by a client whose pooled connections predate a server restart: its first command
@@ -105,7 +86,7 @@ acquire_result acquire_retrying_transport(context& ctx, holder& h, const std::st
 // ---- 6: server restart --------------------------------------------------------------------------
 
 // After a restart without persistence: B (the new holder) writes to the fenced resource, then A
-// (the old one, as a holder stalled past its ttl would — FAULTS.md 3). The restart forgot the fence
+// (the old one, as a holder stalled past its ttl would — docs/design/faults.md §3). The restart forgot the fence
 // counter with the keys, so B's token may repeat A's and the resource cannot refuse A's write: a
 // stale write accepted. Only for targets with fencing tokens (redis; redlock has none).
 void fenced_writes_after_restart(context& ctx, holder& a, holder& b, const std::string& name, const acquire_result& first,
@@ -224,7 +205,7 @@ void restart_with_fsync_always(context& ctx) {
 
 // 6c: the server (or a Redlock quorum) crashes and is restarted empty only after the longest ttl
 // in use has passed: by then A's own validity ran out (it reports LOST), so B's acquisition cannot
-// overlap it. FAULTS.md calls this SAFE; for redis the fence counter is forgotten all the same
+// overlap it. docs/design/faults.md calls this SAFE; for redis the fence counter is forgotten all the same
 // (tokens start again at 1), which fenced_writes_after_restart() demonstrates — so the cell finds
 // EV against the expected SAFE: a documented claim that does not hold, reported, not hidden.
 void restart_delayed_past_ttl(context& ctx) {
@@ -293,7 +274,7 @@ void redlock_majority_down(context& ctx) {
     const auto waited = a->acquire(name, 500ms);
     expect_refused(ctx, waited, "a 500 ms wait without a quorum");
     for (std::size_t i = 3; i < nodes.size(); ++i)
-        ctx.require(!key_exists(*nodes[i], lock_key(name)), "no key left on live node " + std::to_string(i + 1));
+        ctx.require(!key_exists(*nodes[i], redis_lock_key(name)), "no key left on live node " + std::to_string(i + 1));
     restore(nodes);
     const auto after = acquire_retrying_transport(ctx, *a, name, 2s, 0ms);
     ctx.require(after.ok, "acquire works again once the nodes are back: " + after.message);
@@ -341,7 +322,7 @@ void redlock_late_nodes(context& ctx) {
     nodes[4]->resume();
     std::this_thread::sleep_for(50ms);
     for (std::size_t i = 3; i < 5; ++i)
-        ctx.require(!key_exists(*nodes[i], lock_key(name)),
+        ctx.require(!key_exists(*nodes[i], redis_lock_key(name)),
                     "the lock was given back on late node " + std::to_string(i + 1) + " (key present 50 ms after it woke)");
     for (auto& p : proxies) p->set_delay(0us);
     const auto next = b->acquire(name, 2s, 5s);
@@ -409,7 +390,7 @@ void clock_jump_round(context& ctx, std::size_t jumped, const std::string& suffi
     ctx.require(first.ok, "A acquires: " + first.message);
     if (!first.ok) return;
     for (std::size_t i = 0; i < jumped; ++i) {
-        const auto expired = nodes[i]->expire_keys_early(lock_key(name), 60s);
+        const auto expired = nodes[i]->expire_keys_early(redis_lock_key(name), 60s);
         ctx.require(expired == 1, "the jump expired A's key on node " + std::to_string(i + 1));
     }
     const int64_t jumped_ns = monotonic_ns();
@@ -529,9 +510,9 @@ void wrong_type(context& ctx) {
     server_error_is_clear(
         ctx, "WRONGTYPE (a hash at the lock key)", "another type",
         [](lab::redis_server& node, const std::string& name) {
-            node.client().checked({"HSET", lock_key(name), "field", "value"});
+            node.client().checked({"HSET", redis_lock_key(name), "field", "value"});
         },
-        [](lab::redis_server& node, const std::string& name) { node.client().checked({"DEL", lock_key(name)}); });
+        [](lab::redis_server& node, const std::string& name) { node.client().checked({"DEL", redis_lock_key(name)}); });
 }
 
 const registrar restart_ev{{6, "a", "server restart without persistence right after an acquire",

@@ -24,8 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using namespace helpers;
 
-std::string lock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
-
 // 6r: A holds `held` (ttl 3 s); B took and released another name, so its pooled connection is idle.
 // The server restarts without persistence. B's try-once acquire of a third name must succeed at its
 // first call (no UNKNOWN from a dead pooled connection), and A must report LOST at its first
@@ -94,7 +92,7 @@ void paused_under_an_acquire(context& ctx) {
     const int64_t resumed_ns = monotonic_ns();
     if (refused.ok) ctx.violation(violation_kind::false_success, "an acquire on a paused server reported success");
     ctx.require(refused.status == "DLOCK_UNKNOWN", "the lost reply makes the outcome unknown: got " + refused.status + " " + refused.message);
-    const bool gone = wait_until([&] { return server.client().checked({"EXISTS", lock_key(name)}).integer == 0; }, 2s, 10ms);
+    const bool gone = wait_until([&] { return server.client().checked({"EXISTS", redis_lock_key(name)}).integer == 0; }, 2s, 10ms);
     ctx.require(gone, "no key is left once the server ran the queued script and release (ttl was 30 s)");
     const auto next = b->acquire(name, 0ms);
     ctx.require(next.ok, "B acquires once the server resumed: " + next.status + " " + next.message);

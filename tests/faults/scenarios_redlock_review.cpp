@@ -1,4 +1,4 @@
-// scenarios_redlock_review.cpp — Redlock faults of FAULTS.md 7 (nodes late, down or paused) that
+// scenarios_redlock_review.cpp — Redlock faults of docs/design/faults.md §7 (nodes late, down or paused) that
 // concern a round's own requests and the waiters, written against the suite's API (suite.hpp):
 //   7e one node paused for 30 s: a holder keeps its lease (every renewal succeeds on the other four),
 //      contending workers stay exclusive and keep acquiring, a waiter gets the lock as soon as it is
@@ -25,8 +25,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace helpers;
-
-std::string redlock_key(const std::string& name) { return "dlock:{" + name + "}:lock"; }
 
 std::vector<lab::redis_server*> redlock_nodes(context& ctx) {
     std::vector<lab::redis_server*> nodes;
@@ -116,7 +114,7 @@ void failed_rounds_late_release(context& ctx) {
     ctx.require(warm.ok, "warm-up acquire: " + warm.message);
     a->release(ctx.lock_name("warm"));
     for (std::size_t i = 1; i < 3; ++i)
-        nodes[i]->client().checked({"SET", redlock_key(name), std::string(32, 'e'), "PX", "60000"});
+        nodes[i]->client().checked({"SET", redis_lock_key(name), std::string(32, 'e'), "PX", "60000"});
 
     proxy.set_delay(1500ms, 0us);
     ctx.fault("A's round 1 to node 1 held back 1.5 s by a proxy");
@@ -131,9 +129,9 @@ void failed_rounds_late_release(context& ctx) {
     ctx.require(took >= 300 && took < 1500, "A's round 1 failed on its late node and round 2 won before round 1's "
                                             "requests arrived: acquired after " + ms_text(took));
     std::this_thread::sleep_for(std::chrono::nanoseconds(started + 2'200'000'000 - monotonic_ns()));
-    const bool survived = nodes[0]->client().checked({"EXISTS", redlock_key(name)}).integer != 0;
+    const bool survived = nodes[0]->client().checked({"EXISTS", redis_lock_key(name)}).integer != 0;
     if (!survived) ctx.violation(violation_kind::other, "round 1's late release deleted round 2's key on node 1");
-    for (std::size_t i = 1; i < 3; ++i) nodes[i]->client().checked({"DEL", redlock_key(name)});
+    for (std::size_t i = 1; i < 3; ++i) nodes[i]->client().checked({"DEL", redis_lock_key(name)});
     const auto second = c->acquire(name, 0ms);
     if (!second.ok) ctx.require(second.status == "timeout", "C is refused with a timeout: " + second.status + " " + second.message);
     ctx.note("A won round 2 after " + ms_text(took) + "; round 1's requests reached node 1 at 1500 ms; A's key there " +

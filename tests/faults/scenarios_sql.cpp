@@ -1,4 +1,4 @@
-// scenarios_sql.cpp — the fault scenarios of FAULTS.md that concern the `sql` backend (PostgreSQL;
+// scenarios_sql.cpp — the fault scenarios of docs/design/faults.md that concern the `sql` backend (PostgreSQL;
 // targets sql_lease and sql_advisory), written against the suite's API (suite.hpp):
 //   13a the holder's backend is terminated (pg_terminate_backend): advisory — LOST pushed, but a
 //       queued waiter holds the lock before the old holder hears it: EV, caught by the fencing
@@ -57,18 +57,6 @@ std::string dsn_for_database(context& ctx, const std::string& database) {
     return "postgresql://postgres@127.0.0.1:" + std::to_string(ctx.lab().sql().client_endpoint().port) + "/" + database;
 }
 
-void expect_refused(context& ctx, const acquire_result& r, const std::string& what, const std::string& expected_status = "") {
-    if (r.ok) ctx.violation(violation_kind::false_success, what + ": acquire reported success");
-    if (!expected_status.empty())
-        ctx.require(r.status == expected_status, what + ": expected " + expected_status + ", got " + r.status + " (" + r.message + ")");
-}
-
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 5ms);
-    return at;
-}
-
 // The server process (backend pid) holding `name`'s advisory lock, as the plugin records it.
 int64_t advisory_holder_pid(context& ctx, const std::string& name) {
     return scalar(ctx, "SELECT holder_pid FROM dlock_locks_advisory WHERE name = " + literal(name));
@@ -104,7 +92,7 @@ void terminated_advisory_round(context& ctx, const std::string& suffix) {
         ctx.require(waited.ok, "the queued waiter holds the lock once the session ended: " + waited.message);
         if (waited.ok) ctx.require(b->fenced_write(name).accepted, "the new holder's write is accepted");
         if (stalled) a->resume();
-        const auto lost = await_lost(*a, name, 3s);
+        const auto lost = await_lost(*a, name, 3s, 5ms);
         ctx.require(lost.has_value(), "LOST is pushed to the old holder");
         if (stalled) {
             const auto stale = a->fenced_write(name);
@@ -200,7 +188,7 @@ void server_restart(context& ctx) {
     const int64_t back_ns = monotonic_ns();
     ctx.fault("PostgreSQL restarted (fast shutdown, same data)");
     if (advisory(ctx)) {
-        const auto lost = await_lost(*a, name, 3s);
+        const auto lost = await_lost(*a, name, 3s, 5ms);
         ctx.require(lost.has_value(), "A hears LOST when the restart ends its session");
         wait_until([&] { return other_held_ns.load() != 0; }, 5s, 5ms);
         stop_trying = true;

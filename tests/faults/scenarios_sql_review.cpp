@@ -54,12 +54,6 @@ std::filesystem::path proxied_config(context& ctx, const std::string& file_name,
     return path;
 }
 
-std::optional<int64_t> await_lost(holder& h, const std::string& name, milliseconds limit) {
-    std::optional<int64_t> at;
-    wait_until([&] { return (at = h.lost_at_ns(name)).has_value(); }, limit, 5ms);
-    return at;
-}
-
 // ---- 13d -----------------------------------------------------------------------------------------
 
 void partitioned_lease_round(context& ctx, const std::string& suffix) {
@@ -78,7 +72,7 @@ void partitioned_lease_round(context& ctx, const std::string& suffix) {
     const int64_t cut_ns = monotonic_ns();
     proxy.blackhole(lab::direction::both);
     ctx.fault("holder partitioned from PostgreSQL behind a proxy that answers TCP (blackhole both ways)");
-    const auto lost = await_lost(*a, name, ttl + 3s);
+    const auto lost = await_lost(*a, name, ttl + 3s, 5ms);
     waiter.join();
     ctx.require(lost.has_value(), "A reports LOST while partitioned (its keeper is not stuck in the renewal)");
     ctx.require(waited.ok, "B acquires once A's row expired by the server's clock: " + waited.message);
@@ -115,7 +109,7 @@ void partitioned_advisory_round(context& ctx, const std::string& suffix) {
     const int64_t cut_ns = monotonic_ns();
     proxy.blackhole(lab::direction::both);
     ctx.fault("holder partitioned from PostgreSQL behind a proxy that answers TCP (blackhole both ways)");
-    const auto lost = await_lost(*a, name, peer_timeout + 3s);
+    const auto lost = await_lost(*a, name, peer_timeout + 3s, 5ms);
     ctx.require(lost.has_value(), "A reports LOST while partitioned (its probes go unanswered)");
     if (lost) {
         ctx.record_lost_detection(nanoseconds(*lost - cut_ns), advisory_detection_bound(round_trip));
@@ -178,7 +172,7 @@ void session_ended_advisory_round(context& ctx, const std::string& suffix) {
                                                        " after A's session ended, while partitioned A still read it as held");
         ctx.require(!a->fenced_write(name).accepted, "A's stale write is refused by its older token");
     }
-    const auto lost = await_lost(*a, name, peer_timeout + 3s);
+    const auto lost = await_lost(*a, name, peer_timeout + 3s, 5ms);
     ctx.require(lost.has_value(), "A learns it lost the lock (its probes go unanswered)");
     if (lost) {
         ctx.record_lost_detection(nanoseconds(*lost - ended_ns), advisory_detection_bound(round_trip));

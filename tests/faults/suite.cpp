@@ -177,6 +177,7 @@ public:
                 DLOCK_FAULT_WORKER, "contend", "--config", config.string(), "--name", o.name,
                 "--history", (history_dir / (label + ".jsonl")).string(), "--label", label,
                 "--cycles", std::to_string(o.cycles), "--duration-ms", std::to_string(o.duration.count()),
+                "--acquisitions", std::to_string(o.acquisitions),
                 "--hold-ms", std::to_string(o.hold.count()),
                 "--ttl-ms", std::to_string((o.ttl.count() > 0 ? o.ttl : t.ttl).count()),
                 "--renew", o.renew ? "1" : "0", "--seed", std::to_string(rng()),
@@ -187,7 +188,7 @@ public:
                 argv.push_back("--resource");
                 argv.push_back(resource_socket);
             }
-            workers_.push_back(std::make_unique<test::child_process>(argv));
+            workers_.push_back(std::make_unique<test::child_process>(argv, false, o.extra_env));
             status_.push_back(-1);
         }
     }
@@ -230,6 +231,16 @@ public:
             if (status_[i] != 0) all_ok = false;
         }
         return all_ok;
+    }
+
+    bool running() const override {
+        for (size_t i = 0; i < workers_.size(); ++i) {
+            if (status_[i] >= 0) continue;
+            siginfo_t info{};
+            const pid_t pid = workers_[i]->pid();
+            if (waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != pid) return true;
+        }
+        return false;
     }
 
     std::string failures() const override {
@@ -509,6 +520,7 @@ public:
 
     void fault(const std::string& kind) override {
         ++result_.faults;
+        ++result_.faults_by_kind[kind];
         if (std::find(result_.fault_kinds.begin(), result_.fault_kinds.end(), kind) == result_.fault_kinds.end())
             result_.fault_kinds.push_back(kind);
     }

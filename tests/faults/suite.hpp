@@ -1,4 +1,4 @@
-// suite.hpp — the scenario API of the fault-injection safety suite (FAULTS.md, issue 8): how a
+// suite.hpp — the scenario API of the fault-injection safety suite (docs/design/faults.md): how a
 // scenario registers itself, what it gets when it runs (the lab, the target backend, workers, the
 // fenced resource, the checkers), and what it records into its cell of the guarantees table.
 //
@@ -17,7 +17,7 @@
 //              ...
 //          }}};
 //
-//    `number` is the FAULTS.md number; `variant` ("", "a", "b", …) tells apart several scenarios
+//    `number` is the docs/design/faults.md number; `variant` ("", "a", "b", …) tells apart several scenarios
 //    of one number ("6a" without persistence, "6b" with appendfsync always). The targets list is
 //    the cells: each target the scenario applies to, with the verdict its documentation claims.
 // 3. In the run function, make the fault happen, then judge it:
@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -85,7 +86,7 @@ struct expectation {
 class context;
 
 struct scenario {
-    int number = 0;          // FAULTS.md number, 1..15
+    int number = 0;          // docs/design/faults.md number, 1..15
     std::string variant;     // "" or "a", "b", … when one number has several scenarios
     std::string title;       // short: "holder paused past its ttl"
     std::vector<expectation> targets;
@@ -116,7 +117,7 @@ struct target {
     // zookeeper and etcd the lease length is set by the server session (see docs/backends), which
     // this value reflects.
     milliseconds ttl{1000};
-    // Documented time from a holder's death to the lock being free again (FAULTS.md 2): 0 for
+    // Documented time from a holder's death to the lock being free again (docs/design/faults.md §2): 0 for
     // session-bound backends (file, sql_advisory), ttl for redis/redlock/sql_lease/etcd, the session
     // timeout + tickTime for zookeeper (+ tickTime/2 on an ensemble; runner.cpp says why). Checks
     // compare with generous margins (liveness_limit()).
@@ -142,6 +143,8 @@ struct contend_options {
     int processes = 4;
     int cycles = 20;                  // per process; ignored when duration > 0
     milliseconds duration{0};         // run until this passes (soak)
+    long long acquisitions = 0;       // > 0: run until each process acquired this many times
+                                      // and `duration` passed (cycles ignored)
     milliseconds hold{2};             // critical-section length (the read-sleep-write sleep)
     milliseconds ttl{0};              // 0: the target's ttl
     // Wait mix per acquisition, chosen at random: try once, a short wait, a long wait.
@@ -151,6 +154,9 @@ struct contend_options {
     milliseconds long_wait{10000};
     bool renew = true;
     std::string label = "contend";    // history files are <label>-<i>.jsonl
+    // NAME=VALUE entries added to each worker's environment (e.g. DLOCK_FAULT_NETNS, to run it on
+    // the client side of a lab::partition).
+    std::vector<std::string> extra_env;
 };
 
 // A group of running contend workers. The destructor SIGKILLs whatever still runs.
@@ -167,6 +173,8 @@ public:
     virtual bool wait(milliseconds limit) = 0;
     // One line per worker that did not exit 0 (status and the tail of its stderr), for messages.
     virtual std::string failures() const = 0;
+    // True while at least one worker has not exited (looks without reaping; wait() still reaps).
+    virtual bool running() const = 0;
 };
 
 // The outcome of a scripted holder's acquire.
@@ -306,6 +314,7 @@ struct cell_result {
     uint64_t histories = 0;         // history files checked
     uint64_t faults = 0;            // faults injected
     std::vector<std::string> fault_kinds;
+    std::map<std::string, uint64_t> faults_by_kind;  // how many of each kind were injected
     violation_counts violations;
     std::vector<std::string> violation_examples;  // first few, human-readable
     uint64_t stale_writes_rejected = 0;

@@ -3,11 +3,12 @@
 // Every duration it measures is on CLOCK_MONOTONIC (steady_clock); it never reads the wall clock.
 //
 //   fault_worker contend --config C --name N --history H --label L [--resource SOCKET]
-//       [--cycles K | --duration-ms D] [--hold-ms 2] [--ttl-ms T] [--renew 1] [--seed S]
-//       [--try-percent 30] [--short-percent 30] [--short-wait-ms 20] [--long-wait-ms 10000]
-//     Acquires N K times (or until D passes) with a random mix of try-once, a short and a long
-//     wait; inside each critical section: a fenced write to the resource (when the backend has
-//     fencing) and a read-sleep(hold)-write increment of the resource's counter; then releases.
+//       [--cycles K | --duration-ms D | --acquisitions A] [--hold-ms 2] [--ttl-ms T] [--renew 1]
+//       [--seed S] [--try-percent 30] [--short-percent 30] [--short-wait-ms 20] [--long-wait-ms 10000]
+//     Tries N K times (or until D passes; with A > 0, until it acquired A times and D passed)
+//     with a random mix of try-once, a short and a long wait; inside each critical section: a
+//     fenced write to the resource (when the backend has fencing) and a read-sleep(hold)-write
+//     increment of the resource's counter; then releases.
 //     Exit 0 when it ran to the end (acquire errors are history events, not exit failures).
 //
 //   fault_worker holder --config C --history H --label L [--resource SOCKET]
@@ -30,7 +31,7 @@
 //       quit         -> bye (releases what it holds, logged; closes the client; exits 0)
 //
 // With DLOCK_FAULT_NETNS=<name> in its environment, the worker first enters the network namespace
-// /run/netns/<name> (the client side of a lab::partition, FAULTS.md 16), before any socket exists.
+// /run/netns/<name> (the client side of a lab::partition, docs/design/faults.md §16), before any socket exists.
 // With DLOCK_FAULT_STOP_ON_LOST=1, a holder behaves as an application that stops using a lock the
 // moment it is told LOST: its on_lost callback also logs a release invoke (status
 // "stopped_on_lost"), which ends the hold for the checkers; the later `release` is logged as usual.
@@ -208,6 +209,7 @@ int contend(const arguments& args) {
 
     const long long cycles = number(args, "cycles", 20);
     const milliseconds duration(number(args, "duration-ms", 0));
+    const long long wanted_acquisitions = number(args, "acquisitions", 0);
     const milliseconds hold(number(args, "hold-ms", 2));
     const int try_percent = int(number(args, "try-percent", 30));
     const int short_percent = int(number(args, "short-percent", 30));
@@ -219,8 +221,13 @@ int contend(const arguments& args) {
     base.with_renew(number(args, "renew", 1) != 0);
 
     const auto start = std::chrono::steady_clock::now();
+    long long acquired = 0;
     for (long long i = 0;; ++i) {
-        if (duration.count() > 0 ? std::chrono::steady_clock::now() - start >= duration : i >= cycles) break;
+        const bool time_is_up = std::chrono::steady_clock::now() - start >= duration;
+        if (wanted_acquisitions > 0 ? acquired >= wanted_acquisitions && time_is_up
+            : duration.count() > 0  ? time_is_up
+                                    : i >= cycles)
+            break;
         dlock::acquire_options options = base;
         const int pick = int(rng() % 100);
         options.with_wait(pick < try_percent ? milliseconds(0) : pick < try_percent + short_percent ? short_wait : long_wait);
@@ -234,6 +241,7 @@ int contend(const arguments& args) {
             else if (options.wait == milliseconds(0)) std::this_thread::sleep_for(milliseconds(1));
             continue;
         }
+        ++acquired;
         log_lost(lease, history);
         const std::string owner(lease.owner());
         if (resource) {

@@ -1,4 +1,4 @@
-// Redis error replies become clear dlock errors, never "held" (FAULTS.md 14). The servers of the
+// Redis error replies become clear dlock errors, never "held" (docs/design/faults.md §14). The servers of the
 // lab produce READONLY, OOM, WRONGTYPE and auth failures for real (tests/backends/redis_test.cpp);
 // LOADING and MISCONF cannot be induced cheaply there, so their classification is checked here.
 #include "redis_common.hpp"

@@ -168,7 +168,7 @@ capability probe_faketime_with_redis() {
   }
   if (library.empty()) {
     result.detail =
-        "libfaketime is not installed (package libfaketime); per ENVIRONMENT.md it aborts Debian's "
+        "libfaketime is not installed (package libfaketime); per docs/design/servers.md it aborts Debian's "
         "redis-server anyway (\"unexpected recursive calls to clock_gettime()\", a clash with jemalloc). "
         "Substitute: redis_server::expire_keys_early produces a forward jump's effect on lock keys";
     return result;

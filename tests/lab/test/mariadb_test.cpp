@@ -19,26 +19,16 @@
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/lab.hpp"
 #include "dlock/lab/state.hpp"
+#include "lab_test_helpers.hpp"
 
 namespace lab = dlock::lab;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using lab::backend;
+using lab::test::eventually;
+using lab::test::run;
 
 namespace {
-
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    try {
-      if (condition()) return true;
-    } catch (const std::exception&) {
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -172,7 +162,7 @@ TEST_F(MariadbLab, KillConnectionEndsThatSessionAndReleasesItsLock) {
   }
   EXPECT_EQ(bystander.query_value("SELECT 1"), "1") << "other sessions are untouched";
   // The server releases the killed session's lock once that session's thread has ended.
-  EXPECT_TRUE(eventually([&] { return contender.query_value("SELECT GET_LOCK('lab-lock', 0)") == "1"; }, 5s));
+  EXPECT_TRUE(eventually([&] { return contender.query_value("SELECT GET_LOCK('lab-lock', 0)") == "1"; }, 5s, 20ms));
   EXPECT_EQ(contender.query_value("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
                                   std::to_string(victim_id)),
             "0");
@@ -250,28 +240,11 @@ TEST_F(MariadbLab, ResetTruncatesTablesAndCanEndOtherSessions) {
   EXPECT_THROW(holder.query_value("SELECT 1"), lab::mariadb_error) << "other sessions are ended";
   EXPECT_THROW(client.query_value("SELECT 1"), lab::mariadb_error);
   auto fresh = mariadb().client();
-  EXPECT_TRUE(eventually([&] { return fresh.query_value("SELECT GET_LOCK('left-held', 0)") == "1"; }, 5s));
+  EXPECT_TRUE(eventually([&] { return fresh.query_value("SELECT GET_LOCK('left-held', 0)") == "1"; }, 5s, 20ms));
   fresh.execute("DROP TABLE child; DROP TABLE leftover");
 }
 
 // ------------------------------------------------------------------------------------------ dlock-lab
-
-struct command_result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-command_result run(const std::string& command) {
-  command_result result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  std::size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
-  int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 TEST(MariadbCommand, UpPrintsTheDsnAndTheServerDiesWithTheSupervisor) {
   DLOCK_LAB_REQUIRE(backend::mariadb);  // MariaDB cannot start here: reported by the environment
@@ -306,7 +279,7 @@ TEST(MariadbCommand, UpPrintsTheDsnAndTheServerDiesWithTheSupervisor) {
   pid_t server_pid = static_cast<pid_t>(std::atol(state->servers[0].c_str() + state->servers[0].rfind(' ') + 1));
   ASSERT_TRUE(lab::process_alive(server_pid));
   ::kill(state->supervisor_pid, SIGKILL);
-  EXPECT_TRUE(eventually([&] { return !lab::process_alive(server_pid); }, 5s))
+  EXPECT_TRUE(eventually([&] { return !lab::process_alive(server_pid); }, 5s, 20ms))
       << "mariadbd (pid " << server_pid << ") outlived its supervisor";
   EXPECT_FALSE(lab::mariadb_accepts_connections(lab::mariadb_login{server}));
 

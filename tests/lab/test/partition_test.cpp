@@ -17,24 +17,13 @@
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/netns.hpp"
 #include "dlock/lab/process.hpp"
+#include "lab_test_helpers.hpp"
 
 namespace lab = dlock::lab;
 using namespace std::chrono_literals;
+using lab::test::eventually;
 
 namespace {
-
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    try {
-      if (condition()) return true;
-    } catch (const std::exception&) {
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
 
 // A redis-server on a free loopback port of the root namespace, killed at the end.
 struct loopback_redis {

@@ -20,29 +20,14 @@
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/lab.hpp"
 #include "dlock/lab/state.hpp"
+#include "lab_test_helpers.hpp"
 
 namespace lab = dlock::lab;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using lab::test::run;
 
 namespace {
-
-struct command_result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-command_result run(const std::string& command) {
-  command_result result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  std::size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
-  int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 std::string lab_command(const fs::path& state_dir, const std::string& arguments) {
   return std::string(DLOCK_LAB_EXE) + " --state-dir '" + state_dir.string() + "' " + arguments;

@@ -16,28 +16,16 @@
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/lab.hpp"
 #include "dlock/lab/proxy.hpp"
+#include "lab_test_helpers.hpp"
 
 namespace lab = dlock::lab;
 using namespace std::chrono_literals;
 using lab::backend;
+using lab::test::eventually;
 
 namespace {
 
 std::string lab_dir_seen;  // recorded at set-up, checked after teardown
-
-// Polls `condition` every 50 ms until it holds or `timeout` passes; returns whether it held.
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    try {
-      if (condition()) return true;
-    } catch (const std::exception&) {
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);

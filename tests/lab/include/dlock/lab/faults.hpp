@@ -26,7 +26,7 @@ capability probe_network_namespaces();
 // Tries `tc qdisc add dev lo root netem delay 1ms` inside a throwaway namespace (never on the host).
 capability probe_netem();
 // Looks for libfaketime; when present, starts redis-server under it (LD_PRELOAD, FAKETIME=+1h) and
-// checks that it answers and that its TIME moved. ENVIRONMENT.md: on Debian 12 it aborts ("unexpected
+// checks that it answers and that its TIME moved. docs/design/servers.md: on Debian 12 it aborts ("unexpected
 // recursive calls to clock_gettime()"), so redis_server::expire_keys_early is the documented substitute.
 capability probe_faketime_with_redis();
 

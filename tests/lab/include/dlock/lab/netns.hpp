@@ -1,6 +1,6 @@
 // netns.hpp — defines dlock::lab::partition: a real network link between a client network namespace
 // and a server network namespace, both created for it, that iptables can cut per server and per
-// direction (FAULTS.md 16). The lab's servers stay where they are (loopback of the root namespace);
+// direction (docs/design/faults.md §16). The lab's servers stay where they are (loopback of the root namespace);
 // a relay in the server namespace forwards each server's port to it.
 //
 //   client namespace "…-c"  ── veth pair (a /30 of 10.232.0.0/16) ──  server namespace "…-s"

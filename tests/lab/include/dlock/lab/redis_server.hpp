@@ -16,7 +16,7 @@ namespace dlock::lab {
 
 struct redis_options {
   // Persistence is off by default (`--save '' --appendonly no`): a restart loses every key, which is
-  // the case FAULTS.md scenario 6 measures. `appendonly` turns the AOF on.
+  // the case docs/design/faults.md §6 measures. `appendonly` turns the AOF on.
   bool appendonly = false;
   // With appendonly: "always" (fsync before each reply), "everysec" (Redis' default) or "no".
   std::string appendfsync = "everysec";
