@@ -274,14 +274,45 @@ int main(int argc, char** argv) {
         const scenario_context ctx{t, the_lab.get(), opt.worker, worker_log};
         auto step = [&](const std::string& what) { progress.step(name, what); };
 
+        // The floor and S1 are measured in interleaved blocks (a floor block, then an S1 block, ...),
+        // so that a stall of the machine or the server falls on both: calibrate() hands its floor
+        // cycle to run_s1. Should S1 fail, the floor is measured on its own.
         step("calibrate (floor)");
-        attempt(tr, "calibration", progress, [&] { tr["calibration"] = to_json(calibrate(t, *the_lab, size)); });
-        step(fmt::format("S1 {} cycles", sizes.s1_cycles));
-        attempt(tr, "S1", progress, [&] {
-            const auto s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json"));
-            tr["s1"] = json{{"latency", to_json(s1.latency)}, {"benchmark_json", s1.benchmark_json.filename().string()}};
-            samples["s1"][name] = s1.latency.us;
+        const int blocks = s1_blocks(sizes.s1_cycles);
+        std::optional<s1_result> s1;
+        std::string s1_error;
+        attempt(tr, "calibration", progress, [&] {
+            const calibration c = calibrate(t, *the_lab, size, [&](const std::function<void()>& floor_cycle) {
+                step(fmt::format("S1 {} cycles, interleaved with the floor in {} blocks", sizes.s1_cycles, blocks));
+                try {
+                    s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json"), floor_cycle, blocks);
+                    return s1->floor;
+                } catch (const std::exception& e) {
+                    s1_error = e.what();
+                }
+                std::vector<double> alone;
+                for (int i = 0; i < sizes.s1_cycles; ++i) {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    floor_cycle();
+                    alone.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+                }
+                return summarize(std::move(alone));
+            });
+            tr["calibration"] = to_json(c);
+            if (s1) tr["calibration"]["floor_blocks"] = floor_blocks_json(*s1);
         });
+        if (!s1 && s1_error.empty()) {  // the calibration failed before S1 ran: S1 alone
+            step(fmt::format("S1 {} cycles (no floor)", sizes.s1_cycles));
+            attempt(tr, "S1", progress, [&] { s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json")); });
+        }
+        if (!s1_error.empty()) {
+            tr["errors"]["S1"] = s1_error;
+            progress.note(fmt::format("  {} S1: failed: {}", name, s1_error));
+        }
+        if (s1) {
+            tr["s1"] = json{{"latency", to_json(s1->latency)}, {"benchmark_json", s1->benchmark_json.filename().string()}};
+            samples["s1"][name] = s1->latency.us;
+        }
         step("server commands per cycle");
         attempt(tr, "commands", progress, [&] { tr["commands"] = to_json(count_uncontended(t, *the_lab)); });
         attempt(tr, "S2", progress, [&] {

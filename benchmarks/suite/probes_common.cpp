@@ -42,6 +42,11 @@ distribution time_cycles(int cycles, int warmup, const std::function<void()>& cy
     return summarize(std::move(samples));
 }
 
+distribution floor_samples(const floor_interleaver& interleave, int cycles, int warmup, const std::function<void()>& cycle) {
+    if (interleave) return interleave(cycle);
+    return time_cycles(cycles, warmup, cycle);
+}
+
 // The per-backend S1 count and warm-up of a calibration: BENCHMARKS.md's 10 000 in full, 2 000 quick.
 int calibration_cycles(run_size size) { return size == run_size::full ? 10000 : 2000; }
 
@@ -194,12 +199,12 @@ bool is_redis_family(const std::string& name) { return name == "redis" || name =
 bool is_sql_family(const std::string& name) { return name == "sql_lease" || name == "sql_advisory"; }
 }  // namespace
 
-calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size) {
-    if (t.name == "file") return family::calibrate_file(t, size);
-    if (is_redis_family(t.name)) return family::calibrate_redis(t, lab, size);
-    if (t.name == "zookeeper") return family::calibrate_zookeeper(t, lab, size);
-    if (t.name == "etcd") return family::calibrate_etcd(t, lab, size);
-    if (is_sql_family(t.name)) return family::calibrate_sql(t, lab, size);
+calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
+    if (t.name == "file") return family::calibrate_file(t, size, interleave);
+    if (is_redis_family(t.name)) return family::calibrate_redis(t, lab, size, interleave);
+    if (t.name == "zookeeper") return family::calibrate_zookeeper(t, lab, size, interleave);
+    if (t.name == "etcd") return family::calibrate_etcd(t, lab, size, interleave);
+    if (is_sql_family(t.name)) return family::calibrate_sql(t, lab, size, interleave);
     throw std::invalid_argument("calibrate: unknown target " + t.name);
 }
 

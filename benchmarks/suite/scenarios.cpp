@@ -92,22 +92,57 @@ scenario_sizes sizes_for(run_size size) {
 
 // ---- S1 ----------------------------------------------------------------------------------------
 
-s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out) {
+int s1_blocks(int cycles) { return std::clamp(cycles / 200, 1, 20); }
+
+s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out, const std::function<void()>& floor_cycle,
+                 int blocks) {
     dlock::client client = dlock::client::open(t.config.string());
     const std::string name = "s1/" + t.name;
-    std::vector<double> samples;
+    if (!floor_cycle) blocks = 1;
+    blocks = std::clamp(blocks, 1, std::max(1, cycles));
+    std::vector<double> samples, floor_samples;
     samples.reserve(static_cast<std::size_t>(cycles));
+    floor_samples.reserve(static_cast<std::size_t>(cycles));
+    std::vector<s1_block> block_p50s;
     std::string failure;
+    // Block b covers iterations [b * cycles / blocks, (b + 1) * cycles / blocks).
+    auto block_start = [&](int b) { return static_cast<int>(static_cast<long long>(b) * cycles / blocks); };
+    auto timed = [](const std::function<void()>& cycle, std::vector<double>& into) {
+        const auto t0 = clock_type::now();
+        cycle();
+        into.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    };
     auto body = [&](benchmark::State& state) {
         try {
             const int warmup = std::max(50, cycles / 10);
             for (int i = 0; i < warmup; ++i) client.acquire(name).release();
+            if (floor_cycle)
+                for (int i = 0; i < warmup; ++i) floor_cycle();
+            int i = 0, b = 0;
+            std::size_t block_first = 0, floor_first = 0;
+            auto close_block = [&] {
+                if (!floor_cycle || b == 0) return;
+                const std::vector<double> s(samples.begin() + static_cast<std::ptrdiff_t>(block_first), samples.end());
+                const std::vector<double> f(floor_samples.begin() + static_cast<std::ptrdiff_t>(floor_first), floor_samples.end());
+                block_p50s.push_back({summarize(f).p50, summarize(s).p50});
+            };
             for (auto _ : state) {
+                if (floor_cycle && i == block_start(b)) {
+                    state.PauseTiming();
+                    close_block();
+                    block_first = samples.size();
+                    floor_first = floor_samples.size();
+                    for (int k = block_start(b); k < block_start(b + 1); ++k) timed(floor_cycle, floor_samples);
+                    ++b;
+                    state.ResumeTiming();
+                }
                 const auto t0 = clock_type::now();
                 dlock::lease lease = client.acquire(name);
                 lease.release();
                 samples.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+                ++i;
             }
+            close_block();
         } catch (const std::exception& e) {
             failure = e.what();
             state.SkipWithError(failure.c_str());
@@ -130,7 +165,12 @@ s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::ClearRegisteredBenchmarks();
     if (!failure.empty()) throw std::runtime_error("S1: " + failure);
-    return {summarize(std::move(samples)), json_out};
+    s1_result r;
+    r.latency = summarize(std::move(samples));
+    if (!floor_samples.empty()) r.floor = summarize(std::move(floor_samples));
+    r.blocks = std::move(block_p50s);
+    r.benchmark_json = json_out;
+    return r;
 }
 
 command_count count_uncontended(const target& t, dlock::lab::lab& lab) {

@@ -41,13 +41,25 @@ struct scenario_sizes {
 };
 scenario_sizes sizes_for(run_size size);
 
+// One block's p50 of S1 and of the floor measured right before it.
+struct s1_block {
+    double floor_p50 = NAN;
+    double s1_p50 = NAN;
+};
 struct s1_result {
-    distribution latency;             // one sample per acquire+release cycle (µs)
+    distribution latency;             // one sample per acquire+release cycle (µs), every block
+    distribution floor;               // the floor cycle's samples, every block (empty without a floor cycle)
+    std::vector<s1_block> blocks;     // in the order measured
     std::filesystem::path benchmark_json;  // Google Benchmark's JSON output
 };
 // S1: `cycles` uncontended acquire+release cycles (after a warm-up) on one client, as a Google
-// Benchmark benchmark with one timed sample per iteration; JSON written to `json_out`.
-s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out);
+// Benchmark benchmark with one timed sample per iteration; JSON written to `json_out`. With a
+// `floor_cycle`, the cycles are split into `blocks` blocks, each preceded by as many floor cycles
+// (untimed for Google Benchmark), so the floor and S1 see the same moments of a shared machine.
+s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out,
+                 const std::function<void()>& floor_cycle = {}, int blocks = 1);
+// The number of interleaved floor/S1 blocks of a run of `cycles` cycles.
+int s1_blocks(int cycles);
 
 // Server commands per uncontended cycle (count_server_commands around `cycles` cycles of one client).
 command_count count_uncontended(const target& t, dlock::lab::lab& lab);
