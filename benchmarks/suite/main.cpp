@@ -3,7 +3,7 @@
 // sql_advisory) calibrates the floor, runs S1–S6, counts server commands, runs Redlock's S7 and the
 // peers (S8), and writes report.md / report.json / plots into a folder it names at the end.
 //
-// usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers]
+// usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers] [--s3-waiters 2,128,1000]
 //
 // A scenario that fails is recorded with its error in the report and the run goes on; the exit
 // status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
@@ -49,6 +49,7 @@ struct options {
     std::vector<std::string> targets = all_targets;
     fs::path out;
     bool skip_peers = false;
+    std::vector<int> s3_waiters;  // overrides the size's S3 points when given
     fs::path worker;
     std::string command_line;
 };
@@ -177,6 +178,9 @@ options parse_options(int argc, char** argv) {
     app.add_option("--backends", backends, "comma-separated targets (default: all): " + fmt::format("{}", fmt::join(all_targets, ",")));
     app.add_option("--out", out, "report folder (default: a fresh ./dlock-report-<UTC time>)");
     app.add_flag("--skip-peers", o.skip_peers, "do not run the peers (S8)");
+    app.add_option("--s3-waiters", o.s3_waiters, "S3's waiter counts instead of the size's (e.g. 2,128,1000)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 100000));
     app.add_option("--worker", worker, "the dlock-bench-worker executable (default: next to dlock-compare)");
     try {
         app.parse(argc, argv);
@@ -210,7 +214,8 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);  // a worker that died must be an error on write, not the driver's death
     const options opt = parse_options(argc, argv);
     const run_size size = opt.full ? run_size::full : run_size::quick;
-    const scenario_sizes sizes = sizes_for(size);
+    scenario_sizes sizes = sizes_for(size);
+    if (!opt.s3_waiters.empty()) sizes.s3_waiters = opt.s3_waiters;
     if (!fs::exists(opt.worker)) {
         std::cerr << "dlock-compare: worker executable not found: " << opt.worker << "\n";
         return 1;
@@ -324,8 +329,8 @@ int main(int argc, char** argv) {
         attempt(tr, "S3", progress, [&] {
             tr["s3"] = json::array();
             for (const auto& p : run_s3(ctx, sizes, step)) {
-                tr["s3"].push_back(json{{"waiters", p.waiters}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
-                                        {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
+                tr["s3"].push_back(json{{"waiters", p.waiters}, {"processes", p.processes}, {"threads", p.threads}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
+                                        {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"jain_rounds", p.jain_rounds}, {"jain_window", p.jain_window}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
                                         {"cycles", p.cycles}, {"release_failures", p.release_failures}});
             }
         });

@@ -63,6 +63,12 @@ struct command_count {
 command_count count_server_commands(const target& t, dlock::lab::lab& lab,
                                     const std::function<void(int cycles)>& run_cycles);
 
+// The algorithm's minimum of server operations (as count_server_commands counts them) per
+// contended cycle of `t`: what one handoff needs when only the next waiter is woken; 0 for file
+// (no server). `counted` is count_server_commands' answer for the same run (its uncontended
+// minimum gives Redlock's node count). S3's herd detector compares its count with this.
+int contended_minimum(const target& t, const command_count& counted);
+
 // S7: redlock with N = 3 and N = 5 nodes, healthy and with one node paused (SIGSTOP), against single
 // redis, all uncontended acquire+release through the C++ API.
 struct redlock_row {

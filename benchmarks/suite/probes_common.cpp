@@ -218,6 +218,25 @@ command_count count_server_commands(const target& t, dlock::lab::lab& lab,
     throw std::invalid_argument("count_server_commands: unknown target " + t.name);
 }
 
+int contended_minimum(const target& t, const command_count& counted) {
+    // redis: the waiter's acquire script that fails and queues it, the release script that wakes
+    //   the next waiter only, the woken waiter's acquire script: 3.
+    // redlock: the same on each node: 3 per node (the uncontended minimum is 2 per node: see
+    //   count_redis).
+    // zookeeper: the waiter's create + children (pipelined) and exists watch on its predecessor,
+    //   the holder's delete: 4 requests.
+    // etcd: the waiter's acquire Txn and Watch create on its predecessor, the holder's release Txn,
+    //   the woken waiter's one queue read: 4 (the watch's cancel may ride on the next message).
+    // sql_lease: the waiter's acquire that fails, the release that wakes one waiter, the woken
+    //   waiter's acquire: 3. sql_advisory: the waiter's failed try_lock, its blocking lock, the
+    //   holder's unlock: 3.
+    if (t.name == "redis") return 3;
+    if (t.name == "redlock") return 3 * std::max(1, counted.minimum / 2);
+    if (t.name == "zookeeper" || t.name == "etcd") return 4;
+    if (is_sql_family(t.name)) return 3;
+    return 0;
+}
+
 namespace {
 std::vector<peer_result> family_peers(const target& t, dlock::lab::lab& lab, run_size size) {
     if (t.name == "file") return family::peers_file(t, size);

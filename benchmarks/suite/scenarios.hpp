@@ -74,13 +74,24 @@ struct s2_point {
 std::vector<s2_point> run_s2(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step);
 
+// How S3 seats `waiters` waiters: processes × threads (threads share their process's client).
+struct s3_layout {
+    int processes = 1;
+    int threads = 1;
+};
+s3_layout s3_layout_for(int waiters);
+
 struct s3_point {
-    int waiters = 0;
+    int waiters = 0;  // processes × threads
+    int processes = 0;
+    int threads = 0;
     int critical_us = 0;
     double cycles_per_s = NAN;
     distribution handoff;  // release called → another process's acquire returned (µs), merged over processes
     double reacquired_by_releaser = NAN;  // fraction of cycles where the releaser got the lock straight back
-    double jain = NAN;     // over the per-process acquisition counts
+    double jain = NAN;     // over the per-waiter acquisition counts of the first jain_rounds whole rounds
+    int jain_rounds = 0;   // rounds of `waiters` acquisitions the window held (0: not one: jain is NaN)
+    double jain_window = NAN;  // over the per-waiter counts of the whole window
     command_count ops_per_handoff;  // server commands per contended cycle (herd detector); first critical_us only
     long long cycles = 0;
     long long release_failures = 0;  // releases whose outcome was not `released` (workers.log says why)
