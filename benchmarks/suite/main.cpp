@@ -4,9 +4,11 @@
 // peers (S8), and writes report.md / report.json / plots into a folder it names at the end.
 //
 // usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers] [--s3-waiters 2,128,1000]
+//                      [--baseline REPORT.md]   (default: docs/benchmarks.md, for the "no regression" targets)
 //
 // A scenario that fails is recorded with its error in the report and the run goes on; the exit
 // status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
+#include "baseline.hpp"
 #include "probes.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -50,6 +52,7 @@ struct options {
     fs::path out;
     bool skip_peers = false;
     std::vector<int> s3_waiters;  // overrides the size's S3 points when given
+    fs::path baseline;            // the report whose figures this run must not fall behind
     fs::path worker;
     std::string command_line;
 };
@@ -181,6 +184,9 @@ options parse_options(int argc, char** argv) {
     app.add_option("--s3-waiters", o.s3_waiters, "S3's waiter counts instead of the size's (e.g. 2,128,1000)")
         ->delimiter(',')
         ->check(CLI::Range(1, 100000));
+    std::string baseline = (fs::path(DLOCK_SUITE_DIR) / ".." / ".." / "docs" / "benchmarks.md").lexically_normal().string();
+    app.add_option("--baseline", baseline, "the report.md whose S1/floor, S2 and peer ratios this run must not fall behind")
+        ->capture_default_str();
     app.add_option("--worker", worker, "the dlock-bench-worker executable (default: next to dlock-compare)");
     try {
         app.parse(argc, argv);
@@ -203,6 +209,7 @@ options parse_options(int argc, char** argv) {
         }
     }
     o.out = out.empty() ? fs::absolute("dlock-report-" + utc_now("%Y%m%d-%H%M%S")) : fs::absolute(out);
+    o.baseline = baseline;
     o.worker = worker.empty() ? fs::canonical("/proc/self/exe").parent_path() / "dlock-bench-worker" : fs::absolute(worker);
     for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
     return o;
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
     json report{{"size", opt.full ? "full" : "quick"}, {"started_utc", utc_now("%Y-%m-%d %H:%M:%S UTC")}, {"command", opt.command_line},
                 {"machine", machine_info()}, {"servers", server_versions()}, {"targets", json::array()}};
     json samples = json::object();
+    report["baseline"] = read_baseline(opt.baseline);
 
     std::set<lab::backend> needed;
     for (const auto& t : opt.targets)

@@ -1,6 +1,8 @@
 // report.cpp — report.json, samples.json, the plots and report.md of the comparison suite.
 #include "report.hpp"
 
+#include "baseline.hpp"
+
 #include <fmt/format.h>
 
 #include <sys/utsname.h>
@@ -320,6 +322,9 @@ json evaluate_targets(const json& t, const json& run) {
         const double r = num(p, "ratio_p50");
         rows.push_back(target_row(label.c_str(), ratio(r) + " (peer p50 / dlock p50)", checked(r, r > 1.0)));
     }
+    // No regression against the baseline report (docs/benchmarks.md unless --baseline says).
+    if (run.contains("baseline"))
+        for (auto& r : regression_rows(t, run.at("baseline"))) rows.push_back(std::move(r));
     // dlock (Python) against each Python peer: its S1 measured right before and after the peer
     // (dlock_python_around), so both sides of the ratio saw the same load.
     for (const auto& p : t.value("peers", json::array())) {
@@ -589,7 +594,10 @@ report_files write_report(json& report, const json& samples, const std::filesyst
         md << (first ? "" : "; ") << name << " `" << (version.get<std::string>().empty() ? "unknown" : version.get<std::string>()) << "`";
         first = false;
     }
-    md << ".\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
+    md << ".\n\nBaseline of the \"no regression\" targets: "
+       << (report.contains("baseline") && report.at("baseline").contains("source") ? "`" + str(report.at("baseline"), "source") + "`"
+           : report.contains("baseline") ? "none (" + str(report.at("baseline"), "error") + ")" : "none")
+       << ".\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
           "this run, not absolute values across runs.\n\n## Summary\n\n"
        << files.summary << "\n";
     if (files.plots_ok) {
