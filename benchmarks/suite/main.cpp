@@ -340,6 +340,10 @@ int main(int argc, char** argv) {
                 tr["s3"].push_back(json{{"waiters", p.waiters}, {"processes", p.processes}, {"threads", p.threads}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
                                         {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"jain_rounds", p.jain_rounds}, {"jain_window", p.jain_window}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
                                         {"cycles", p.cycles}, {"release_failures", p.release_failures}});
+                if (!p.error.empty()) {
+                    tr["s3"].back()["error"] = p.error;
+                    tr["errors"][fmt::format("S3 {} waiters, cs {} us", p.waiters, p.critical_us)] = p.error;
+                }
             }
         });
         step(fmt::format("S4 ping-pong, {} handoffs", sizes.s4_handoffs));

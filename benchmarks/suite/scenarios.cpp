@@ -270,88 +270,107 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step) {
     std::vector<s3_point> points;
     for (int asked : s.s3_waiters) {
-        const s3_layout layout = s3_layout_for(asked);
-        const int waiters = layout.processes * layout.threads;
-        const std::string threads = std::to_string(layout.threads);
-        worker_group group(layout.processes, c.worker, c.t.config, c.worker_log);
-        std::vector<std::string> warmups;
-        for (int i = 0; i < layout.processes; ++i)
-            warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
-        group.scatter(warmups, 60s);
-        for (int critical_us : s.s3_critical_us) {
-            step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
-            const std::string name = "s3/" + std::to_string(waiters) + "/" + std::to_string(critical_us);
-            const int64_t start = start_soon();
-            const int64_t end = start + std::chrono::duration_cast<std::chrono::nanoseconds>(s.s3_window).count();
-            const auto answers = group.broadcast("cycles " + name + " " + std::to_string(start) + " " + std::to_string(end) + " " +
-                                                     std::to_string(critical_us) + " " + threads,
-                                                 answer_timeout(s.s3_window));
-            s3_point p;
-            p.waiters = waiters;
-            p.processes = layout.processes;
-            p.threads = layout.threads;
-            p.critical_us = critical_us;
-            struct holding {
-                int64_t acquired, releasing;
-                std::size_t waiter;  // process * threads + thread
-                bool operator<(const holding& o) const { return acquired < o.acquired; }
-            };
-            std::vector<holding> holdings;
-            std::vector<double> per_client(static_cast<std::size_t>(waiters), 0.0);
-            int64_t first = INT64_MAX, last = 0;
-            for (std::size_t w = 0; w < answers.size(); ++w) {
-                const auto a = parse_cycles(answers[w]);
-                p.cycles += a.n;
-                p.release_failures += a.release_failures;
-                for (const auto& e : a.events) {
-                    first = std::min(first, e.acquired);
-                    last = std::max(last, e.releasing);
-                    const std::size_t waiter = w * static_cast<std::size_t>(layout.threads) + static_cast<std::size_t>(e.thread);
-                    if (waiter < per_client.size()) per_client[waiter] += 1;
-                    holdings.push_back({e.acquired, e.releasing, waiter});
+        // A waiter count the backend or the machine cannot seat (a server's connection limit at
+        // 1 000 waiters) is recorded with its error; the other counts are still measured.
+        const std::size_t measured_before = points.size();
+        std::size_t stepped = 0;  // progress steps taken at this waiter count
+        try {
+            const s3_layout layout = s3_layout_for(asked);
+            const int waiters = layout.processes * layout.threads;
+            const std::string threads = std::to_string(layout.threads);
+            worker_group group(layout.processes, c.worker, c.t.config, c.worker_log);
+            std::vector<std::string> warmups;
+            for (int i = 0; i < layout.processes; ++i)
+                warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
+            group.scatter(warmups, 60s);
+            for (int critical_us : s.s3_critical_us) {
+                step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
+                ++stepped;
+                const std::string name = "s3/" + std::to_string(waiters) + "/" + std::to_string(critical_us);
+                const int64_t start = start_soon();
+                const int64_t end = start + std::chrono::duration_cast<std::chrono::nanoseconds>(s.s3_window).count();
+                const auto answers = group.broadcast("cycles " + name + " " + std::to_string(start) + " " + std::to_string(end) + " " +
+                                                         std::to_string(critical_us) + " " + threads,
+                                                     answer_timeout(s.s3_window));
+                s3_point p;
+                p.waiters = waiters;
+                p.processes = layout.processes;
+                p.threads = layout.threads;
+                p.critical_us = critical_us;
+                struct holding {
+                    int64_t acquired, releasing;
+                    std::size_t waiter;  // process * threads + thread
+                    bool operator<(const holding& o) const { return acquired < o.acquired; }
+                };
+                std::vector<holding> holdings;
+                std::vector<double> per_client(static_cast<std::size_t>(waiters), 0.0);
+                int64_t first = INT64_MAX, last = 0;
+                for (std::size_t w = 0; w < answers.size(); ++w) {
+                    const auto a = parse_cycles(answers[w]);
+                    p.cycles += a.n;
+                    p.release_failures += a.release_failures;
+                    for (const auto& e : a.events) {
+                        first = std::min(first, e.acquired);
+                        last = std::max(last, e.releasing);
+                        const std::size_t waiter = w * static_cast<std::size_t>(layout.threads) + static_cast<std::size_t>(e.thread);
+                        if (waiter < per_client.size()) per_client[waiter] += 1;
+                        holdings.push_back({e.acquired, e.releasing, waiter});
+                    }
                 }
-            }
-            // Mutual exclusion orders the holdings; a handoff is a release followed by another
-            // waiter's acquire. A waiter that gets the lock straight back (barging past the
-            // others) hands nothing off: those are counted apart.
-            std::sort(holdings.begin(), holdings.end());
-            std::vector<double> handoffs;
-            long long same_process = 0;
-            for (std::size_t i = 0; i + 1 < holdings.size(); ++i) {
-                if (holdings[i].waiter == holdings[i + 1].waiter) {
-                    ++same_process;
-                    continue;
+                // Mutual exclusion orders the holdings; a handoff is a release followed by another
+                // waiter's acquire. A waiter that gets the lock straight back (barging past the
+                // others) hands nothing off: those are counted apart.
+                std::sort(holdings.begin(), holdings.end());
+                std::vector<double> handoffs;
+                long long same_process = 0;
+                for (std::size_t i = 0; i + 1 < holdings.size(); ++i) {
+                    if (holdings[i].waiter == holdings[i + 1].waiter) {
+                        ++same_process;
+                        continue;
+                    }
+                    handoffs.push_back(us_between(holdings[i].releasing, holdings[i + 1].acquired));
                 }
-                handoffs.push_back(us_between(holdings[i].releasing, holdings[i + 1].acquired));
-            }
-            if (holdings.size() > 1) p.reacquired_by_releaser = static_cast<double>(same_process) / static_cast<double>(holdings.size() - 1);
-            p.handoff = summarize(std::move(handoffs));
-            p.jain_window = jain_index(per_client);
-            // Jain over whole rounds: the first R × waiters acquisitions in time order, R as many
-            // as the window holds. The window's last round is cut short wherever the window ends,
-            // which would mark even a strict FIFO unfair when a window holds only a few rounds
-            // (1 000 waiters); a backend that lets some waiters barge is as skewed over whole
-            // rounds as over the window.
-            const std::size_t rounds = holdings.size() / static_cast<std::size_t>(waiters);
-            if (rounds > 0) {
-                std::vector<double> in_rounds(static_cast<std::size_t>(waiters), 0.0);
-                for (std::size_t i = 0; i < rounds * static_cast<std::size_t>(waiters); ++i) in_rounds[holdings[i].waiter] += 1;
-                p.jain = jain_index(in_rounds);
-                p.jain_rounds = static_cast<int>(rounds);
-            }
-            if (last > first) p.cycles_per_s = static_cast<double>(p.cycles) / (static_cast<double>(last - first) / 1e9);
-            if (critical_us == s.s3_critical_us.front()) {
-                const std::string herd_name = "s3herd/" + std::to_string(waiters);
-                try {
-                    p.ops_per_handoff = count_server_commands(c.t, *c.lab, [&](int cycles) {
-                        p.release_failures += run_counted(group, herd_name, cycles, critical_us, layout.threads);
-                    });
-                    p.ops_per_handoff.minimum = contended_minimum(c.t, p.ops_per_handoff);
-                } catch (const std::exception& e) {
-                    p.ops_per_handoff.source = std::string("failed: ") + e.what();
+                if (holdings.size() > 1) p.reacquired_by_releaser = static_cast<double>(same_process) / static_cast<double>(holdings.size() - 1);
+                p.handoff = summarize(std::move(handoffs));
+                p.jain_window = jain_index(per_client);
+                // Jain over whole rounds: the first R × waiters acquisitions in time order, R as many
+                // as the window holds. The window's last round is cut short wherever the window ends,
+                // which would mark even a strict FIFO unfair when a window holds only a few rounds
+                // (1 000 waiters); a backend that lets some waiters barge is as skewed over whole
+                // rounds as over the window.
+                const std::size_t rounds = holdings.size() / static_cast<std::size_t>(waiters);
+                if (rounds > 0) {
+                    std::vector<double> in_rounds(static_cast<std::size_t>(waiters), 0.0);
+                    for (std::size_t i = 0; i < rounds * static_cast<std::size_t>(waiters); ++i) in_rounds[holdings[i].waiter] += 1;
+                    p.jain = jain_index(in_rounds);
+                    p.jain_rounds = static_cast<int>(rounds);
                 }
+                if (last > first) p.cycles_per_s = static_cast<double>(p.cycles) / (static_cast<double>(last - first) / 1e9);
+                if (critical_us == s.s3_critical_us.front()) {
+                    const std::string herd_name = "s3herd/" + std::to_string(waiters);
+                    try {
+                        p.ops_per_handoff = count_server_commands(c.t, *c.lab, [&](int cycles) {
+                            p.release_failures += run_counted(group, herd_name, cycles, critical_us, layout.threads);
+                        });
+                        p.ops_per_handoff.minimum = contended_minimum(c.t, p.ops_per_handoff);
+                    } catch (const std::exception& e) {
+                        p.ops_per_handoff.source = std::string("failed: ") + e.what();
+                    }
+                }
+                points.push_back(std::move(p));
             }
-            points.push_back(std::move(p));
+        } catch (const std::exception& e) {
+            const s3_layout layout = s3_layout_for(asked);
+            for (std::size_t i = points.size() - measured_before; i < s.s3_critical_us.size(); ++i) {
+                if (i >= stepped) step("S3 " + std::to_string(asked) + " waiters: not measured");
+                s3_point p;
+                p.waiters = layout.processes * layout.threads;
+                p.processes = layout.processes;
+                p.threads = layout.threads;
+                p.critical_us = s.s3_critical_us[i];
+                p.error = e.what();
+                points.push_back(std::move(p));
+            }
         }
     }
     return points;

@@ -95,6 +95,7 @@ struct s3_point {
     command_count ops_per_handoff;  // server commands per contended cycle (herd detector); first critical_us only
     long long cycles = 0;
     long long release_failures = 0;  // releases whose outcome was not `released` (workers.log says why)
+    std::string error;  // not empty: this point was not measured, for this reason
 };
 std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step);
