@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -228,12 +229,13 @@ int contended_minimum(const target& t, const command_count& counted) {
     // etcd: the waiter's acquire Txn and Watch create on its predecessor, the holder's release Txn,
     //   the woken waiter's one queue read: 4 (the watch's cancel may ride on the next message).
     // sql_lease: the waiter's acquire that fails, the release that wakes one waiter, the woken
-    //   waiter's acquire: 3. sql_advisory: the waiter's failed try_lock, its blocking lock, the
-    //   holder's unlock: 3.
+    //   waiter's acquire: 3. sql_advisory: the waiter's blocking lock statement (the server queues
+    //   it), the holder's unlock: 2.
     if (t.name == "redis") return 3;
     if (t.name == "redlock") return 3 * std::max(1, counted.minimum / 2);
     if (t.name == "zookeeper" || t.name == "etcd") return 4;
-    if (is_sql_family(t.name)) return 3;
+    if (t.name == "sql_lease") return 3;
+    if (t.name == "sql_advisory") return 2;
     return 0;
 }
 
