@@ -3,10 +3,12 @@
 // sql_advisory) calibrates the floor, runs S1–S6, counts server commands, runs Redlock's S7 and the
 // peers (S8), and writes report.md / report.json / plots into a folder it names at the end.
 //
-// usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers]
+// usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers] [--s3-waiters 2,128,1000]
+//                      [--baseline REPORT.md]   (default: docs/benchmarks.md, for the "no regression" targets)
 //
 // A scenario that fails is recorded with its error in the report and the run goes on; the exit
 // status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
+#include "baseline.hpp"
 #include "probes.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -50,6 +52,8 @@ struct options {
     std::vector<std::string> targets = all_targets;
     fs::path out;
     bool skip_peers = false;
+    std::vector<int> s3_waiters;  // overrides the size's S3 points when given
+    fs::path baseline;            // the report whose figures this run must not fall behind
     fs::path worker;
     std::string command_line;
 };
@@ -180,6 +184,12 @@ options parse_options(int argc, char** argv) {
     app.add_option("--backends", backends, "comma-separated targets (default: all): " + fmt::format("{}", fmt::join(all_targets, ",")));
     app.add_option("--out", out, "report folder (default: a fresh ./dlock-report-<UTC time>)");
     app.add_flag("--skip-peers", o.skip_peers, "do not run the peers (S8)");
+    app.add_option("--s3-waiters", o.s3_waiters, "S3's waiter counts instead of the size's (e.g. 2,128,1000)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 100000));
+    std::string baseline = (fs::path(DLOCK_SUITE_DIR) / ".." / ".." / "docs" / "benchmarks.md").lexically_normal().string();
+    app.add_option("--baseline", baseline, "the report.md whose S1/floor, S2 and peer ratios this run must not fall behind")
+        ->capture_default_str();
     app.add_option("--worker", worker, "the dlock-bench-worker executable (default: next to dlock-compare)");
     try {
         app.parse(argc, argv);
@@ -202,6 +212,7 @@ options parse_options(int argc, char** argv) {
         }
     }
     o.out = out.empty() ? fs::absolute("dlock-report-" + utc_now("%Y%m%d-%H%M%S")) : fs::absolute(out);
+    o.baseline = baseline;
     o.worker = worker.empty() ? fs::canonical("/proc/self/exe").parent_path() / "dlock-bench-worker" : fs::absolute(worker);
     for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
     return o;
@@ -213,7 +224,8 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);  // a worker that died must be an error on write, not the driver's death
     const options opt = parse_options(argc, argv);
     const run_size size = opt.full ? run_size::full : run_size::quick;
-    const scenario_sizes sizes = sizes_for(size);
+    scenario_sizes sizes = sizes_for(size);
+    if (!opt.s3_waiters.empty()) sizes.s3_waiters = opt.s3_waiters;
     if (!fs::exists(opt.worker)) {
         std::cerr << "dlock-compare: worker executable not found: " << opt.worker << "\n";
         return 1;
@@ -226,6 +238,7 @@ int main(int argc, char** argv) {
     json report{{"size", opt.full ? "full" : "quick"}, {"started_utc", utc_now("%Y-%m-%d %H:%M:%S UTC")}, {"command", opt.command_line},
                 {"machine", machine_info()}, {"servers", server_versions()}, {"targets", json::array()}};
     json samples = json::object();
+    report["baseline"] = read_baseline(opt.baseline);
 
     std::set<lab::backend> needed;
     for (const auto& t : opt.targets)
@@ -278,14 +291,45 @@ int main(int argc, char** argv) {
         const scenario_context ctx{t, the_lab.get(), opt.worker, worker_log};
         auto step = [&](const std::string& what) { progress.step(name, what); };
 
+        // The floor and S1 are measured in interleaved blocks (a floor block, then an S1 block, ...),
+        // so that a stall of the machine or the server falls on both: calibrate() hands its floor
+        // cycle to run_s1. Should S1 fail, the floor is measured on its own.
         step("calibrate (floor)");
-        attempt(tr, "calibration", progress, [&] { tr["calibration"] = to_json(calibrate(t, *the_lab, size)); });
-        step(fmt::format("S1 {} cycles", sizes.s1_cycles));
-        attempt(tr, "S1", progress, [&] {
-            const auto s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json"));
-            tr["s1"] = json{{"latency", to_json(s1.latency)}, {"benchmark_json", s1.benchmark_json.filename().string()}};
-            samples["s1"][name] = s1.latency.us;
+        const int blocks = s1_blocks(sizes.s1_cycles);
+        std::optional<s1_result> s1;
+        std::string s1_error;
+        attempt(tr, "calibration", progress, [&] {
+            const calibration c = calibrate(t, *the_lab, size, [&](const std::function<void()>& floor_cycle) {
+                step(fmt::format("S1 {} cycles, interleaved with the floor in {} blocks", sizes.s1_cycles, blocks));
+                try {
+                    s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json"), floor_cycle, blocks);
+                    return s1->floor;
+                } catch (const std::exception& e) {
+                    s1_error = e.what();
+                }
+                std::vector<double> alone;
+                for (int i = 0; i < sizes.s1_cycles; ++i) {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    floor_cycle();
+                    alone.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+                }
+                return summarize(std::move(alone));
+            });
+            tr["calibration"] = to_json(c);
+            if (s1) tr["calibration"]["floor_blocks"] = floor_blocks_json(*s1);
         });
+        if (!s1 && s1_error.empty()) {  // the calibration failed before S1 ran: S1 alone
+            step(fmt::format("S1 {} cycles (no floor)", sizes.s1_cycles));
+            attempt(tr, "S1", progress, [&] { s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json")); });
+        }
+        if (!s1_error.empty()) {
+            tr["errors"]["S1"] = s1_error;
+            progress.note(fmt::format("  {} S1: failed: {}", name, s1_error));
+        }
+        if (s1) {
+            tr["s1"] = json{{"latency", to_json(s1->latency)}, {"benchmark_json", s1->benchmark_json.filename().string()}};
+            samples["s1"][name] = s1->latency.us;
+        }
         step("server commands per cycle");
         attempt(tr, "commands", progress, [&] { tr["commands"] = to_json(count_uncontended(t, *the_lab)); });
         attempt(tr, "S2", progress, [&] {
@@ -297,9 +341,13 @@ int main(int argc, char** argv) {
         attempt(tr, "S3", progress, [&] {
             tr["s3"] = json::array();
             for (const auto& p : run_s3(ctx, sizes, step)) {
-                tr["s3"].push_back(json{{"waiters", p.waiters}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
-                                        {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
+                tr["s3"].push_back(json{{"waiters", p.waiters}, {"processes", p.processes}, {"threads", p.threads}, {"critical_us", p.critical_us}, {"cycles_per_s", p.cycles_per_s},
+                                        {"handoff", to_json(p.handoff)}, {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain}, {"jain_rounds", p.jain_rounds}, {"jain_window", p.jain_window}, {"ops_per_handoff", to_json(p.ops_per_handoff)},
                                         {"cycles", p.cycles}, {"release_failures", p.release_failures}});
+                if (!p.error.empty()) {
+                    tr["s3"].back()["error"] = p.error;
+                    tr["errors"][fmt::format("S3 {} waiters, cs {} us", p.waiters, p.critical_us)] = p.error;
+                }
             }
         });
         step(fmt::format("S4 ping-pong, {} handoffs", sizes.s4_handoffs));

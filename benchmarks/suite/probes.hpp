@@ -45,7 +45,12 @@ struct calibration {
     distribution floor;
     std::string method;  // one sentence: what a floor cycle sends
 };
-calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size);
+// How the driver measures the floor cycle: runs `floor_cycle` (one acquire+release made of the
+// floor's operations) in blocks interleaved with blocks of S1, so that load from elsewhere on a
+// shared machine falls on both alike, and returns the floor's samples of every block merged. An
+// empty interleaver measures the floor on its own, in one block.
+using floor_interleaver = std::function<distribution(const std::function<void()>& floor_cycle)>;
+calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave = {});
 
 // The server's own count of the commands (requests, statements, RPCs) one acquire+release sends:
 // reads the server's counters, calls run_cycles(cycles) (the driver runs that many uncontended
@@ -57,6 +62,12 @@ struct command_count {
 };
 command_count count_server_commands(const target& t, dlock::lab::lab& lab,
                                     const std::function<void(int cycles)>& run_cycles);
+
+// The algorithm's minimum of server operations (as count_server_commands counts them) per
+// contended cycle of `t`: what one handoff needs when only the next waiter is woken; 0 for file
+// (no server). `counted` is count_server_commands' answer for the same run (its uncontended
+// minimum gives Redlock's node count). S3's herd detector compares its count with this.
+int contended_minimum(const target& t, const command_count& counted);
 
 // S7: redlock with N = 3 and N = 5 nodes, healthy and with one node paused (SIGSTOP), against single
 // redis, all uncontended acquire+release through the C++ API.

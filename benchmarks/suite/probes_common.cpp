@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -40,6 +41,11 @@ distribution time_cycles(int cycles, int warmup, const std::function<void()>& cy
         samples.push_back(us_since(start));
     }
     return summarize(std::move(samples));
+}
+
+distribution floor_samples(const floor_interleaver& interleave, int cycles, int warmup, const std::function<void()>& cycle) {
+    if (interleave) return interleave(cycle);
+    return time_cycles(cycles, warmup, cycle);
 }
 
 // The per-backend S1 count and warm-up of a calibration: docs/design/benchmarks.md's 10 000 in full, 2 000 quick.
@@ -195,13 +201,13 @@ bool is_sql_family(const std::string& name) { return name == "sql_lease" || name
 bool is_mysql_family(const std::string& name) { return name == "mysql_lease" || name == "mysql_named"; }
 }  // namespace
 
-calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size) {
-    if (t.name == "file") return family::calibrate_file(t, size);
-    if (is_redis_family(t.name)) return family::calibrate_redis(t, lab, size);
-    if (t.name == "zookeeper") return family::calibrate_zookeeper(t, lab, size);
-    if (t.name == "etcd") return family::calibrate_etcd(t, lab, size);
-    if (is_sql_family(t.name)) return family::calibrate_sql(t, lab, size);
-    if (is_mysql_family(t.name)) return family::calibrate_mysql(t, lab, size);
+calibration calibrate(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
+    if (t.name == "file") return family::calibrate_file(t, size, interleave);
+    if (is_redis_family(t.name)) return family::calibrate_redis(t, lab, size, interleave);
+    if (t.name == "zookeeper") return family::calibrate_zookeeper(t, lab, size, interleave);
+    if (t.name == "etcd") return family::calibrate_etcd(t, lab, size, interleave);
+    if (is_sql_family(t.name)) return family::calibrate_sql(t, lab, size, interleave);
+    if (is_mysql_family(t.name)) return family::calibrate_mysql(t, lab, size, interleave);
     throw std::invalid_argument("calibrate: unknown target " + t.name);
 }
 
@@ -214,6 +220,29 @@ command_count count_server_commands(const target& t, dlock::lab::lab& lab,
     if (is_sql_family(t.name)) return family::count_sql(t, lab, run_cycles);
     if (is_mysql_family(t.name)) return family::count_mysql(t, lab, run_cycles);
     throw std::invalid_argument("count_server_commands: unknown target " + t.name);
+}
+
+int contended_minimum(const target& t, const command_count& counted) {
+    // redis: the waiter's acquire script that fails and queues it, the release script that wakes
+    //   the next waiter only, the woken waiter's acquire script: 3.
+    // redlock: the same on each node: 3 per node (the uncontended minimum is 2 per node: see
+    //   count_redis).
+    // zookeeper: the waiter's create + children (pipelined) and exists watch on its predecessor,
+    //   the holder's delete: 4 requests.
+    // etcd: the waiter's acquire Txn and Watch create on its predecessor, the holder's release Txn,
+    //   the woken waiter's one queue read: 4 (the watch's cancel may ride on the next message).
+    // sql_lease: the waiter's acquire that fails, the release that wakes one waiter, the woken
+    //   waiter's acquire: 3. sql_advisory: the waiter's blocking lock statement (the server queues
+    //   it), the holder's unlock: 2. mysql_named: the waiter's GET_LOCK (the server queues it),
+    //   the holder's release: 2. mysql_lease polls: one failed acquire, the release, the acquire that
+    //   wins: 3 at best (each further poll is above the minimum).
+    if (t.name == "redis") return 3;
+    if (t.name == "redlock") return 3 * std::max(1, counted.minimum / 2);
+    if (t.name == "zookeeper" || t.name == "etcd") return 4;
+    if (t.name == "sql_lease") return 3;
+    if (t.name == "sql_advisory" || t.name == "mysql_named") return 2;
+    if (t.name == "mysql_lease") return 3;
+    return 0;
 }
 
 namespace {

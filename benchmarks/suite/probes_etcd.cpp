@@ -228,7 +228,7 @@ peer_result etcdctl_vs_dlock_run(const target& t, const dlock::lab::endpoint& wh
 
 }  // namespace
 
-calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size) {
+calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
     (void)t;
     calibration c;
     c.min_round_trips = 2;
@@ -256,7 +256,7 @@ calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size)
                                   support::time_cycles(cycles, warmup, [&] { f.queue_read(key, revision); }));
         f.release(key, revision);
     }
-    c.floor = support::time_cycles(cycles, warmup, [&] { f.release(key, f.acquire(key)); });
+    c.floor = support::floor_samples(interleave, cycles, warmup, [&] { f.release(key, f.acquire(key)); });
     c.method = "acquire Txn (put-if-absent with the lease + queue head) + release Txn (delete guarded by create_revision), "
                "through the plugin's gRPC connection layer";
     c.fsync_us = support::fsync_us(lab.etcd().dir(), 200);  // etcd syncs its WAL on every write

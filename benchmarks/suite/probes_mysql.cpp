@@ -57,7 +57,7 @@ private:
 
 }  // namespace
 
-calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size) {
+calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
     calibration c;
     c.min_round_trips = 2;
     const int cycles = support::calibration_cycles(size), warmup = std::min(cycles, 1000);
@@ -81,7 +81,7 @@ calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size
                                     : "prepared lock (INSERT ... SELECT ... WHERE GET_LOCK(), fence upsert)",
                               summarize(acquire_us));
     c.operations.emplace_back(lease ? "prepared release (UPDATE owner = NULL)" : "prepared unlock (RELEASE_LOCK)", summarize(release_us));
-    c.floor = support::time_cycles(cycles, warmup, [&] {
+    c.floor = support::floor_samples(interleave, cycles, warmup, [&] {
         f.acquire();
         f.release();
     });

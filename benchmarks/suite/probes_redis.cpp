@@ -112,7 +112,7 @@ std::filesystem::path redlock_config(dlock::lab::lab& lab, std::size_t count, co
 
 }  // namespace
 
-calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size) {
+calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
     calibration c;
     const int cycles = support::calibration_cycles(size), warmup = std::min(cycles, 1000);
     const auto nodes = nodes_of(t, lab);
@@ -136,7 +136,7 @@ calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size
     c.operations.emplace_back("EVALSHA acquire", summarize(acquire_us));
     c.operations.emplace_back("EVALSHA release", summarize(release_us));
     if (t.name == "redis") {
-        c.floor = support::time_cycles(cycles, warmup, [&] {
+        c.floor = support::floor_samples(interleave, cycles, warmup, [&] {
             one.acquire();
             one.release();
         });
@@ -152,7 +152,7 @@ calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size
         }
         c.operations.emplace_back("fan-out EVALSHA acquire to " + std::to_string(nodes.size()) + " nodes, to the quorum-th reply",
                                   summarize(round_us));
-        c.floor = support::time_cycles(cycles, warmup, [&] {
+        c.floor = support::floor_samples(interleave, cycles, warmup, [&] {
             fan.round(fan.acquire_cmd);
             fan.round(fan.release_cmd);
         });

@@ -80,7 +80,7 @@ long long logged_statements_between(const std::filesystem::path& log, const std:
 
 }  // namespace
 
-calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size) {
+calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave) {
     calibration c;
     c.min_round_trips = 2;
     const int cycles = support::calibration_cycles(size), warmup = std::min(cycles, 1000);
@@ -104,7 +104,7 @@ calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size) 
                               summarize(acquire_us));
     c.operations.emplace_back(lease ? "prepared release (UPDATE owner = NULL + pg_notify)" : "prepared unlock (pg_advisory_unlock)",
                               summarize(release_us));
-    c.floor = support::time_cycles(cycles, warmup, [&] {
+    c.floor = support::floor_samples(interleave, cycles, warmup, [&] {
         f.acquire();
         f.release();
     });

@@ -16,12 +16,12 @@
 #include <vector>
 
 namespace dlock::bench::family {
-calibration calibrate_file(const target& t, run_size size);
-calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size);
-calibration calibrate_zookeeper(const target& t, dlock::lab::lab& lab, run_size size);
-calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size);
-calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size);
-calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size);
+calibration calibrate_file(const target& t, run_size size, const floor_interleaver& interleave);
+calibration calibrate_redis(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave);
+calibration calibrate_zookeeper(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave);
+calibration calibrate_etcd(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave);
+calibration calibrate_sql(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave);
+calibration calibrate_mysql(const target& t, dlock::lab::lab& lab, run_size size, const floor_interleaver& interleave);
 
 command_count count_file(const std::function<void(int)>& run_cycles);
 command_count count_redis(const target& t, dlock::lab::lab& lab, const std::function<void(int)>& run_cycles);
@@ -44,6 +44,9 @@ namespace dlock::bench::support {
 using clock_type = std::chrono::steady_clock;
 double us_since(clock_type::time_point start);
 distribution time_cycles(int cycles, int warmup, const std::function<void()>& cycle);
+// The floor cycle's samples: through `interleave` when the driver gave one, else `cycles` timed
+// cycles after `warmup` untimed ones.
+distribution floor_samples(const floor_interleaver& interleave, int cycles, int warmup, const std::function<void()>& cycle);
 int calibration_cycles(run_size size);
 distribution dlock_s1(dlock::client& client, const std::string& name, int cycles, int warmup);
 distribution merged(const std::vector<distribution>& parts);

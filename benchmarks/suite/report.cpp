@@ -1,6 +1,8 @@
 // report.cpp — report.json, samples.json, the plots and report.md of the comparison suite.
 #include "report.hpp"
 
+#include "baseline.hpp"
+
 #include <fmt/format.h>
 
 #include <sys/utsname.h>
@@ -113,6 +115,19 @@ json to_json(const redlock_row& r) {
     return json{{"nodes", r.nodes}, {"one_paused", r.one_paused}, {"s1", to_json(r.s1)}, {"ok", r.ok}, {"error", r.error}};
 }
 
+json floor_blocks_json(const s1_result& s1) {
+    std::vector<double> floor_p50, s1_p50, ratios;
+    for (const auto& b : s1.blocks) {
+        floor_p50.push_back(b.floor_p50);
+        s1_p50.push_back(b.s1_p50);
+        ratios.push_back(b.s1_p50 / b.floor_p50);
+    }
+    const distribution f = summarize(floor_p50), r = summarize(ratios);
+    return json{{"blocks", s1.blocks.size()}, {"floor_p50_us", floor_p50}, {"s1_p50_us", s1_p50},
+                {"floor_p50_of_blocks_us", f.p50}, {"floor_min_block_p50_us", f.min}, {"floor_max_block_p50_us", f.max},
+                {"ratio_min", r.min}, {"ratio_p50", r.p50}, {"ratio_max", r.max}};
+}
+
 json machine_info() {
     utsname u{};
     ::uname(&u);
@@ -152,22 +167,93 @@ json evaluate_targets(const json& t, const json& run) {
     auto checked = [](double value, bool ok) { return std::isnan(value) ? json(nullptr) : json(ok); };
 
     const double r50 = s1_p50 / floor_p50, r99 = s1_p99 / floor_p99;
-    rows.push_back(target_row("S1 p50 ≤ 1.10 × floor p50", ratio(r50), checked(r50, r50 <= 1.10)));
+    {
+        // The floor and S1 come from interleaved blocks; the note gives the floor's spread over
+        // blocks, and says so when the ratio fell below 1.0 (the floor is a lower bound: that is a
+        // noisy block, not a dlock faster than its floor).
+        const json& fb = cal.value("floor_blocks", none);
+        std::string note;
+        if (fb.is_object() && num(fb, "blocks") > 0)
+            note = fmt::format("{} interleaved blocks; floor block p50 {} µs (min {}, max {}); per-block S1/floor {}–{}",
+                               plain(num(fb, "blocks"), 0), us(num(fb, "floor_p50_of_blocks_us")), us(num(fb, "floor_min_block_p50_us")),
+                               us(num(fb, "floor_max_block_p50_us")), ratio(num(fb, "ratio_min")), ratio(num(fb, "ratio_max")));
+        if (r50 < 1.0) note = "below 1.0: a noisy block moved the floor; " + note;
+        rows.push_back(target_row("S1 p50 / floor p50 in [1.00, 1.10]", ratio(r50), checked(r50, r50 >= 1.0 && r50 <= 1.10), note));
+    }
     rows.push_back(target_row("S1 p99 ≤ 1.5 × floor p99", ratio(r99), checked(r99, r99 <= 1.5)));
 
     const double per_cycle = num(t.value("commands", none), "per_cycle"), minimum = num(t.value("commands", none), "minimum");
     rows.push_back(target_row("server commands per cycle = minimum", plain(per_cycle) + " (min " + plain(minimum, 0) + ")",
                               checked(per_cycle + minimum, std::fabs(per_cycle - minimum) < 0.05)));
 
-    if (has_cap(t, "PUSH_WAIT")) {
-        const double s4 = num(t.value("s4", none).value("handoff", none), "p50_us");
-        rows.push_back(target_row("S4 handoff p50 < 1 ms (push-wait)", us(s4) + " µs", checked(s4, s4 < 1000)));
-        double worst = NAN;
-        for (const auto& p : t.value("s3", json::array())) {
-            const double h = num(p.value("handoff", none), "p50_us");
-            if (!std::isnan(h) && (std::isnan(worst) || h > worst)) worst = h;
+    const std::string name = str(t, "name");
+    const json s3_points = t.value("s3", json::array());
+    // The worst S3 point of `key` in `d` (highest value), with its waiter count.
+    auto worst_s3 = [&](const char* key) {
+        std::pair<double, double> worst{NAN, NAN};  // value, waiters
+        for (const auto& p : s3_points) {
+            const double v = num(p.value("handoff", none), key);
+            if (!std::isnan(v) && (std::isnan(worst.first) || v > worst.first)) worst = {v, num(p, "waiters")};
         }
-        rows.push_back(target_row("S3 handoff p50 < 1 ms (push-wait, worst point)", us(worst) + " µs", checked(worst, worst < 1000)));
+        return worst;
+    };
+    auto at_waiters = [&](const std::pair<double, double>& w) {
+        return std::isnan(w.first) ? std::string("—") : us(w.first) + " µs (" + plain(w.second, 0) + " waiters)";
+    };
+    const double s4_p50 = num(t.value("s4", none).value("handoff", none), "p50_us");
+    const double s4_p99 = num(t.value("s4", none).value("handoff", none), "p99_us");
+    if (has_cap(t, "PUSH_WAIT") && name != "etcd")
+        rows.push_back(target_row("S4 handoff p50 < 1 ms (push backends but etcd)", us(s4_p50) + " µs", checked(s4_p50, s4_p50 < 1000)));
+    if (name == "redis" || name == "redlock" || name == "zookeeper" || name == "sql_lease" || name == "sql_advisory") {
+        const auto worst = worst_s3("p50_us");
+        rows.push_back(target_row("S3 handoff p50 < 1 ms at every waiter count", "worst " + at_waiters(worst),
+                                  checked(worst.first, worst.first < 1000)));
+    }
+    if (name == "etcd") {
+        const auto worst = worst_s3("p99_us");
+        const double p99 = std::isnan(s4_p99) ? worst.first : std::isnan(worst.first) ? s4_p99 : std::max(worst.first, s4_p99);
+        rows.push_back(target_row("etcd: no S3/S4 handoff p99 > 20 ms", fmt::format("S4 {} µs; S3 worst {}", us(s4_p99), at_waiters(worst)),
+                                  checked(p99, p99 <= 20000)));
+        double s2_one = NAN, s3_two = NAN;
+        for (const auto& p : t.value("s2", json::array()))
+            if (num(p, "clients") == 1) s2_one = num(p, "cycles_per_s");
+        for (const auto& p : s3_points)
+            if (num(p, "waiters") == 2 && std::isnan(s3_two)) s3_two = num(p, "cycles_per_s");
+        const double share = s3_two / s2_one;
+        rows.push_back(target_row("etcd: S3 cycles/s at 2 waiters ≥ ½ S2 single-client rate",
+                                  fmt::format("{} / {} cycles/s = {}", plain(s3_two, 0), plain(s2_one, 0), ratio(share)),
+                                  checked(share, share >= 0.5)));
+        // The handoff's own work, as calibrated: the release's commit, then the woken waiter's one read.
+        double release = NAN, read = NAN;
+        for (const auto& op : cal.value("operations", json::array())) {
+            const std::string what = str(op, "operation");
+            if (what.rfind("Txn release", 0) == 0) release = num(op.value("latency", none), "p50_us");
+            if (what.rfind("Txn queue read", 0) == 0) read = num(op.value("latency", none), "p50_us");
+        }
+        const double bound = 1.3 * (release + read);
+        const auto worst50 = worst_s3("p50_us");
+        const double handoff = std::isnan(s4_p50) ? worst50.first : std::isnan(worst50.first) ? s4_p50 : std::max(worst50.first, s4_p50);
+        rows.push_back(target_row("etcd: handoff p50 ≤ 1.3 × (release commit + one read), as calibrated",
+                                  fmt::format("S4 {} µs; S3 worst {}; bound {} µs", us(s4_p50), at_waiters(worst50), us(bound)),
+                                  checked(handoff + bound, handoff <= bound)));
+    }
+    {
+        // The herd detector at every S3 point: server operations per contended cycle against the
+        // algorithm's minimum (contended_minimum in probes_common.cpp).
+        double worst = NAN, worst_waiters = NAN, minimum = NAN;
+        for (const auto& p : s3_points) {
+            const double per = num(p, "ops_per_handoff", "per_cycle"), min = num(p, "ops_per_handoff", "minimum");
+            if (std::isnan(per) || !(min > 0)) continue;
+            if (std::isnan(worst) || per / min > worst / minimum) {
+                worst = per;
+                worst_waiters = num(p, "waiters");
+                minimum = min;
+            }
+        }
+        if (!std::isnan(worst))
+            rows.push_back(target_row("server ops per handoff ≤ 2 × the algorithm's minimum (every S3 point)",
+                                      fmt::format("worst {} (minimum {}) at {} waiters", plain(worst), plain(minimum, 0), plain(worst_waiters, 0)),
+                                      json(worst <= 2 * minimum)));
     }
     {
         const bool fifo = has_cap(t, "FAIR");
@@ -177,7 +263,8 @@ json evaluate_targets(const json& t, const json& run) {
             const double j = num(p, "jain");
             if (!std::isnan(j) && (std::isnan(worst) || j < worst)) worst = j;
         }
-        rows.push_back(target_row(fifo ? "Jain ≥ 0.99 (FIFO backend, worst S3 point)" : "Jain ≥ 0.95 (not FIFO, worst S3 point)",
+        rows.push_back(target_row(fifo ? "Jain ≥ 0.99 with fair: true (FAIR backend, worst S3 point, whole rounds)"
+                                       : "Jain ≥ 0.95 (not FAIR, worst S3 point, whole rounds)",
                                   plain(worst, 4), checked(worst, worst >= bound)));
     }
     {
@@ -235,6 +322,9 @@ json evaluate_targets(const json& t, const json& run) {
         const double r = num(p, "ratio_p50");
         rows.push_back(target_row(label.c_str(), ratio(r) + " (peer p50 / dlock p50)", checked(r, r > 1.0)));
     }
+    // No regression against the baseline report (docs/benchmarks.md unless --baseline says).
+    if (run.contains("baseline"))
+        for (auto& r : regression_rows(t, run.at("baseline"))) rows.push_back(std::move(r));
     // dlock (Python) against each Python peer: its S1 measured right before and after the peer
     // (dlock_python_around), so both sides of the ratio saw the same load.
     for (const auto& p : t.value("peers", json::array())) {
@@ -314,6 +404,12 @@ std::string scenario_tables(const json& report) {
             md << "| " << str(t, "name") << " | " << str(op, "operation") << " | " << dist_cells(op.value("latency", none)) << " |\n";
         md << "| " << str(t, "name") << " | **floor cycle** (" << plain(num(cal, "min_round_trips"), 0) << " round trips) | "
            << dist_cells(cal.value("floor", none)) << " |\n";
+        const json& fb = cal.value("floor_blocks", none);
+        if (fb.is_object() && num(fb, "blocks") > 0)
+            md << "| " << str(t, "name") << " | floor spread over " << plain(num(fb, "blocks"), 0) << " blocks interleaved with S1: "
+               << "p50 of block p50s " << us(num(fb, "floor_p50_of_blocks_us")) << ", min " << us(num(fb, "floor_min_block_p50_us"))
+               << ", max " << us(num(fb, "floor_max_block_p50_us")) << "; per-block S1/floor " << ratio(num(fb, "ratio_min")) << "–"
+               << ratio(num(fb, "ratio_max")) << " | | | | |\n";
     }
     md << "\n| backend | fsync µs | floor method |\n|---|---|---|\n";
     for (const auto& t : targets) {
@@ -341,18 +437,25 @@ std::string scenario_tables(const json& report) {
                << us(num(p, "cpu_us_per_cycle")) << " | " << plain(num(p, "release_failures"), 0) << " |\n";
     md << "\n![S2 throughput vs clients](s2_throughput.svg)\n";
 
-    md << "\n## S3 contention, one name\n\nHandoff: a holder's release call → another process's acquire returning, merged over "
-          "every process on the shared monotonic clock; a releaser that gets the lock straight back (barging) is no handoff "
-          "and is counted apart. Server operations per contended cycle (the herd detector): the server's own count around a fixed "
-          "number of contended cycles (first critical-section size only).\n\n"
-          "| backend | waiters | critical section µs | cycles/s | handoff n | p50 µs | p99 µs | p99.9 µs | releaser got it back | Jain | server ops / contended cycle | counted by | releases not `released` |\n"
+    md << "\n## S3 contention, one name\n\nA waiter is a worker process, or beyond 32 waiters one of the threads of a worker "
+          "process (threads share their process's client). Handoff: a holder's release call → another waiter's acquire returning, "
+          "merged over every waiter on the shared monotonic clock; a releaser that gets the lock straight back (barging) is no handoff "
+          "and is counted apart. Jain's index is taken over the first whole rounds (rounds × waiters acquisitions in time order), "
+          "so that the round the window cuts short does not mark a FIFO unfair; the whole window's index is beside it. "
+          "Server operations per contended cycle (the herd detector): the server's own count around a fixed "
+          "number of contended cycles (first critical-section size only), against the algorithm's minimum per handoff "
+          "(benchmarks/suite/probes_common.cpp, contended_minimum).\n\n"
+          "| backend | waiters (processes × threads) | critical section µs | cycles/s | handoff n | p50 µs | p99 µs | p99.9 µs | releaser got it back | Jain over whole rounds (rounds; whole window) | server ops / contended cycle (minimum) | counted by | releases not `released` |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& t : targets)
         for (const auto& p : t.value("s3", json::array()))
-            md << "| " << str(t, "name") << " | " << plain(num(p, "waiters"), 0) << " | " << plain(num(p, "critical_us"), 0) << " | "
+            md << "| " << str(t, "name") << " | " << plain(num(p, "waiters"), 0) << " (" << plain(num(p, "processes"), 0) << " × "
+               << plain(num(p, "threads"), 0) << ") | " << plain(num(p, "critical_us"), 0) << " | "
                << plain(num(p, "cycles_per_s"), 0) << " | " << dist_cells(p.value("handoff", none)) << " | "
-               << plain(100 * num(p, "reacquired_by_releaser"), 1) << " % | " << plain(num(p, "jain"), 4)
-               << " | " << plain(num(p, "ops_per_handoff", "per_cycle")) << " | " << str(p.value("ops_per_handoff", none), "source") << " | "
+               << plain(100 * num(p, "reacquired_by_releaser"), 1) << " % | " << plain(num(p, "jain"), 4) << " ("
+               << plain(num(p, "jain_rounds"), 0) << " rounds; window " << plain(num(p, "jain_window"), 4) << ")"
+               << " | " << plain(num(p, "ops_per_handoff", "per_cycle")) << " (" << plain(num(p, "ops_per_handoff", "minimum"), 0) << ") | "
+               << str(p.value("ops_per_handoff", none), "source") << " | "
                << plain(num(p, "release_failures"), 0) << " |\n";
     md << "\n![S3 handoff vs waiters](s3_handoff.svg)\n";
 
@@ -491,7 +594,10 @@ report_files write_report(json& report, const json& samples, const std::filesyst
         md << (first ? "" : "; ") << name << " `" << (version.get<std::string>().empty() ? "unknown" : version.get<std::string>()) << "`";
         first = false;
     }
-    md << ".\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
+    md << ".\n\nBaseline of the \"no regression\" targets: "
+       << (report.contains("baseline") && report.at("baseline").contains("source") ? "`" + str(report.at("baseline"), "source") + "`"
+           : report.contains("baseline") ? "none (" + str(report.at("baseline"), "error") + ")" : "none")
+       << ".\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
           "this run, not absolute values across runs.\n\n## Summary\n\n"
        << files.summary << "\n";
     if (files.plots_ok) {

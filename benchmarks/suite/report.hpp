@@ -5,6 +5,7 @@
 #pragma once
 
 #include "probes.hpp"
+#include "scenarios.hpp"
 #include "stats.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,9 @@ nlohmann::json to_json(const calibration& c);
 nlohmann::json to_json(const command_count& c);
 nlohmann::json to_json(const peer_result& p);
 nlohmann::json to_json(const redlock_row& r);
+// The interleaved floor/S1 blocks of one run: each block's p50s, the floor's spread over blocks
+// (p50 of the block p50s, min, max) and the range of the per-block S1/floor ratio.
+nlohmann::json floor_blocks_json(const s1_result& s1);
 
 // Cores, kernel, CPU model, and the version of every server and tool the lab and the peers use.
 nlohmann::json machine_info();

@@ -42,14 +42,17 @@ std::vector<int64_t> parse_numbers(const std::string& text) {
 // One worker's `cycles` answer.
 struct cycles_answer {
     int64_t n = 0, cpu_ns = 0, wall_ns = 0, release_failures = 0;
-    std::vector<std::pair<int64_t, int64_t>> events;  // (acquired, releasing)
+    struct event {
+        int64_t acquired, releasing, thread;
+    };
+    std::vector<event> events;
 };
 
 cycles_answer parse_cycles(const std::string& text) {
     const auto v = parse_numbers(text);
     if (v.size() < 4) throw worker_error("malformed cycles answer");
     cycles_answer a{v[0], v[1], v[2], v[3], {}};
-    for (std::size_t i = 4; i + 1 < v.size(); i += 2) a.events.emplace_back(v[i], v[i + 1]);
+    for (std::size_t i = 4; i + 2 < v.size(); i += 3) a.events.push_back({v[i], v[i + 1], v[i + 2]});
     return a;
 }
 
@@ -66,7 +69,7 @@ scenario_sizes sizes_for(run_size size) {
         s.s1_cycles = 10000;
         s.s2_clients = {1, 2, 4, 8, 16, 64};
         s.s2_window = 3s;
-        s.s3_waiters = {2, 8, 32, 128};
+        s.s3_waiters = {2, 8, 32, 128, 1000};
         s.s3_critical_us = {0, 100, 1000};
         s.s3_window = 4s;
         s.s4_handoffs = 2000;
@@ -92,22 +95,59 @@ scenario_sizes sizes_for(run_size size) {
 
 // ---- S1 ----------------------------------------------------------------------------------------
 
-s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out) {
+// Short blocks (50 cycles): a server's slow phases (an fsync stall, a compaction) last longer than
+// a block, so consecutive floor and S1 blocks see the same phase.
+int s1_blocks(int cycles) { return std::clamp(cycles / 50, 1, 200); }
+
+s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out, const std::function<void()>& floor_cycle,
+                 int blocks) {
     dlock::client client = dlock::client::open(t.config.string());
     const std::string name = "s1/" + t.name;
-    std::vector<double> samples;
+    if (!floor_cycle) blocks = 1;
+    blocks = std::clamp(blocks, 1, std::max(1, cycles));
+    std::vector<double> samples, floor_samples;
     samples.reserve(static_cast<std::size_t>(cycles));
+    floor_samples.reserve(static_cast<std::size_t>(cycles));
+    std::vector<s1_block> block_p50s;
     std::string failure;
+    // Block b covers iterations [b * cycles / blocks, (b + 1) * cycles / blocks).
+    auto block_start = [&](int b) { return static_cast<int>(static_cast<long long>(b) * cycles / blocks); };
+    auto timed = [](const std::function<void()>& cycle, std::vector<double>& into) {
+        const auto t0 = clock_type::now();
+        cycle();
+        into.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    };
     auto body = [&](benchmark::State& state) {
         try {
             const int warmup = std::max(50, cycles / 10);
             for (int i = 0; i < warmup; ++i) client.acquire(name).release();
+            if (floor_cycle)
+                for (int i = 0; i < warmup; ++i) floor_cycle();
+            int i = 0, b = 0;
+            std::size_t block_first = 0, floor_first = 0;
+            auto close_block = [&] {
+                if (!floor_cycle || b == 0) return;
+                const std::vector<double> s(samples.begin() + static_cast<std::ptrdiff_t>(block_first), samples.end());
+                const std::vector<double> f(floor_samples.begin() + static_cast<std::ptrdiff_t>(floor_first), floor_samples.end());
+                block_p50s.push_back({summarize(f).p50, summarize(s).p50});
+            };
             for (auto _ : state) {
+                if (floor_cycle && i == block_start(b)) {
+                    state.PauseTiming();
+                    close_block();
+                    block_first = samples.size();
+                    floor_first = floor_samples.size();
+                    for (int k = block_start(b); k < block_start(b + 1); ++k) timed(floor_cycle, floor_samples);
+                    ++b;
+                    state.ResumeTiming();
+                }
                 const auto t0 = clock_type::now();
                 dlock::lease lease = client.acquire(name);
                 lease.release();
                 samples.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+                ++i;
             }
+            close_block();
         } catch (const std::exception& e) {
             failure = e.what();
             state.SkipWithError(failure.c_str());
@@ -130,7 +170,12 @@ s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::ClearRegisteredBenchmarks();
     if (!failure.empty()) throw std::runtime_error("S1: " + failure);
-    return {summarize(std::move(samples)), json_out};
+    s1_result r;
+    r.latency = summarize(std::move(samples));
+    if (!floor_samples.empty()) r.floor = summarize(std::move(floor_samples));
+    r.blocks = std::move(block_p50s);
+    r.benchmark_json = json_out;
+    return r;
 }
 
 command_count count_uncontended(const target& t, dlock::lab::lab& lab) {
@@ -183,12 +228,12 @@ namespace {
 
 // Runs `cycles` contended cycles split over the group's workers on `name` (for the herd count);
 // returns the number of releases whose outcome was not `released`.
-long long run_counted(worker_group& group, const std::string& name, int cycles, int critical_us) {
+long long run_counted(worker_group& group, const std::string& name, int cycles, int critical_us, int threads) {
     std::vector<std::string> lines;
     const int n = static_cast<int>(group.size());
     for (int i = 0; i < n; ++i) {
         const int mine = cycles / n + (i < cycles % n ? 1 : 0);
-        lines.push_back("count " + name + " " + std::to_string(mine) + " " + std::to_string(critical_us));
+        lines.push_back("count " + name + " " + std::to_string(mine) + " " + std::to_string(critical_us) + " " + std::to_string(threads));
     }
     long long failures = 0;
     for (const auto& answer : group.scatter(lines, 300s)) {
@@ -200,72 +245,132 @@ long long run_counted(worker_group& group, const std::string& name, int cycles, 
 
 }  // namespace
 
+s3_layout s3_layout_for(int waiters) {
+    // Up to 32 waiters, one process each; beyond, at most 32 processes share them as threads (each
+    // thread an independent waiter on its process's client), to stay within a 2-core machine's
+    // process and server-connection limits: the most processes ≤ 32 that divide `waiters`, so that
+    // processes × threads is exactly the number asked (128 = 32 × 4, 1 000 = 25 × 40).
+    constexpr int max_processes = 32;
+    s3_layout l;
+    waiters = std::max(1, waiters);
+    if (waiters <= max_processes) {
+        l.processes = waiters;
+        return l;
+    }
+    for (int p = max_processes; p >= 1; --p)
+        if (waiters % p == 0) {
+            l.processes = p;
+            break;
+        }
+    l.threads = waiters / l.processes;
+    return l;
+}
+
 std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step) {
     std::vector<s3_point> points;
-    for (int waiters : s.s3_waiters) {
-        worker_group group(waiters, c.worker, c.t.config, c.worker_log);
-        std::vector<std::string> warmups;
-        for (int i = 0; i < waiters; ++i) warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
-        group.scatter(warmups, 60s);
-        for (int critical_us : s.s3_critical_us) {
-            step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
-            const std::string name = "s3/" + std::to_string(waiters) + "/" + std::to_string(critical_us);
-            const int64_t start = start_soon();
-            const int64_t end = start + std::chrono::duration_cast<std::chrono::nanoseconds>(s.s3_window).count();
-            const auto answers = group.broadcast("cycles " + name + " " + std::to_string(start) + " " + std::to_string(end) + " " +
-                                                     std::to_string(critical_us),
-                                                 answer_timeout(s.s3_window));
-            s3_point p;
-            p.waiters = waiters;
-            p.critical_us = critical_us;
-            struct holding {
-                int64_t acquired, releasing;
-                std::size_t process;
-                bool operator<(const holding& o) const { return acquired < o.acquired; }
-            };
-            std::vector<holding> holdings;
-            std::vector<double> per_client;
-            int64_t first = INT64_MAX, last = 0;
-            for (std::size_t w = 0; w < answers.size(); ++w) {
-                const auto a = parse_cycles(answers[w]);
-                per_client.push_back(static_cast<double>(a.n));
-                p.cycles += a.n;
-                p.release_failures += a.release_failures;
-                for (const auto& [acquired, releasing] : a.events) {
-                    first = std::min(first, acquired);
-                    last = std::max(last, releasing);
-                    holdings.push_back({acquired, releasing, w});
+    for (int asked : s.s3_waiters) {
+        // A waiter count the backend or the machine cannot seat (a server's connection limit at
+        // 1 000 waiters) is recorded with its error; the other counts are still measured.
+        const std::size_t measured_before = points.size();
+        std::size_t stepped = 0;  // progress steps taken at this waiter count
+        try {
+            const s3_layout layout = s3_layout_for(asked);
+            const int waiters = layout.processes * layout.threads;
+            const std::string threads = std::to_string(layout.threads);
+            worker_group group(layout.processes, c.worker, c.t.config, c.worker_log);
+            std::vector<std::string> warmups;
+            for (int i = 0; i < layout.processes; ++i)
+                warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
+            group.scatter(warmups, 60s);
+            for (int critical_us : s.s3_critical_us) {
+                step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
+                ++stepped;
+                const std::string name = "s3/" + std::to_string(waiters) + "/" + std::to_string(critical_us);
+                const int64_t start = start_soon();
+                const int64_t end = start + std::chrono::duration_cast<std::chrono::nanoseconds>(s.s3_window).count();
+                const auto answers = group.broadcast("cycles " + name + " " + std::to_string(start) + " " + std::to_string(end) + " " +
+                                                         std::to_string(critical_us) + " " + threads,
+                                                     answer_timeout(s.s3_window));
+                s3_point p;
+                p.waiters = waiters;
+                p.processes = layout.processes;
+                p.threads = layout.threads;
+                p.critical_us = critical_us;
+                struct holding {
+                    int64_t acquired, releasing;
+                    std::size_t waiter;  // process * threads + thread
+                    bool operator<(const holding& o) const { return acquired < o.acquired; }
+                };
+                std::vector<holding> holdings;
+                std::vector<double> per_client(static_cast<std::size_t>(waiters), 0.0);
+                int64_t first = INT64_MAX, last = 0;
+                for (std::size_t w = 0; w < answers.size(); ++w) {
+                    const auto a = parse_cycles(answers[w]);
+                    p.cycles += a.n;
+                    p.release_failures += a.release_failures;
+                    for (const auto& e : a.events) {
+                        first = std::min(first, e.acquired);
+                        last = std::max(last, e.releasing);
+                        const std::size_t waiter = w * static_cast<std::size_t>(layout.threads) + static_cast<std::size_t>(e.thread);
+                        if (waiter < per_client.size()) per_client[waiter] += 1;
+                        holdings.push_back({e.acquired, e.releasing, waiter});
+                    }
                 }
-            }
-            // Mutual exclusion orders the holdings; a handoff is a release followed by another
-            // process's acquire. A process that gets the lock straight back (barging past the
-            // waiters) hands nothing off: those are counted apart.
-            std::sort(holdings.begin(), holdings.end());
-            std::vector<double> handoffs;
-            long long same_process = 0;
-            for (std::size_t i = 0; i + 1 < holdings.size(); ++i) {
-                if (holdings[i].process == holdings[i + 1].process) {
-                    ++same_process;
-                    continue;
+                // Mutual exclusion orders the holdings; a handoff is a release followed by another
+                // waiter's acquire. A waiter that gets the lock straight back (barging past the
+                // others) hands nothing off: those are counted apart.
+                std::sort(holdings.begin(), holdings.end());
+                std::vector<double> handoffs;
+                long long same_process = 0;
+                for (std::size_t i = 0; i + 1 < holdings.size(); ++i) {
+                    if (holdings[i].waiter == holdings[i + 1].waiter) {
+                        ++same_process;
+                        continue;
+                    }
+                    handoffs.push_back(us_between(holdings[i].releasing, holdings[i + 1].acquired));
                 }
-                handoffs.push_back(us_between(holdings[i].releasing, holdings[i + 1].acquired));
-            }
-            if (holdings.size() > 1) p.reacquired_by_releaser = static_cast<double>(same_process) / static_cast<double>(holdings.size() - 1);
-            p.handoff = summarize(std::move(handoffs));
-            p.jain = jain_index(per_client);
-            if (last > first) p.cycles_per_s = static_cast<double>(p.cycles) / (static_cast<double>(last - first) / 1e9);
-            if (critical_us == s.s3_critical_us.front()) {
-                const std::string herd_name = "s3herd/" + std::to_string(waiters);
-                try {
-                    p.ops_per_handoff = count_server_commands(c.t, *c.lab, [&](int cycles) {
-                        p.release_failures += run_counted(group, herd_name, cycles, critical_us);
-                    });
-                } catch (const std::exception& e) {
-                    p.ops_per_handoff.source = std::string("failed: ") + e.what();
+                if (holdings.size() > 1) p.reacquired_by_releaser = static_cast<double>(same_process) / static_cast<double>(holdings.size() - 1);
+                p.handoff = summarize(std::move(handoffs));
+                p.jain_window = jain_index(per_client);
+                // Jain over whole rounds: the first R × waiters acquisitions in time order, R as many
+                // as the window holds. The window's last round is cut short wherever the window ends,
+                // which would mark even a strict FIFO unfair when a window holds only a few rounds
+                // (1 000 waiters); a backend that lets some waiters barge is as skewed over whole
+                // rounds as over the window.
+                const std::size_t rounds = holdings.size() / static_cast<std::size_t>(waiters);
+                if (rounds > 0) {
+                    std::vector<double> in_rounds(static_cast<std::size_t>(waiters), 0.0);
+                    for (std::size_t i = 0; i < rounds * static_cast<std::size_t>(waiters); ++i) in_rounds[holdings[i].waiter] += 1;
+                    p.jain = jain_index(in_rounds);
+                    p.jain_rounds = static_cast<int>(rounds);
                 }
+                if (last > first) p.cycles_per_s = static_cast<double>(p.cycles) / (static_cast<double>(last - first) / 1e9);
+                if (critical_us == s.s3_critical_us.front()) {
+                    const std::string herd_name = "s3herd/" + std::to_string(waiters);
+                    try {
+                        p.ops_per_handoff = count_server_commands(c.t, *c.lab, [&](int cycles) {
+                            p.release_failures += run_counted(group, herd_name, cycles, critical_us, layout.threads);
+                        });
+                        p.ops_per_handoff.minimum = contended_minimum(c.t, p.ops_per_handoff);
+                    } catch (const std::exception& e) {
+                        p.ops_per_handoff.source = std::string("failed: ") + e.what();
+                    }
+                }
+                points.push_back(std::move(p));
             }
-            points.push_back(std::move(p));
+        } catch (const std::exception& e) {
+            const s3_layout layout = s3_layout_for(asked);
+            for (std::size_t i = points.size() - measured_before; i < s.s3_critical_us.size(); ++i) {
+                if (i >= stepped) step("S3 " + std::to_string(asked) + " waiters: not measured");
+                s3_point p;
+                p.waiters = layout.processes * layout.threads;
+                p.processes = layout.processes;
+                p.threads = layout.threads;
+                p.critical_us = s.s3_critical_us[i];
+                p.error = e.what();
+                points.push_back(std::move(p));
+            }
         }
     }
     return points;

@@ -41,13 +41,25 @@ struct scenario_sizes {
 };
 scenario_sizes sizes_for(run_size size);
 
+// One block's p50 of S1 and of the floor measured right before it.
+struct s1_block {
+    double floor_p50 = NAN;
+    double s1_p50 = NAN;
+};
 struct s1_result {
-    distribution latency;             // one sample per acquire+release cycle (µs)
+    distribution latency;             // one sample per acquire+release cycle (µs), every block
+    distribution floor;               // the floor cycle's samples, every block (empty without a floor cycle)
+    std::vector<s1_block> blocks;     // in the order measured
     std::filesystem::path benchmark_json;  // Google Benchmark's JSON output
 };
 // S1: `cycles` uncontended acquire+release cycles (after a warm-up) on one client, as a Google
-// Benchmark benchmark with one timed sample per iteration; JSON written to `json_out`.
-s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out);
+// Benchmark benchmark with one timed sample per iteration; JSON written to `json_out`. With a
+// `floor_cycle`, the cycles are split into `blocks` blocks, each preceded by as many floor cycles
+// (untimed for Google Benchmark), so the floor and S1 see the same moments of a shared machine.
+s1_result run_s1(const target& t, int cycles, const std::filesystem::path& json_out,
+                 const std::function<void()>& floor_cycle = {}, int blocks = 1);
+// The number of interleaved floor/S1 blocks of a run of `cycles` cycles.
+int s1_blocks(int cycles);
 
 // Server commands per uncontended cycle (count_server_commands around `cycles` cycles of one client).
 command_count count_uncontended(const target& t, dlock::lab::lab& lab);
@@ -62,16 +74,28 @@ struct s2_point {
 std::vector<s2_point> run_s2(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step);
 
+// How S3 seats `waiters` waiters: processes × threads (threads share their process's client).
+struct s3_layout {
+    int processes = 1;
+    int threads = 1;
+};
+s3_layout s3_layout_for(int waiters);
+
 struct s3_point {
-    int waiters = 0;
+    int waiters = 0;  // processes × threads
+    int processes = 0;
+    int threads = 0;
     int critical_us = 0;
     double cycles_per_s = NAN;
     distribution handoff;  // release called → another process's acquire returned (µs), merged over processes
     double reacquired_by_releaser = NAN;  // fraction of cycles where the releaser got the lock straight back
-    double jain = NAN;     // over the per-process acquisition counts
+    double jain = NAN;     // over the per-waiter acquisition counts of the first jain_rounds whole rounds
+    int jain_rounds = 0;   // rounds of `waiters` acquisitions the window held (0: not one: jain is NaN)
+    double jain_window = NAN;  // over the per-waiter counts of the whole window
     command_count ops_per_handoff;  // server commands per contended cycle (herd detector); first critical_us only
     long long cycles = 0;
     long long release_failures = 0;  // releases whose outcome was not `released` (workers.log says why)
+    std::string error;  // not empty: this point was not measured, for this reason
 };
 std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                              const std::function<void(const std::string&)>& step);

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <exception>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -119,52 +121,94 @@ private:
         std::cerr << "dlock-bench-worker " << getpid() << ": release of `" << lease.name() << "`: "
                   << (outcome == dlock::release_outcome::already_lost ? "already_lost" : "unknown") << ": " << dlock_last_error() << std::endl;
     }
-    int64_t take_release_failures() { return std::exchange(release_failures_, 0); }
+    int64_t take_release_failures() { return release_failures_.exchange(0); }
 
-    // cycles NAME START_NS END_NS CS_US → ok <cycles> <cpu_ns> <wall_ns> <release_failures> <acquired_ns releasing_ns>...
-    // Acquire+release cycles from START until END (the cycle under way at END is finished), with a
-    // critical section of CS_US. Each cycle's pair is (acquire returned, release called).
+    // cycles NAME START_NS END_NS CS_US [THREADS] → ok <cycles> <cpu_ns> <wall_ns> <release_failures>
+    // <acquired_ns releasing_ns thread>...: acquire+release cycles from START until END (a holding at
+    // END is finished; a wait is given up at END) in each of THREADS threads, with a critical
+    // section of CS_US.
+    // Each cycle's triple is (acquire returned, release called, the thread that held).
     std::string cycles(std::istringstream& in) {
         std::string name;
-        int64_t start = 0, end = 0, cs_us = 0;
+        int64_t start = 0, end = 0, cs_us = 0, threads = 1;
         in >> name >> start >> end >> cs_us;
-        std::vector<std::pair<int64_t, int64_t>> events;
-        events.reserve(4096);
+        if (!(in >> threads)) threads = 1;
+        threads = std::max<int64_t>(1, threads);
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> events(static_cast<std::size_t>(threads));
         sleep_until_ns(start);
         const int64_t cpu0 = process_cpu_ns();
         const int64_t wall0 = now_ns();
-        const auto options = dlock::acquire_options().with_wait(dlock::forever);
-        while (now_ns() < end) {
-            dlock::lease lease = client_.acquire(name, options);
-            const int64_t acquired = now_ns();
-            critical_section(cs_us);
-            const int64_t releasing = now_ns();
-            release_counted(lease);
-            events.emplace_back(acquired, releasing);
-        }
+        run_threads(threads, [&](int64_t thread) {
+            auto& mine = events[static_cast<std::size_t>(thread)];
+            mine.reserve(4096);
+            for (int64_t left; (left = end - now_ns()) > 0;) {
+                // A waiter gives up at END: the window closes for every waiter at once, instead of
+                // after one more handoff per waiter (1 000 of them on a slow backend).
+                const auto wait = std::chrono::milliseconds(std::max<int64_t>(1, (left + 999'999) / 1'000'000));
+                std::error_code ec;
+                dlock::lease lease = client_.acquire(name, dlock::acquire_options().with_wait(wait), ec);
+                if (ec == dlock::errc::timeout) break;
+                if (ec) throw std::runtime_error("acquire `" + name + "`: " + ec.message() + ": " + dlock_last_error());
+                const int64_t acquired = now_ns();
+                critical_section(cs_us);
+                const int64_t releasing = now_ns();
+                release_counted(lease);
+                mine.emplace_back(acquired, releasing);
+            }
+        });
         const int64_t wall = now_ns() - wall0;
         const int64_t cpu = process_cpu_ns() - cpu0;
-        std::string out = "ok " + std::to_string(events.size()) + " " + std::to_string(cpu) + " " + std::to_string(wall) + " " +
+        std::size_t n = 0;
+        for (const auto& e : events) n += e.size();
+        std::string out = "ok " + std::to_string(n) + " " + std::to_string(cpu) + " " + std::to_string(wall) + " " +
                           std::to_string(take_release_failures());
-        for (const auto& [a, r] : events) out += " " + std::to_string(a) + " " + std::to_string(r);
+        for (std::size_t t = 0; t < events.size(); ++t)
+            for (const auto& [a, r] : events[t]) out += " " + std::to_string(a) + " " + std::to_string(r) + " " + std::to_string(t);
         return out;
     }
 
-    // count NAME N CS_US → ok <cycles> <cpu_ns> <wall_ns> <release_failures>: exactly N cycles.
+    // count NAME N CS_US [THREADS] → ok <cycles> <cpu_ns> <wall_ns> <release_failures>: exactly N
+    // cycles, split over THREADS threads.
     std::string count(std::istringstream& in) {
         std::string name;
-        int64_t n = 0, cs_us = 0;
+        int64_t n = 0, cs_us = 0, threads = 1;
         in >> name >> n >> cs_us;
+        if (!(in >> threads)) threads = 1;
+        threads = std::max<int64_t>(1, threads);
         const int64_t cpu0 = process_cpu_ns();
         const int64_t wall0 = now_ns();
         const auto options = dlock::acquire_options().with_wait(dlock::forever);
-        for (int64_t i = 0; i < n; ++i) {
-            dlock::lease lease = client_.acquire(name, options);
-            critical_section(cs_us);
-            release_counted(lease);
-        }
+        run_threads(threads, [&](int64_t thread) {
+            const int64_t mine = n / threads + (thread < n % threads ? 1 : 0);
+            for (int64_t i = 0; i < mine; ++i) {
+                dlock::lease lease = client_.acquire(name, options);
+                critical_section(cs_us);
+                release_counted(lease);
+            }
+        });
         return "ok " + std::to_string(n) + " " + std::to_string(process_cpu_ns() - cpu0) + " " + std::to_string(now_ns() - wall0) + " " +
                std::to_string(take_release_failures());
+    }
+
+    // Runs body(0) … body(threads - 1), each in its own thread (body(0) in this one), and waits
+    // for all; the first exception of any thread is rethrown here.
+    template <class F>
+    static void run_threads(int64_t threads, F&& body) {
+        std::mutex failure_mutex;
+        std::exception_ptr failure;
+        auto guarded = [&](int64_t t) {
+            try {
+                body(t);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(failure_mutex);
+                if (!failure) failure = std::current_exception();
+            }
+        };
+        std::vector<std::thread> others;
+        for (int64_t t = 1; t < threads; ++t) others.emplace_back(guarded, t);
+        guarded(0);
+        for (auto& t : others) t.join();
+        if (failure) std::rethrow_exception(failure);
     }
 
     // hold PREFIX N TTL_MS → ok <held> <wall_ns>: acquires N leases PREFIX/0 … PREFIX/N-1 with
@@ -216,7 +260,7 @@ private:
     dlock::client client_;
     std::map<std::string, dlock::lease> named_;
     std::vector<dlock::lease> held_;
-    int64_t release_failures_ = 0;
+    std::atomic<int64_t> release_failures_{0};
 };
 
 }  // namespace

@@ -5,9 +5,13 @@
 //
 //   acquire NAME TTL_MS                 ok <returned_ns> <granted_ttl_ms, -1 without expiry>
 //   release NAME                        ok <called_ns> <returned_ns>
-//   cycles NAME START_NS END_NS CS_US   ok <n> <cpu_ns> <wall_ns> <release_failures> then n pairs
-//                                       <acquired_ns> <releasing_ns>
-//   count NAME N CS_US                  ok <n> <cpu_ns> <wall_ns> <release_failures>
+//   cycles NAME START_NS END_NS CS_US [THREADS]
+//                                       ok <n> <cpu_ns> <wall_ns> <release_failures> then n triples
+//                                       <acquired_ns> <releasing_ns> <thread>
+//   count NAME N CS_US [THREADS]        ok <n> <cpu_ns> <wall_ns> <release_failures>
+// THREADS (default 1) threads of the worker contend for NAME at once on its one client, each an
+// independent waiter (S3 with more waiters than processes); <thread> is 0 … THREADS-1. A `cycles`
+// acquire still waiting at END_NS gives up (no cycle); a holding under way at END_NS is finished.
 // A release whose outcome is not `released` is counted in release_failures (and logged by the
 // worker on its stderr), not an error of the command.
 //   hold PREFIX N TTL_MS                ok <held> <wall_ns>          (auto-renewed leases, kept)

@@ -58,6 +58,7 @@
 #include <thread>
 #include <unistd.h>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dlock::file_backend {
@@ -97,6 +98,7 @@ struct descriptor {
     int fd = -1;
     dev_t device = 0;       // of the open file, to compare with what the path names
     ino_t inode = 0;
+    bool released = false;  // as a hold: unlocked by release, back to the pool at hold_destroy
     ~descriptor() {
         if (fd >= 0) close(fd);
     }
@@ -220,6 +222,10 @@ std::string lock_file_name(std::string_view name) {
 
 using namespace dlock::file_backend;
 
+// The plugin's hold is the locked description itself, taken from and given back to the idle pool:
+// an acquisition of a name this client has locked before allocates nothing.
+struct dlock_hold final : descriptor {};
+
 struct dlock_backend {
     std::string directory;
     int directory_fd = -1;  // O_PATH: lock files are looked up relative to it
@@ -231,14 +237,18 @@ struct dlock_backend {
     dlock_plugin_host host{};
 
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<descriptor*>> idle;  // unlocked descriptions by name
+    // Unlocked descriptions: the one given back last (checked first: a client that locks one name
+    // over and over finds it without hashing the name), then the rest by name. idle_count counts both.
+    dlock_hold* recent = nullptr;
+    std::unordered_map<std::string, std::vector<dlock_hold*>> idle;
     size_t idle_count = 0;
     std::set<pid_t> waiting_threads;
     std::atomic<bool> interrupted{false};
 
     ~dlock_backend() {
         for (auto& entry : idle)
-            for (descriptor* d : entry.second) delete d;
+            for (dlock_hold* d : entry.second) delete d;
+        delete recent;
         if (directory_fd >= 0) close(directory_fd);
     }
 
@@ -246,16 +256,24 @@ struct dlock_backend {
 
     // A description of the lock file of `name`, unlocked: from the idle pool or newly opened.
     // `owner` (unique to the acquisition) names the temporary file when one is created.
-    descriptor* take(const std::string& name, const char* owner) {
+    dlock_hold* take(const std::string& name, const char* owner) {
         {
             std::lock_guard<std::mutex> lock(mutex);
-            // Entries stay when emptied: the next acquisition of the name reuses them without
-            // allocating. At most one entry per name this client has locked.
-            auto it = idle.find(name);
-            if (it != idle.end() && !it->second.empty()) {
-                descriptor* d = it->second.back();
-                it->second.pop_back();
+            dlock_hold* d = nullptr;
+            if (recent && recent->name == name) {
+                d = std::exchange(recent, nullptr);
+            } else {
+                // Entries stay when emptied: the next acquisition of the name reuses them without
+                // allocating. At most one entry per name this client has locked.
+                auto it = idle.find(name);
+                if (it != idle.end() && !it->second.empty()) {
+                    d = it->second.back();
+                    it->second.pop_back();
+                }
+            }
+            if (d) {
                 --idle_count;
+                d->released = false;
                 return d;
             }
         }
@@ -263,8 +281,8 @@ struct dlock_backend {
     }
 
     // Opens the lock file of `name`, creating it complete (header included) if it is missing.
-    descriptor* open_lock_file(const std::string& name, const char* owner) {
-        auto d = std::make_unique<descriptor>();
+    dlock_hold* open_lock_file(const std::string& name, const char* owner) {
+        auto d = std::make_unique<dlock_hold>();
         d->name = name;
         d->file_name = lock_file_name(name);
         const std::string path = path_of(name);
@@ -335,14 +353,15 @@ struct dlock_backend {
     }
 
     // Returns an unlocked description to the pool (or closes it when the pool is full).
-    void give_back(descriptor* d) {
+    void give_back(dlock_hold* d) {
         {
             std::lock_guard<std::mutex> lock(mutex);
             if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
                 for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
             }
             if (idle_count < idle_limit) {
-                idle[d->name].push_back(d);
+                if (recent) idle[recent->name].push_back(recent);
+                recent = d;
                 ++idle_count;
                 return;
             }
@@ -398,11 +417,6 @@ struct dlock_backend {
     }
 };
 
-struct dlock_hold {
-    descriptor* d = nullptr;
-    bool released = false;
-};
-
 namespace {
 
 const dlock_option_desc file_options[] = {
@@ -413,7 +427,7 @@ const dlock_option_desc file_options[] = {
      "Signal used to interrupt a waiting thread at its deadline or when the client closes; 0 = SIGRTMAX-2. "
      "It must have no other handler in the process."},
     {"idle_descriptors", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "256",
-     "How many unlocked lock-file descriptors a client keeps open for reuse (saves an open+mmap per acquire)."},
+     "How many unlocked lock-file descriptors a client keeps open for reuse (saves an open and an fstat per acquire)."},
 };
 
 // Every entry point runs behind the kit's exception firewall.
@@ -518,7 +532,7 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
         const std::string name(request->name);
         struct give_back_unless_kept {
             dlock_backend* backend;
-            descriptor* d;
+            dlock_hold* d;
             ~give_back_unless_kept() {
                 if (d) backend->give_back(d);
             }
@@ -548,12 +562,12 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
                 throw;
             }
             if (current) break;
-            descriptor* stale = guard.d;
+            dlock_hold* stale = guard.d;
             guard.d = nullptr;
             delete stale;  // closing the description drops its lock
             guard.d = backend->open_lock_file(name, request->owner);
         }
-        descriptor* d = guard.d;
+        dlock_hold* d = guard.d;
 
         // Ours now. Everything below happens under the lock; a failure unlocks first.
         uint64_t fence;
@@ -577,10 +591,8 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
             throw;
         }
 
-        auto hold = new dlock_hold;
-        hold->d = d;
         guard.d = nullptr;
-        *out_hold = hold;
+        *out_hold = d;
         out_grant->fencing_token = fence;
         out_grant->valid_until_ns = forever_ns;
         out_grant->ttl_ms = request->ttl_ms;
@@ -591,26 +603,25 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
 int file_release(dlock_backend* backend, dlock_hold* hold, dlock_plugin_error* error) {
     return guarded(error, [&] {
         if (hold->released) return DLOCK_OK;
-        descriptor* d = hold->d;
         // The holder fields are left as they are: they name the last holder, and inspect reports a
         // holder only while the file is locked (one system call less per cycle).
         struct flock unlock {};
         unlock.l_type = F_UNLCK;
         unlock.l_whence = SEEK_SET;
         unlock.l_len = 1;
-        if (fcntl(d->fd, F_OFD_SETLK, &unlock) != 0)
-            fail(DLOCK_UNKNOWN, fmt::format("file backend: unlocking `{}` failed: {}", backend->path_of(d->name), std::strerror(errno)));
-        hold->released = true;
-        hold->d = nullptr;
-        backend->give_back(d);
+        if (fcntl(hold->fd, F_OFD_SETLK, &unlock) != 0)
+            fail(DLOCK_UNKNOWN, fmt::format("file backend: unlocking `{}` failed: {}", backend->path_of(hold->name), std::strerror(errno)));
+        hold->released = true;  // the description goes back to the pool at hold_destroy
         return DLOCK_OK;
     });
 }
 
-void file_hold_destroy(dlock_backend*, dlock_hold* hold) {
-    // A hold destroyed unreleased closes its description, which drops the OFD lock.
-    if (hold && hold->d) delete hold->d;
-    delete hold;
+void file_hold_destroy(dlock_backend* backend, dlock_hold* hold) {
+    if (!hold) return;
+    // A released hold's description is reused; one destroyed unreleased is closed, which drops the
+    // OFD lock.
+    if (hold->released) backend->give_back(hold);
+    else delete hold;
 }
 
 int file_renew(dlock_backend*, dlock_renewal* renewals, size_t count, dlock_plugin_error*) {
