@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""python3-tooz's postgresql:// driver (advisory locks) on the same PostgreSQL dlock is measured on.
+"""python3-tooz's SQL drivers on the same server dlock is measured on: postgresql:// (advisory locks)
+and mysql:// (GET_LOCK, through python3-pymysql); the DSN's scheme picks the driver.
 
 usage: sql_tooz.py DSN CYCLES VARIANT
-  DSN:     postgresql://user@host:port/dbname (the lab's)
-  VARIANT: blocking — tooz's default, acquire() -> pg_advisory_lock;
-           try      — acquire(blocking=False) -> pg_try_advisory_lock, the closest to dlock's try-once.
-tooz has no other knob for this driver (each acquire opens a connection, each release closes it).
+  DSN:     postgresql://user@host:port/dbname or mysql://user:password@host:port/dbname (the lab's)
+  VARIANT: blocking — tooz's default, acquire() -> pg_advisory_lock / GET_LOCK(name, timeout);
+           try      — acquire(blocking=False) -> pg_try_advisory_lock / GET_LOCK(name, 0), the closest
+                      to dlock's try-once.
+tooz has no other knob for these drivers (postgresql: each acquire opens a connection, each release
+closes it; mysql: each lock opens a connection of its own on acquire).
 Prints one JSON object (peer_harness.py): "s1_us", or "s1_error"."""
 import sys
 

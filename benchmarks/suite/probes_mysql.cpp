@@ -123,7 +123,7 @@ std::vector<peer_result> peers_mysql(const target& t, dlock::lab::lab& lab, run_
                                            : "tuned: acquire(blocking=False), GET_LOCK(name, 0)";
         r.version = support::package_version("python3-tooz");
         out.push_back(support::peer_with_dlock_around(r, t.config, cycles, [&] {
-            return support::run_peer_process({support::debian_python(), support::peers_dir() + "/mysql_tooz.py", dsn, std::to_string(cycles), variant},
+            return support::run_peer_process({support::debian_python(), support::peers_dir() + "/sql_tooz.py", dsn, std::to_string(cycles), variant},
                                              t.scratch / "peer-mysql.log", 300s);
         }));
     }

@@ -27,16 +27,7 @@
 _Static_assert(sizeof(dlock_lock_info) == 88, "the frozen v1 dlock_lock_info is 88 bytes");
 _Static_assert(sizeof(dlock_acquire_options) == 56, "the frozen v1 dlock_acquire_options is 56 bytes");
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, dlock_last_error());                                             \
-            ++failures;                                                                     \
-        }                                                                                   \
-    } while (0)
+#include "../c_api/c_check.h"
 
 #define GUARD_BYTES 64
 #define GUARD 0xa5

@@ -6,16 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, dlock_last_error());                                             \
-            ++failures;                                                                     \
-        }                                                                                   \
-    } while (0)
+#include "c_check.h"
 
 int main(void) {
     dlock_backend_catalog *catalog = NULL;
