@@ -68,7 +68,8 @@ std::string yaml_quoted(const std::string& text) {
 // The commands dlock's redis plugin sends (docs/backends/redis.md, "Privileges").
 const std::vector<std::string> redis_dlock_commands = {"+eval",   "+evalsha", "+script|load", "+get",        "+set",
                                                        "+incr",   "+pttl",    "+pexpire",     "+del",        "+publish",
-                                                       "+subscribe", "+unsubscribe", "+time", "+ping"};
+                                                       "+subscribe", "+unsubscribe", "+time", "+zadd",
+                                                       "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+ping"};
 
 // etcd with client-certificate TLS on its client port, and its /health on a plain-HTTP metrics
 // port for the lab's readiness probe (the lab's HTTP client speaks no TLS).
