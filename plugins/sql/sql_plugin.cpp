@@ -209,6 +209,24 @@ struct dlock_backend {
 
 namespace {
 
+// The options both dialects read with the same limits — statement_timeout, peer_timeout and
+// pool_size — into either dialect's settings (`Settings` has statement_timeout_ms, peer_timeout_ms
+// and pool_size); throws failure(DLOCK_CONFIG) naming the first one out of range.
+template <typename Settings>
+void read_limits(const dlock_option_value* values, size_t count, Settings& c) {
+    if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
+    if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
+        fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
+    if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
+    if (const auto* v = find_option(values, count, "pool_size")) {
+        if (v->int_value < 1 || v->int_value > 10000)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
+        c.pool_size = size_t(v->int_value);
+    }
+}
+
 // ---- the MySQL dialect --------------------------------------------------------------------------
 
 // Whether the options select the MySQL dialect: `dialect`, else the DSN's scheme.
@@ -269,17 +287,7 @@ std::unique_ptr<mysql::backend> create_mysql(const dlock_option_value* values, s
     if (c.table.empty() || c.table.size() > 57)
         fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..57 bytes, so that `<table>_schema` fits MySQL's 64 "
                                        "(it is {})", c.table.size()));
-    if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
-    if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
-    if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
-        fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
-    if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
-        fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
-    if (const auto* v = find_option(values, count, "pool_size")) {
-        if (v->int_value < 1 || v->int_value > 10000)
-            fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
-        c.pool_size = size_t(v->int_value);
-    }
+    read_limits(values, count, c);
     return std::make_unique<mysql::backend>(c, host);
 }
 
@@ -405,26 +413,16 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         text("sslrootcert", c.sslrootcert);
         text("sslcert", c.sslcert);
         text("sslkey", c.sslkey);
-        if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
-        if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
         if (const auto* v = find_option(values, count, "handoff_grace")) c.handoff_grace_ms = v->int_value;
         if (c.handoff_grace_ms < 0 || c.handoff_grace_ms > 60'000)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `handoff_grace` is {} ms; use 0..60s", c.handoff_grace_ms));
-        if (const auto* v = find_option(values, count, "pool_size")) {
-            if (v->int_value < 1 || v->int_value > 10000)
-                fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
-            c.pool_size = size_t(v->int_value);
-        }
+        read_limits(values, count, c);
         if (const auto* v = find_option(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
         if (c.schema.empty() || c.schema.size() > 63)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` must be 1..63 bytes (it is {})", c.schema.size()));
         if (c.table.empty() || c.table.size() > 54)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..54 bytes, so that `<table>_advisory` fits "
                                            "PostgreSQL's 63 (it is {})", c.table.size()));
-        if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
-            fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
-        if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
-            fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
         resolve(c);
         const std::string schema_q = quote_identifier(c.schema);
         b->sql.lease_table = schema_q + "." + quote_identifier(c.table);

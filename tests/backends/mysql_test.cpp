@@ -138,6 +138,25 @@ TEST_F(MysqlBackend, BadOptionsAreRejectedPreciselyWithoutLeakingThePassword) {
     }
 }
 
+// statement_timeout, peer_timeout and pool_size have the same limits in both dialects, checked
+// before any connect (so the PostgreSQL DSN below needs no server) with the same words.
+TEST_F(MysqlBackend, SharedLimitsAreRejectedAlikeByBothDialects) {
+    const std::vector<std::pair<std::string, std::string>> limits = {
+        {"  statement_timeout: 720h\n", "`statement_timeout` must be between 1ms and 24 days"},
+        {"  peer_timeout: 2s\n", "`peer_timeout` is 2000 ms; use 3s..1h"},
+        {"  pool_size: 0\n", "`pool_size` 0 is outside 1..10000"},
+        {"  pool_size: 10001\n", "`pool_size` 10001 is outside 1..10000"},
+    };
+    for (const std::string& dsn_text : {dsn(), std::string("postgresql://dlock:lab-secret-7f3a@127.0.0.1:1/postgres")}) {
+        for (const auto& [extra, says] : limits) {
+            const auto o = try_open(yaml(dsn_text, "lease", extra));
+            EXPECT_EQ(o.status, DLOCK_CONFIG) << dsn_text << extra << ": " << o.message;
+            EXPECT_NE(o.message.find(says), std::string::npos) << dsn_text << extra << ": " << o.message;
+            EXPECT_EQ(o.message.find("lab-secret-7f3a"), std::string::npos) << "echoes the password: " << o.message;
+        }
+    }
+}
+
 // ---- logins ------------------------------------------------------------------------------------
 
 TEST_F(MysqlBackend, WrongPasswordIsAPreciseErrorThatNeverEchoesIt) {
