@@ -36,6 +36,7 @@
 //
 // MySQL/MariaDB (a mysql:// or mariadb:// DSN, or `dialect: mysql`): sql_create reads the same
 // options into the dialect's own backend (mysql_backend.hpp) and every entry point forwards to it.
+#include "lease_state.hpp"
 #include "mysql_backend.hpp"
 #include "sql_common.hpp"
 #include "sql_statements.hpp"
@@ -56,7 +57,6 @@ using namespace dlock::sql;
 
 namespace {
 
-using dlock::plugin_kit::drift_ns;
 using dlock::plugin_kit::find_option;
 using dlock::plugin_kit::guarded;
 
@@ -131,19 +131,14 @@ const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "s
 
 }  // namespace
 
-struct dlock_hold {
+// Lease mode: its lease_state (valid_until_ns, release_sent_while_valid).
+struct dlock_hold : lease_state {
     std::string name;
     std::string owner;
     std::string channel;  // lease mode
     int64_t key = 0;      // advisory mode
     void* host_lease = nullptr;
     std::unique_ptr<session> held;  // advisory mode: the session whose lock this is
-    // Lease mode: the end of validity last granted (the host's valid_until), which bounds renewals.
-    int64_t valid_until_ns = 0;
-    // Lease mode: a release whose outcome is unknown was sent while the lease was still valid. If
-    // a retry then finds the row no longer ours, that attempt released it (or the lease ran out
-    // after the holder had finished with it): either way RELEASED, not ALREADY_LOST.
-    bool release_sent_while_valid = false;
     mysql::hold* mysql_hold = nullptr;  // the MySQL dialect's hold (owned; its backend destroys it)
 };
 
@@ -623,9 +618,8 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     h->channel = b->channel_for(h->name);
     auto finish = [&](const attempt& a) {
         grant->fencing_token = a.fence;
-        grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+        grant->valid_until_ns = h->granted(a.sent_ns, req->ttl_ms);
         grant->ttl_ms = req->ttl_ms;
-        h->valid_until_ns = grant->valid_until_ns;
         return DLOCK_OK;
     };
     auto held_message = [&](const attempt& a) {
@@ -729,11 +723,10 @@ int release_lease(dlock_backend* b, dlock_hold* h) {
     const int64_t sent = now_ns();
     try {
         const pqxx::result r = s->run_until(deadline, "release", h->name, h->owner, h->channel);
-        if (!r.empty() || h->release_sent_while_valid) return DLOCK_OK;
-        return DLOCK_LOST;
+        return h->release_answered(!r.empty());
     } catch (const std::exception& e) {
         if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        if (sent < h->valid_until_ns) h->release_sent_while_valid = true;
+        h->release_unanswered(sent);
         const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
         fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
     }
@@ -746,12 +739,8 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
         owners.push_back(renewals[i].hold->owner);
         ttls.push_back(std::to_string(renewals[i].ttl_ms));
     }
-    // Given up at the client-side limit, or when the first lease of the batch runs out if sooner: a
-    // renewal answered after that cannot save it, and the host's keeper, waiting here, must be free
-    // to report it (and every other lease of the client) LOST on time.
-    int64_t deadline = b->statement_deadline();
-    for (size_t i = 0; i < count; ++i)
-        if (renewals[i].hold->valid_until_ns > 0) deadline = std::min(deadline, renewals[i].hold->valid_until_ns);
+    const auto itself = [](dlock_hold* h) { return h; };
+    const int64_t deadline = renewal_deadline(b->statement_deadline(), renewals, count, itself);
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
     pqxx::result r;
@@ -765,12 +754,7 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
     }
     std::set<std::string> extended;
     for (const auto& row : r) extended.insert(row[0].as<std::string>());
-    for (size_t i = 0; i < count; ++i) {
-        const bool ours = extended.count(renewals[i].hold->owner) > 0;
-        renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
-        renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
-        if (ours) renewals[i].hold->valid_until_ns = renewals[i].valid_until_ns;
-    }
+    record_renewals(renewals, 0, count, sent, extended, itself);
     return DLOCK_OK;
 }
 
