@@ -22,8 +22,6 @@ namespace dlock::sql::mysql {
 
 namespace {
 
-using plugin_kit::drift_ns;
-
 constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
 constexpr int schema_version = 1;
 // Lease-mode waiters poll: the first retry after 1 ms, the pause doubling up to this.
@@ -348,9 +346,8 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
         }
         if (r.affected > 0) {
             grant->fencing_token = r.insert_id;
-            grant->valid_until_ns = sent + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+            grant->valid_until_ns = h.granted(sent, req->ttl_ms);
             grant->ttl_ms = req->ttl_ms;
-            h.valid_until_ns = grant->valid_until_ns;
             return DLOCK_OK;
         }
         const int64_t now = now_ns();
@@ -373,11 +370,10 @@ int backend::release_lease(hold* h) {
     const int64_t sent = now_ns();
     try {
         const result r = c->run("release", {h->name, h->owner}, deadline);
-        if (r.affected > 0 || h->release_sent_while_valid) return DLOCK_OK;
-        return DLOCK_LOST;
+        return h->release_answered(r.affected > 0);
     } catch (const error& e) {
         if (e.lost) c->mark_broken();
-        if (sent < h->valid_until_ns) h->release_sent_while_valid = true;
+        h->release_unanswered(sent);
         const failure f = classify(config_, e, fmt::format("the release of `{}`", h->name), true);
         fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
     }
@@ -481,9 +477,7 @@ int backend::release_named(hold* h) {
 
 int backend::renew(dlock_renewal* renewals, size_t count, const std::function<hold*(dlock_hold*)>& of) {
     if (config_.mode == lock_mode::lease) {
-        int64_t deadline = statement_deadline();
-        for (size_t i = 0; i < count; ++i)
-            if (of(renewals[i].hold)->valid_until_ns > 0) deadline = std::min(deadline, of(renewals[i].hold)->valid_until_ns);
+        const int64_t deadline = renewal_deadline(statement_deadline(), renewals, count, of);
         auto c = connections_->borrow(deadline);
         for (size_t from = 0; from < count; from += renew_batch) {
             const size_t to = std::min(count, from + renew_batch);
@@ -519,13 +513,7 @@ int backend::renew(dlock_renewal* renewals, size_t count, const std::function<ho
                 for (size_t j = from; j < count; ++j) renewals[j].status = e.lost ? DLOCK_UNKNOWN : DLOCK_BACKEND;
                 break;
             }
-            for (size_t i = from; i < to; ++i) {
-                hold* h = of(renewals[i].hold);
-                const bool ours = extended.count(h->owner) > 0;
-                renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
-                renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
-                if (ours) h->valid_until_ns = renewals[i].valid_until_ns;
-            }
+            record_renewals(renewals, from, to, sent, extended, of);
         }
         return DLOCK_OK;
     }

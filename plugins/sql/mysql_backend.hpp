@@ -18,6 +18,7 @@
 //   GET_LOCK names are at most 64 characters: see named_lock_key().
 #pragma once
 
+#include "lease_state.hpp"
 #include "mysql_client.hpp"
 #include "mysql_statements.hpp"
 
@@ -40,15 +41,11 @@ namespace dlock::sql::mysql {
 // other (their fence rows stay apart, keyed by the full name).
 std::string named_lock_key(const std::string& name);
 
-// One acquisition held by this client.
-struct hold {
+// One acquisition held by this client (lease mode: its lease_state).
+struct hold : lease_state {
     std::string name, owner, key;
     void* host_lease = nullptr;
     std::unique_ptr<connection> held;  // named mode: the session whose GET_LOCK this is
-    int64_t valid_until_ns = 0;        // lease mode: the end of validity last granted
-    // Lease mode: a release whose outcome is unknown was sent while the lease was still valid; a
-    // retry that finds the row no longer ours reports RELEASED.
-    bool release_sent_while_valid = false;
 };
 
 // Watches the sockets of idle connections that keep named locks (epoll) and reports a connection

@@ -459,77 +459,15 @@ result connection::run(const std::string& statement, const std::vector<param>& p
 
 // ---- pool ---------------------------------------------------------------------------------------
 
-pool::pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements)
-    : settings_(s), statements_(std::move(statements)) {}
-
-pool::~pool() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    idle_.clear();
+std::unique_ptr<connection> connections::connect(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements,
+                                                 deadline_watch& watch, int64_t) {
+    return std::make_unique<connection>(s, statements, &watch, now_ns() + s.client_limit_ms() * 1'000'000);
 }
 
-pool::lease pool::borrow(int64_t deadline_ns, bool cancellable) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        while (!idle_.empty()) {
-            std::unique_ptr<connection> c = std::move(idle_.back());
-            idle_.pop_back();
-            if (c->alive()) return lease(this, std::move(c));
-            --open_;  // ended by the server while idle (restart, KILL, idle limit)
-            c->mark_broken();
-        }
-        if (open_ < settings_.pool_size) break;
-        const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns));
-        if (deadline_ns == INT64_MAX) available_.wait(lock);
-        else if (available_.wait_until(lock, until) == std::cv_status::timeout && open_ >= settings_.pool_size && idle_.empty())
-            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: mysql {}: all {} connections of the pool are busy (pool_size); "
-                                                "raise pool_size or hold fewer named locks at once",
-                                                settings_.server, settings_.pool_size));
-    }
-    if (now_ns() < retry_after_ns_) {
-        if (!last_connect_failure_.message.empty()) throw last_connect_failure_;
-    }
-    ++open_;
-    lock.unlock();
-    try {
-        auto c = std::make_unique<connection>(settings_, statements_, &watch_, now_ns() + settings_.client_limit_ms() * 1'000'000);
-        std::lock_guard<std::mutex> relock(mutex_);
-        backoff_ms_ = 0;
-        return lease(this, std::move(c));
-    } catch (const failure& f) {
-        std::lock_guard<std::mutex> relock(mutex_);
-        --open_;
-        backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
-        retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
-        last_connect_failure_ = f;
-        available_.notify_one();
-        throw;
-    } catch (...) {
-        std::lock_guard<std::mutex> relock(mutex_);
-        --open_;
-        available_.notify_one();
-        throw;
-    }
-}
-
-void pool::give_back(std::unique_ptr<connection> c) {
-    std::unique_ptr<connection> closing;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (c->broken() || idle_.size() >= settings_.pool_size) {
-            --open_;
-            closing = std::move(c);
-        } else {
-            idle_.push_back(std::move(c));
-        }
-    }
-    available_.notify_one();
-}
-
-void pool::interrupt() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    interrupted_ = true;
-    available_.notify_all();
+std::string connections::all_busy(const settings& s) {
+    return fmt::format("sql backend: mysql {}: all {} connections of the pool are busy (pool_size); raise pool_size or "
+                       "hold fewer named locks at once",
+                       s.server, s.pool_size);
 }
 
 }  // namespace dlock::sql::mysql

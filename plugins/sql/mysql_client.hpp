@@ -124,51 +124,19 @@ private:
     bool broken_ = false;
 };
 
-// Connections shared by threads, at most settings.pool_size open (idle, busy, or — named mode —
-// keeping a held lock). An idle connection the server has ended is dropped, not handed out. After a
-// failed connect, new connects wait out a growing backoff (10 ms doubling to 1 s).
-class pool {
-public:
-    pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements);
-    ~pool();
-    deadline_watch& watch() { return watch_; }
-
-    class lease {
-    public:
-        lease() = default;
-        lease(pool* p, std::unique_ptr<connection> c) : pool_(p), connection_(std::move(c)) {}
-        lease(lease&&) = default;
-        lease& operator=(lease&&) = delete;
-        ~lease() {
-            if (connection_) pool_->give_back(std::move(connection_));
-        }
-        connection* operator->() { return connection_.get(); }
-        connection& operator*() { return *connection_; }
-        std::unique_ptr<connection> detach() { return std::move(connection_); }
-
-    private:
-        pool* pool_ = nullptr;
-        std::unique_ptr<connection> connection_;
-    };
-
-    // A usable connection, waiting for a free slot until `deadline_ns` (then DLOCK_UNAVAILABLE), or
-    // the connect's failure. `cancellable`: interrupt() ends the wait with DLOCK_CANCELLED.
-    lease borrow(int64_t deadline_ns, bool cancellable = false);
-    void give_back(std::unique_ptr<connection> c);  // closes it if broken
-    void interrupt();
-
-private:
-    settings settings_;
-    std::vector<std::pair<std::string, std::string>> statements_;
-    deadline_watch watch_;  // outlives the connections it watches
-    std::mutex mutex_;
-    std::condition_variable available_;
-    std::vector<std::unique_ptr<connection>> idle_;
-    size_t open_ = 0;
-    int64_t retry_after_ns_ = 0;
-    int64_t backoff_ms_ = 0;
-    failure last_connect_failure_{DLOCK_UNAVAILABLE, ""};
-    bool interrupted_ = false;
+// MySQL connections in a connection_pool (sql_common.hpp). A new connection must be ready within
+// client_limit_ms(); an idle one the server has ended is dropped, not handed out. During the
+// backoff after a failed connect, a borrow fails with that connect's failure.
+struct connections {
+    using connection = mysql::connection;
+    using config = settings;
+    static std::unique_ptr<connection> connect(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements,
+                                               deadline_watch& watch, int64_t borrow_deadline_ns);
+    static bool alive(connection& c) { return c.alive(); }
+    static bool reusable(connection& c) { return !c.broken(); }
+    static failure backing_off(const failure& last_connect, int64_t) { return last_connect; }
+    static std::string all_busy(const settings& s);
 };
+using pool = connection_pool<connections>;
 
 }  // namespace dlock::sql::mysql

@@ -419,99 +419,31 @@ bool session::alive() {
 
 // ---- pool ---------------------------------------------------------------------------------------
 
-pool::pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements)
-    : settings_(s), statements_(std::move(statements)) {}
-
-pool::lease& pool::lease::operator=(lease&& other) {
-    if (this != &other) {
-        if (pool_ && session_) pool_->give_back(std::move(session_));
-        pool_ = other.pool_;
-        session_ = std::move(other.session_);
-    }
-    return *this;
-}
-
-pool::lease::~lease() {
-    if (pool_ && session_) pool_->give_back(std::move(session_));
-}
-
-pool::lease pool::borrow(int64_t deadline_ns, bool cancellable) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        while (!idle_.empty()) {
-            std::unique_ptr<session> s = std::move(idle_.back());
-            idle_.pop_back();
-            lock.unlock();
-            if (s->alive()) return lease(this, std::move(s));
-            s.reset();  // ended by the server while idle (restart, terminate): replace it
-            lock.lock();
-            --open_;
-        }
-        if (open_ < settings_.pool_size) {
-            const int64_t now = now_ns();
-            if (now < retry_after_ns_)
-                fail(last_connect_status_, fmt::format("{} (next attempt in {} ms)", last_connect_error_,
-                                                       (retry_after_ns_ - now) / 1'000'000 + 1));
-            ++open_;
-            lock.unlock();
-            const int64_t connect_by = deadline_ns == 0 || deadline_ns == INT64_MAX
-                                           ? now + std::max<int64_t>(settings_.client_limit_ms(), 5000) * 1'000'000
-                                           : std::max(deadline_ns, now + 250'000'000);
-            try {
-                auto s = std::make_unique<session>(settings_, statements_, &watch_, connect_by);
-                lock.lock();
-                backoff_ms_ = 0;
-                retry_after_ns_ = 0;
-                lock.unlock();
-                return lease(this, std::move(s));
-            } catch (...) {
-                failure f{DLOCK_INTERNAL, "sql backend: unexpected exception while connecting"};
-                try {
-                    throw;
-                } catch (const failure& thrown) {
-                    f = thrown;  // a server dlock refuses (its version)
-                } catch (const std::exception& e) {
-                    f = classify_connect_error(settings_, e);
-                }
-                lock.lock();
-                --open_;
-                backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
-                retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
-                last_connect_error_ = f.message;
-                last_connect_status_ = f.status;
-                available_.notify_one();
-                throw f;
-            }
-        }
-        const auto full = [&] {
-            return fmt::format("sql backend: all {} connections to postgres {} are in use (each held advisory lease keeps "
-                               "one, each wait uses one); raise `pool_size`", settings_.pool_size, settings_.server);
-        };
-        if (deadline_ns == 0 || now_ns() >= deadline_ns) fail(DLOCK_UNAVAILABLE, full());
-        if (deadline_ns == INT64_MAX) {
-            available_.wait(lock);
-        } else {
-            available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
-        }
+std::unique_ptr<session> postgres_sessions::connect(const settings& s,
+                                                    const std::vector<std::pair<std::string, std::string>>& statements,
+                                                    deadline_watch& watch, int64_t borrow_deadline_ns) {
+    const int64_t now = now_ns();
+    const int64_t connect_by = borrow_deadline_ns == 0 || borrow_deadline_ns == INT64_MAX
+                                   ? now + std::max<int64_t>(s.client_limit_ms(), 5000) * 1'000'000
+                                   : std::max(borrow_deadline_ns, now + 250'000'000);
+    try {
+        return std::make_unique<session>(s, statements, &watch, connect_by);
+    } catch (const failure&) {
+        throw;  // a server dlock refuses (its version)
+    } catch (const std::exception& e) {
+        throw classify_connect_error(s, e);
+    } catch (...) {
+        throw failure{DLOCK_INTERNAL, "sql backend: unexpected exception while connecting"};
     }
 }
 
-void pool::give_back(std::unique_ptr<session> s) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (s->broken() || !s->connection().is_open()) {
-        s.reset();
-        --open_;
-    } else {
-        idle_.push_back(std::move(s));
-    }
-    available_.notify_one();
+failure postgres_sessions::backing_off(const failure& last_connect, int64_t next_attempt_in_ms) {
+    return failure{last_connect.status, fmt::format("{} (next attempt in {} ms)", last_connect.message, next_attempt_in_ms)};
 }
 
-void pool::interrupt() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    interrupted_ = true;
-    available_.notify_all();
+std::string postgres_sessions::all_busy(const settings& s) {
+    return fmt::format("sql backend: all {} connections to postgres {} are in use (each held advisory lease keeps "
+                       "one, each wait uses one); raise `pool_size`", s.pool_size, s.server);
 }
 
 // ---- listener -----------------------------------------------------------------------------------

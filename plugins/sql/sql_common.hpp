@@ -266,60 +266,167 @@ private:
     bool broken_ = false;
 };
 
-// Sessions to the server, shared by threads: at most settings.pool_size open at once (idle, busy, or
-// — advisory mode — keeping a held lock). An idle session is checked (alive()) before it is handed
-// out, so sessions a server restart ended are replaced instead of failing a statement. After a failed
-// connect, new connects wait out a growing backoff (10 ms doubling to 1 s) rather than hammer the server.
-// The pool's deadline_watch bounds every connect and every run_until() of its sessions.
-class pool {
+// Connections to the server, shared by threads — the pool both dialects use: at most
+// pool_size open at once (idle, busy, or — session-lock modes — keeping a held lock). An idle
+// connection is checked (Dialect::alive) before it is handed out, so ones a server restart or kill
+// ended are replaced instead of failing a statement. After a failed connect, new connects wait out a
+// growing backoff (10 ms doubling to 1 s) rather than hammer the server. The pool's deadline_watch
+// bounds every connect and every bounded statement of its connections.
+//
+// `Dialect` supplies the types `connection` and `config` (its settings, with pool_size) and:
+//   static std::unique_ptr<connection> connect(const config&, const statement_list&, deadline_watch&,
+//                                              int64_t borrow_deadline_ns);  // throws failure
+//   static bool alive(connection&);     // an idle connection, without blocking: still usable
+//   static bool reusable(connection&);  // a returned connection may be kept idle
+//   static failure backing_off(const failure& last_connect, int64_t next_attempt_in_ms);
+//   static std::string all_busy(const config&);  // DLOCK_UNAVAILABLE's message; names pool_size
+template <typename Dialect>
+class connection_pool {
 public:
-    pool(const settings& s, std::vector<std::pair<std::string, std::string>> statements);
+    using connection = typename Dialect::connection;
+    using config = typename Dialect::config;
+    using statement_list = std::vector<std::pair<std::string, std::string>>;
+
+    connection_pool(const config& s, statement_list statements) : settings_(s), statements_(std::move(statements)) {}
 
     deadline_watch& watch() { return watch_; }
 
     class lease {
     public:
         lease() = default;
-        lease(pool* p, std::unique_ptr<session> s) : pool_(p), session_(std::move(s)) {}
+        lease(connection_pool* p, std::unique_ptr<connection> c) : pool_(p), connection_(std::move(c)) {}
         lease(lease&&) = default;
-        lease& operator=(lease&& other);
-        ~lease();
-        session* operator->() { return session_.get(); }
-        session& operator*() { return *session_; }
-        explicit operator bool() const { return bool(session_); }
-        // Takes the session out of the lease (advisory holds keep it); give it back with give_back().
-        std::unique_ptr<session> detach() { return std::move(session_); }
+        lease& operator=(lease&& other) {
+            if (this != &other) {
+                if (pool_ && connection_) pool_->give_back(std::move(connection_));
+                pool_ = other.pool_;
+                connection_ = std::move(other.connection_);
+            }
+            return *this;
+        }
+        ~lease() {
+            if (pool_ && connection_) pool_->give_back(std::move(connection_));
+        }
+        connection* operator->() { return connection_.get(); }
+        connection& operator*() { return *connection_; }
+        explicit operator bool() const { return bool(connection_); }
+        // Takes the connection out of the lease (session-lock holds keep it); give it back with give_back().
+        std::unique_ptr<connection> detach() { return std::move(connection_); }
 
     private:
-        pool* pool_ = nullptr;
-        std::unique_ptr<session> session_;
+        connection_pool* pool_ = nullptr;
+        std::unique_ptr<connection> connection_;
     };
 
-    // A usable session, waiting for one to be free until `deadline_ns` (then failure
-    // DLOCK_UNAVAILABLE naming pool_size), or failure(DLOCK_UNAVAILABLE / DLOCK_CONFIG /
-    // DLOCK_BACKEND) when the server cannot be reached, refuses us or is too old. A new connection
-    // must be ready by `deadline_ns` too (at least 250 ms from now); with 0 or INT64_MAX, within the
-    // larger of client_limit_ms() and 5 s (libpq's connect_timeout that dlock sets). A `cancellable` borrow (for acquires) fails with
-    // DLOCK_CANCELLED after interrupt(); releases, which closing the client still makes, are not.
-    lease borrow(int64_t deadline_ns, bool cancellable = false);
-    // Returns a session (closed if broken); frees its slot.
-    void give_back(std::unique_ptr<session> s);
-    void interrupt();
+    // A usable connection, waiting for one to be free until `deadline_ns` (then failure
+    // DLOCK_UNAVAILABLE naming pool_size), or the connect's failure (classified by the dialect).
+    // A `cancellable` borrow (for acquires) fails with DLOCK_CANCELLED after interrupt(); releases,
+    // which closing the client still makes, are not.
+    lease borrow(int64_t deadline_ns, bool cancellable = false) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+            while (!idle_.empty()) {
+                std::unique_ptr<connection> c = std::move(idle_.back());
+                idle_.pop_back();
+                lock.unlock();
+                if (Dialect::alive(*c)) return lease(this, std::move(c));
+                c.reset();  // ended by the server while idle (restart, kill, idle limit): replace it
+                lock.lock();
+                --open_;
+            }
+            if (open_ < settings_.pool_size) {
+                const int64_t now = now_ns();
+                if (now < retry_after_ns_) throw Dialect::backing_off(last_connect_failure_, (retry_after_ns_ - now) / 1'000'000 + 1);
+                ++open_;
+                lock.unlock();
+                return connect(deadline_ns);
+            }
+            if (deadline_ns == 0 || now_ns() >= deadline_ns) fail(DLOCK_UNAVAILABLE, Dialect::all_busy(settings_));
+            if (deadline_ns == INT64_MAX) {
+                available_.wait(lock);
+            } else {
+                available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+            }
+        }
+    }
+
+    // Returns a connection (closed if not reusable); frees its slot.
+    void give_back(std::unique_ptr<connection> c) {
+        std::unique_ptr<connection> closing;  // closed outside the lock
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!Dialect::reusable(*c) || idle_.size() >= settings_.pool_size) {
+                --open_;
+                closing = std::move(c);
+            } else {
+                idle_.push_back(std::move(c));
+            }
+        }
+        available_.notify_one();
+    }
+
+    void interrupt() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        interrupted_ = true;
+        available_.notify_all();
+    }
 
 private:
-    settings settings_;
-    std::vector<std::pair<std::string, std::string>> statements_;
-    deadline_watch watch_;  // declared before the sessions it watches, so it outlives them
+    // Opens a connection in the slot the caller counted in open_.
+    lease connect(int64_t borrow_deadline_ns) {
+        try {
+            auto c = Dialect::connect(settings_, statements_, watch_, borrow_deadline_ns);
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                backoff_ms_ = 0;
+                retry_after_ns_ = 0;
+            }
+            return lease(this, std::move(c));
+        } catch (const failure& f) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            --open_;
+            backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
+            retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
+            last_connect_failure_ = f;
+            available_.notify_one();
+            throw;
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            --open_;
+            available_.notify_one();
+            throw;
+        }
+    }
+
+    config settings_;
+    statement_list statements_;
+    deadline_watch watch_;  // declared before the connections it watches, so it outlives them
     std::mutex mutex_;
     std::condition_variable available_;
-    std::vector<std::unique_ptr<session>> idle_;
+    std::vector<std::unique_ptr<connection>> idle_;
     size_t open_ = 0;
     int64_t retry_after_ns_ = 0;
     int64_t backoff_ms_ = 0;
-    std::string last_connect_error_;
-    int last_connect_status_ = DLOCK_UNAVAILABLE;
+    failure last_connect_failure_{DLOCK_UNAVAILABLE, ""};
     bool interrupted_ = false;
 };
+
+// PostgreSQL sessions in a connection_pool. A new session must be ready by the borrow's deadline
+// (at least 250 ms from now); with 0 or INT64_MAX, within the larger of client_limit_ms() and 5 s
+// (libpq's connect_timeout that dlock sets). Its failures: DLOCK_UNAVAILABLE / DLOCK_CONFIG /
+// DLOCK_BACKEND when the server cannot be reached, refuses us or is too old.
+struct postgres_sessions {
+    using connection = session;
+    using config = settings;
+    static std::unique_ptr<session> connect(const settings& s, const std::vector<std::pair<std::string, std::string>>& statements,
+                                            deadline_watch& watch, int64_t borrow_deadline_ns);
+    static bool alive(session& s) { return s.alive(); }
+    static bool reusable(session& s) { return !s.broken() && s.connection().is_open(); }
+    static failure backing_off(const failure& last_connect, int64_t next_attempt_in_ms);
+    static std::string all_busy(const settings& s);
+};
+using pool = connection_pool<postgres_sessions>;
 
 // The dedicated LISTEN connection of a client (lease mode), shared by all its waiters: the transport
 // of a plugin_kit::waker (whose waiters' side it offers: watch, wait_listening, generation,

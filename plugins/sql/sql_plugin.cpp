@@ -36,6 +36,7 @@
 //
 // MySQL/MariaDB (a mysql:// or mariadb:// DSN, or `dialect: mysql`): sql_create reads the same
 // options into the dialect's own backend (mysql_backend.hpp) and every entry point forwards to it.
+#include "lease_state.hpp"
 #include "mysql_backend.hpp"
 #include "sql_common.hpp"
 #include "sql_statements.hpp"
@@ -56,7 +57,6 @@ using namespace dlock::sql;
 
 namespace {
 
-using dlock::plugin_kit::drift_ns;
 using dlock::plugin_kit::find_option;
 using dlock::plugin_kit::guarded;
 
@@ -131,19 +131,14 @@ const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "s
 
 }  // namespace
 
-struct dlock_hold {
+// Lease mode: its lease_state (valid_until_ns, release_sent_while_valid).
+struct dlock_hold : lease_state {
     std::string name;
     std::string owner;
     std::string channel;  // lease mode
     int64_t key = 0;      // advisory mode
     void* host_lease = nullptr;
     std::unique_ptr<session> held;  // advisory mode: the session whose lock this is
-    // Lease mode: the end of validity last granted (the host's valid_until), which bounds renewals.
-    int64_t valid_until_ns = 0;
-    // Lease mode: a release whose outcome is unknown was sent while the lease was still valid. If
-    // a retry then finds the row no longer ours, that attempt released it (or the lease ran out
-    // after the holder had finished with it): either way RELEASED, not ALREADY_LOST.
-    bool release_sent_while_valid = false;
     mysql::hold* mysql_hold = nullptr;  // the MySQL dialect's hold (owned; its backend destroys it)
 };
 
@@ -209,6 +204,24 @@ struct dlock_backend {
 
 namespace {
 
+// The options both dialects read with the same limits — statement_timeout, peer_timeout and
+// pool_size — into either dialect's settings (`Settings` has statement_timeout_ms, peer_timeout_ms
+// and pool_size); throws failure(DLOCK_CONFIG) naming the first one out of range.
+template <typename Settings>
+void read_limits(const dlock_option_value* values, size_t count, Settings& c) {
+    if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
+    if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
+    if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
+        fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
+    if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
+        fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
+    if (const auto* v = find_option(values, count, "pool_size")) {
+        if (v->int_value < 1 || v->int_value > 10000)
+            fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
+        c.pool_size = size_t(v->int_value);
+    }
+}
+
 // ---- the MySQL dialect --------------------------------------------------------------------------
 
 // Whether the options select the MySQL dialect: `dialect`, else the DSN's scheme.
@@ -269,17 +282,7 @@ std::unique_ptr<mysql::backend> create_mysql(const dlock_option_value* values, s
     if (c.table.empty() || c.table.size() > 57)
         fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..57 bytes, so that `<table>_schema` fits MySQL's 64 "
                                        "(it is {})", c.table.size()));
-    if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
-    if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
-    if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
-        fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
-    if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
-        fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
-    if (const auto* v = find_option(values, count, "pool_size")) {
-        if (v->int_value < 1 || v->int_value > 10000)
-            fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
-        c.pool_size = size_t(v->int_value);
-    }
+    read_limits(values, count, c);
     return std::make_unique<mysql::backend>(c, host);
 }
 
@@ -405,26 +408,16 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         text("sslrootcert", c.sslrootcert);
         text("sslcert", c.sslcert);
         text("sslkey", c.sslkey);
-        if (const auto* v = find_option(values, count, "statement_timeout")) c.statement_timeout_ms = v->int_value;
-        if (const auto* v = find_option(values, count, "peer_timeout")) c.peer_timeout_ms = v->int_value;
         if (const auto* v = find_option(values, count, "handoff_grace")) c.handoff_grace_ms = v->int_value;
         if (c.handoff_grace_ms < 0 || c.handoff_grace_ms > 60'000)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `handoff_grace` is {} ms; use 0..60s", c.handoff_grace_ms));
-        if (const auto* v = find_option(values, count, "pool_size")) {
-            if (v->int_value < 1 || v->int_value > 10000)
-                fail(DLOCK_CONFIG, fmt::format("sql backend: `pool_size` {} is outside 1..10000", v->int_value));
-            c.pool_size = size_t(v->int_value);
-        }
+        read_limits(values, count, c);
         if (const auto* v = find_option(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
         if (c.schema.empty() || c.schema.size() > 63)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` must be 1..63 bytes (it is {})", c.schema.size()));
         if (c.table.empty() || c.table.size() > 54)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `table` must be 1..54 bytes, so that `<table>_advisory` fits "
                                            "PostgreSQL's 63 (it is {})", c.table.size()));
-        if (c.statement_timeout_ms < 1 || c.statement_timeout_ms > INT_MAX)
-            fail(DLOCK_CONFIG, "sql backend: `statement_timeout` must be between 1ms and 24 days");
-        if (c.peer_timeout_ms < 3000 || c.peer_timeout_ms > 3600 * 1000)
-            fail(DLOCK_CONFIG, fmt::format("sql backend: `peer_timeout` is {} ms; use 3s..1h", c.peer_timeout_ms));
         resolve(c);
         const std::string schema_q = quote_identifier(c.schema);
         b->sql.lease_table = schema_q + "." + quote_identifier(c.table);
@@ -625,9 +618,8 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     h->channel = b->channel_for(h->name);
     auto finish = [&](const attempt& a) {
         grant->fencing_token = a.fence;
-        grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+        grant->valid_until_ns = h->granted(a.sent_ns, req->ttl_ms);
         grant->ttl_ms = req->ttl_ms;
-        h->valid_until_ns = grant->valid_until_ns;
         return DLOCK_OK;
     };
     auto held_message = [&](const attempt& a) {
@@ -731,11 +723,10 @@ int release_lease(dlock_backend* b, dlock_hold* h) {
     const int64_t sent = now_ns();
     try {
         const pqxx::result r = s->run_until(deadline, "release", h->name, h->owner, h->channel);
-        if (!r.empty() || h->release_sent_while_valid) return DLOCK_OK;
-        return DLOCK_LOST;
+        return h->release_answered(!r.empty());
     } catch (const std::exception& e) {
         if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        if (sent < h->valid_until_ns) h->release_sent_while_valid = true;
+        h->release_unanswered(sent);
         const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
         fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
     }
@@ -748,12 +739,8 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
         owners.push_back(renewals[i].hold->owner);
         ttls.push_back(std::to_string(renewals[i].ttl_ms));
     }
-    // Given up at the client-side limit, or when the first lease of the batch runs out if sooner: a
-    // renewal answered after that cannot save it, and the host's keeper, waiting here, must be free
-    // to report it (and every other lease of the client) LOST on time.
-    int64_t deadline = b->statement_deadline();
-    for (size_t i = 0; i < count; ++i)
-        if (renewals[i].hold->valid_until_ns > 0) deadline = std::min(deadline, renewals[i].hold->valid_until_ns);
+    const auto itself = [](dlock_hold* h) { return h; };
+    const int64_t deadline = renewal_deadline(b->statement_deadline(), renewals, count, itself);
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
     pqxx::result r;
@@ -767,12 +754,7 @@ int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
     }
     std::set<std::string> extended;
     for (const auto& row : r) extended.insert(row[0].as<std::string>());
-    for (size_t i = 0; i < count; ++i) {
-        const bool ours = extended.count(renewals[i].hold->owner) > 0;
-        renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
-        renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
-        if (ours) renewals[i].hold->valid_until_ns = renewals[i].valid_until_ns;
-    }
+    record_renewals(renewals, 0, count, sent, extended, itself);
     return DLOCK_OK;
 }
 

@@ -138,6 +138,40 @@ TEST_F(MysqlBackend, BadOptionsAreRejectedPreciselyWithoutLeakingThePassword) {
     }
 }
 
+// statement_timeout, peer_timeout and pool_size have the same limits in both dialects, checked
+// before any connect (so the PostgreSQL DSN below needs no server) with the same words.
+TEST_F(MysqlBackend, SharedLimitsAreRejectedAlikeByBothDialects) {
+    const std::vector<std::pair<std::string, std::string>> limits = {
+        {"  statement_timeout: 720h\n", "`statement_timeout` must be between 1ms and 24 days"},
+        {"  peer_timeout: 2s\n", "`peer_timeout` is 2000 ms; use 3s..1h"},
+        {"  pool_size: 0\n", "`pool_size` 0 is outside 1..10000"},
+        {"  pool_size: 10001\n", "`pool_size` 10001 is outside 1..10000"},
+    };
+    for (const std::string& dsn_text : {dsn(), std::string("postgresql://dlock:lab-secret-7f3a@127.0.0.1:1/postgres")}) {
+        for (const auto& [extra, says] : limits) {
+            const auto o = try_open(yaml(dsn_text, "lease", extra));
+            EXPECT_EQ(o.status, DLOCK_CONFIG) << dsn_text << extra << ": " << o.message;
+            EXPECT_NE(o.message.find(says), std::string::npos) << dsn_text << extra << ": " << o.message;
+            EXPECT_EQ(o.message.find("lab-secret-7f3a"), std::string::npos) << "echoes the password: " << o.message;
+        }
+    }
+}
+
+// pool_size bounds the connections a client opens: with the only one kept by a held named lock, an
+// acquire of another name fails as UNAVAILABLE naming pool_size (not as a timeout: nobody holds
+// that name), once its wait is over; the release gives the slot back.
+TEST_F(MysqlBackend, FullPoolIsUnavailableNamingPoolSize) {
+    auto client = open("named", "  pool_size: 1\n");
+    auto held = client.acquire("pool/one", dlock::acquire_options().with_wait(0ms));
+    std::error_code ec;
+    client.acquire("pool/two", dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::unavailable) << dlock_last_error();
+    EXPECT_NE(std::string(dlock_last_error()).find("pool_size"), std::string::npos) << dlock_last_error();
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    auto second = client.acquire("pool/two", dlock::acquire_options().with_wait(5s));
+    EXPECT_GT(second.fencing_token(), 0u);
+}
+
 // ---- logins ------------------------------------------------------------------------------------
 
 TEST_F(MysqlBackend, WrongPasswordIsAPreciseErrorThatNeverEchoesIt) {

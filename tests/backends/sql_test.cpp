@@ -945,6 +945,21 @@ TEST_F(SqlFaults, ClosedClientLeavesNoServerSession) {
     }
 }
 
+// pool_size bounds the sessions a client opens: with the only one kept by a held advisory lease, an
+// acquire of another name fails as UNAVAILABLE naming pool_size (not as a timeout: nobody holds
+// that name), once its wait is over; the release gives the slot back.
+TEST_F(SqlFaults, FullPoolIsUnavailableNamingPoolSize) {
+    auto client = open("advisory", "  pool_size: 1\n");
+    auto held = client.acquire("pool/one", dlock::acquire_options().with_wait(0ms));
+    std::error_code ec;
+    client.acquire("pool/two", dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::unavailable) << dlock_last_error();
+    EXPECT_NE(std::string(dlock_last_error()).find("pool_size"), std::string::npos) << dlock_last_error();
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    auto second = client.acquire("pool/two", dlock::acquire_options().with_wait(5s));
+    EXPECT_GT(second.fencing_token(), 0u);
+}
+
 // Renewal: every lease of a client extended by one statement per keeper round.
 TEST_F(SqlFaults, ManyLeasesAreRenewedTogether) {
     auto client = open("lease");
