@@ -34,8 +34,9 @@ if [ "$quick" = 0 ]; then
   # The fault suite ran in the release run above: its verdicts depend on timing (pauses past a
   # ttl, elections), which an instrumented build stretches; the code paths it drives are the ones
   # the conformance and backend tests cover here.
+  # tests/sanitizers/lsan.supp: leaks inside third-party libraries only, each with its reason.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build/asan -j2 -LE faults
+    LSAN_OPTIONS=suppressions="$PWD/tests/sanitizers/lsan.supp" run_ctest build/asan -j2 -LE faults
 
   echo "== build and test: TSan (core)"
   scripts/build.sh tsan
