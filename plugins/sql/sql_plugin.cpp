@@ -548,6 +548,29 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
 
 std::string lock_timeout_for(int64_t deadline_ns);
 
+// A session blocked in a server-side wait (the turnstile, an advisory lock), registered for the time
+// of the wait so that interrupt() can shut it down. Refuses to register once the client is closing.
+class waiting_session {
+public:
+    waiting_session(dlock_backend* b, session* s) : b_(b), s_(s) {
+        std::lock_guard<std::mutex> lock(b_->waiting_mutex);
+        if (b_->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        b_->waiting.push_back(s_);
+    }
+    ~waiting_session() {
+        std::lock_guard<std::mutex> lock(b_->waiting_mutex);
+        auto it = std::find(b_->waiting.begin(), b_->waiting.end(), s_);
+        *it = b_->waiting.back();
+        b_->waiting.pop_back();
+    }
+    waiting_session(const waiting_session&) = delete;
+    waiting_session& operator=(const waiting_session&) = delete;
+
+private:
+    dlock_backend* b_;
+    session* s_;
+};
+
 // A fair waiter's place in the name's turnstile (statement `turnstile_enter`): a session advisory
 // lock on its own pooled session, held from admission until the waiter holds the lock or gives up.
 // While it waits for admission, closing the client shuts the session's socket down (as for an
@@ -559,21 +582,7 @@ public:
     // deadline passed in the queue, DLOCK_CANCELLED when the client closes, else the classified error.
     turnstile(dlock_backend* b, const dlock_acquire_request* req) : b_(b), key_(b->turnstile_key_for(req->name)) {
         session_ = b->sessions->borrow(req->deadline_ns, true);
-        {
-            std::lock_guard<std::mutex> lock(b->waiting_mutex);
-            if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-            b->waiting.push_back(&*session_);
-        }
-        struct unregister {
-            dlock_backend* b;
-            session* s;
-            ~unregister() {
-                std::lock_guard<std::mutex> lock(b->waiting_mutex);
-                auto it = std::find(b->waiting.begin(), b->waiting.end(), s);
-                *it = b->waiting.back();
-                b->waiting.pop_back();
-            }
-        } registered{b, &*session_};
+        const waiting_session registered(b, &*session_);
         // Bounded by lock_timeout on the server, and given up a client-side limit later.
         const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
         const int64_t deadline = req->deadline_ns == forever_ns ? forever_ns : std::max(req->deadline_ns, now_ns()) + limit_ns;
@@ -784,21 +793,7 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
                           dlock_grant* grant, bool& unanswered) {
     const bool wait = req->deadline_ns != 0;
     auto s = b->sessions->borrow(req->deadline_ns, true);
-    {
-        std::lock_guard<std::mutex> lock(b->waiting_mutex);
-        if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        b->waiting.push_back(&*s);
-    }
-    struct unregister {
-        dlock_backend* b;
-        session* s;
-        ~unregister() {
-            std::lock_guard<std::mutex> lock(b->waiting_mutex);
-            auto it = std::find(b->waiting.begin(), b->waiting.end(), s);
-            *it = b->waiting.back();
-            b->waiting.pop_back();
-        }
-    } registered{b, &*s};
+    const waiting_session registered(b, &*s);
     // A wait is bounded by lock_timeout on the server; the client gives it up a client-side limit
     // later (a wait without a deadline cannot tell a long queue from a partition: only closing the
     // client ends it).
