@@ -32,7 +32,7 @@ const std::string this_dlock = DLOCK_VERSION_STRING;
 // The smallest table each plugin ABI version may have, by version (index 0 unused). A plugin built
 // against a newer header of the same version has a longer table; the host reads only the entries
 // of the version negotiated.
-constexpr size_t required_table_size[] = {0, DLOCK_PLUGIN_V1_SIZE};
+constexpr size_t required_table_size[] = {0, DLOCK_PLUGIN_V1_SIZE, DLOCK_PLUGIN_V2_SIZE};
 static_assert(sizeof required_table_size / sizeof required_table_size[0] == DLOCK_PLUGIN_ABI_VERSION + 1,
               "every plugin ABI version needs its required table size");
 

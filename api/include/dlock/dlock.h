@@ -105,6 +105,10 @@ DLOCK_API const char *dlock_last_error(void);
 #define DLOCK_CAP_SESSION_BOUND ((uint64_t)1 << 4) /* locks are released when the holder dies */
 #define DLOCK_CAP_QUORUM ((uint64_t)1 << 5)        /* survives the loss of a minority of servers */
 #define DLOCK_CAP_REENTRANT ((uint64_t)1 << 6)     /* acquire with reentrant=1 counts holds per name */
+#define DLOCK_CAP_SEMAPHORE ((uint64_t)1 << 7)     /* acquire with permits=N takes one of N permits */
+#define DLOCK_CAP_SHARED ((uint64_t)1 << 8)        /* acquire with shared=1 holds a lock shared */
+#define DLOCK_CAP_LIST ((uint64_t)1 << 9)          /* dlock_list enumerates the held locks */
+#define DLOCK_CAP_BREAK ((uint64_t)1 << 10)        /* dlock_break force-releases a lock, fenced */
 
 /* ---- clients -------------------------------------------------------------------------------- */
 
@@ -185,17 +189,28 @@ typedef struct dlock_acquire_options {
     void *on_lost_user_data;
     /* -- version 2 -- */
     dlock_cancel_token *cancel;  /* NULL, or a token whose cancel ends this wait with DLOCK_CANCELLED */
+    /* -- version 3 -- */
+    uint32_t permits;      /* 0 = `name` is a lock; N >= 1 = take one of the N permits of the
+                              semaphore `name` (needs DLOCK_CAP_SEMAPHORE). A semaphore and a lock
+                              of the same name are different objects. Every client of one
+                              semaphore must give the same N: where the backend stores the limit,
+                              a different N is refused with DLOCK_INVALID_ARGUMENT naming both. */
+    int shared;            /* 0 = hold the lock exclusively; 1 = hold it shared: any number of
+                              shared holders at once, or one exclusive holder (needs
+                              DLOCK_CAP_SHARED); DLOCK_DEFAULT = 0. Not with permits != 0. */
 } dlock_acquire_options;
 
 #define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
     { sizeof(dlock_acquire_options), DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT, DLOCK_DEFAULT,   \
-      DLOCK_DEFAULT, NULL, NULL, NULL }
+      DLOCK_DEFAULT, NULL, NULL, NULL, 0, 0 }
 
 /* The size of dlock_acquire_options in each version: version 1 up to on_lost_user_data. Any
    struct_size is accepted: fields it does not cover take their defaults (cancel: NULL). */
 #define DLOCK_ACQUIRE_OPTIONS_V1_SIZE (offsetof(dlock_acquire_options, on_lost_user_data) + sizeof(void *))
 /* Version 2 (up to cancel). */
 #define DLOCK_ACQUIRE_OPTIONS_V2_SIZE (offsetof(dlock_acquire_options, cancel) + sizeof(void *))
+/* Version 3 (up to shared; permits 0 and shared 0 when not covered). */
+#define DLOCK_ACQUIRE_OPTIONS_V3_SIZE (offsetof(dlock_acquire_options, shared) + sizeof(int))
 
 /* Acquires the lock `name` (1..1024 bytes of valid UTF-8, no NUL; every other byte sequence is a
  * distinct name, `/` and `..` included). `options` may be NULL (all defaults).
@@ -289,6 +304,55 @@ typedef struct dlock_lock_info {
    DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE, DLOCK_BACKEND or DLOCK_PERMISSION. */
 DLOCK_API int dlock_inspect(dlock_client *client, const char *name, dlock_lock_info *out_info);
 
+/* How a holder holds what it holds. */
+typedef enum dlock_hold_kind {
+    DLOCK_HOLD_EXCLUSIVE = 0, /* a lock, held exclusively */
+    DLOCK_HOLD_SHARED = 1,    /* a lock, held shared */
+    DLOCK_HOLD_PERMIT = 2     /* one permit of a semaphore */
+} dlock_hold_kind;
+
+/* One current holder, as dlock_holders and dlock_list report it. Appended to like every struct
+   with a struct_size; a visitor reads only the fields struct_size covers. */
+typedef struct dlock_holder_info {
+    uint32_t struct_size;    /* sizeof(dlock_holder_info) of the side that filled it */
+    const char *name;        /* the lock's or semaphore's name; valid during the visit only */
+    uint32_t kind;           /* dlock_hold_kind */
+    uint32_t permits;        /* PERMIT: the semaphore's limit as the backend stores it (0 unknown) */
+    char holder[64];         /* the holder's owner token (hex) if known, else "" */
+    uint64_t fencing_token;  /* this holder's fencing token; 0 if none/unknown */
+    int64_t ttl_left_ms;     /* time until this holder's lease expires; -1 if no ttl or unknown */
+} dlock_holder_info;
+
+#define DLOCK_HOLDER_INFO_V1_SIZE (offsetof(dlock_holder_info, ttl_left_ms) + sizeof(int64_t))
+
+/* Called once per holder. Return 0 to go on, anything else to stop the enumeration (the call that
+   enumerates then returns DLOCK_OK). Must not call into the same client. */
+typedef int (*dlock_holder_visitor)(const dlock_holder_info *info, void *user_data);
+
+/* Reports every current holder of the lock `name` (exclusive or shared holders), or with
+   semaphore = 1 every permit holder of the semaphore `name`; none when it is free. Returns
+   DLOCK_OK, DLOCK_INVALID_ARGUMENT, DLOCK_NOT_SUPPORTED, DLOCK_UNAVAILABLE, DLOCK_BACKEND or
+   DLOCK_PERMISSION. */
+DLOCK_API int dlock_holders(dlock_client *client, const char *name, int semaphore, dlock_holder_visitor visit,
+                            void *user_data);
+
+/* ---- administration ------------------------------------------------------------------------- */
+
+/* Reports every holder of every lock and semaphore whose name starts with `prefix` ("" or NULL:
+   all of this client's keyspace), in no particular order; needs DLOCK_CAP_LIST. A snapshot read
+   once: holders that come and go during the call may or may not appear. Returns as dlock_holders. */
+DLOCK_API int dlock_list(dlock_client *client, const char *prefix, dlock_holder_visitor visit, void *user_data);
+
+/* An administrator's forced release of every holder of the lock `name` (semaphore = 0) or of every
+   permit of the semaphore `name` (semaphore = 1), whoever holds them; needs DLOCK_CAP_BREAK. The
+   broken holders' leases become LOST (at their next renewal at the latest) and the next holder's
+   fencing token is higher than any broken one's, so resources that check tokens refuse the broken
+   holders' writes. *out_broken (may be NULL) receives how many holds were removed (0: it was
+   free). Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT, DLOCK_NOT_SUPPORTED, DLOCK_PERMISSION (this
+   identity may not remove other holders' locks), DLOCK_UNAVAILABLE, DLOCK_UNKNOWN or
+   DLOCK_BACKEND. */
+DLOCK_API int dlock_break(dlock_client *client, const char *name, int semaphore, size_t *out_broken);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -315,6 +379,10 @@ DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V1_SIZE == 56, "acquire options v1 lay
 /* dlock_acquire_options, version 2 */
 DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, cancel) == 56, "acquire options v2 layout changed");
 DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V2_SIZE == 64, "acquire options v2 layout changed");
+/* dlock_acquire_options, version 3 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, permits) == 64, "acquire options v3 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_options, shared) == 68, "acquire options v3 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_OPTIONS_V3_SIZE == 72, "acquire options v3 layout changed");
 /* dlock_lock_info, version 1 */
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, struct_size) == 0, "lock info v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, held) == 4, "lock info v1 layout changed");
@@ -322,6 +390,15 @@ DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, holder) == 8, "lock info v1 layout
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, fencing_token) == 72, "lock info v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_lock_info, ttl_left_ms) == 80, "lock info v1 layout changed");
 DLOCK_STATIC_ASSERT(DLOCK_LOCK_INFO_V1_SIZE == 88, "lock info v1 layout changed");
+/* dlock_holder_info, version 1 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, struct_size) == 0, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, name) == 8, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, kind) == 16, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, permits) == 20, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, holder) == 24, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, fencing_token) == 88, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_holder_info, ttl_left_ms) == 96, "holder info v1 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_HOLDER_INFO_V1_SIZE == 104, "holder info v1 layout changed");
 #endif
 
 #endif /* DLOCK_DLOCK_H */

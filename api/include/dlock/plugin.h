@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* The newest plugin ABI version this header describes. */
-#define DLOCK_PLUGIN_ABI_VERSION 1u
+#define DLOCK_PLUGIN_ABI_VERSION 2u
 
 /* True if the struct at `ptr` (which starts with uint32_t struct_size) is long enough to hold
    `field` of `type`: a field appended after the version the other side was built with is read or
@@ -139,9 +139,14 @@ typedef struct dlock_acquire_request {
     int64_t deadline_ns; /* 0: try once; INT64_MAX: no deadline; else CLOCK_MONOTONIC */
     int fair;            /* 1: FIFO if the backend can */
     void *host_lease;    /* cookie for dlock_plugin_host.hold_state_changed */
+    /* -- version 2 (handed only to a table of version >= 2) -- */
+    uint32_t kind;       /* dlock_hold_kind: EXCLUSIVE (the default), SHARED (only when the backend
+                            reports DLOCK_CAP_SHARED) or PERMIT (only with DLOCK_CAP_SEMAPHORE) */
+    uint32_t permits;    /* PERMIT: the semaphore's limit N >= 1; otherwise 0 */
 } dlock_acquire_request;
 
 #define DLOCK_ACQUIRE_REQUEST_V1_SIZE (offsetof(dlock_acquire_request, host_lease) + sizeof(void *))
+#define DLOCK_ACQUIRE_REQUEST_V2_SIZE (offsetof(dlock_acquire_request, permits) + sizeof(uint32_t))
 
 typedef struct dlock_grant {
     uint32_t struct_size;
@@ -201,12 +206,36 @@ typedef struct dlock_plugin {
     /* Reads the state of a lock without taking it. May be NULL (DLOCK_NOT_SUPPORTED). */
     int (*inspect)(dlock_backend *backend, const char *name, dlock_lock_info *out_info,
                    dlock_plugin_error *error);
-    /* -- version 2 appends here -- */
+
+    /* -- version 2 --
+       A version 2 table may report DLOCK_CAP_SEMAPHORE, DLOCK_CAP_SHARED, DLOCK_CAP_LIST and
+       DLOCK_CAP_BREAK (the host ignores those bits in a version 1 table), reads
+       dlock_acquire_request.kind and .permits, and acquires, renews and releases a permit or a
+       shared hold through the version 1 entries like any other hold. Each entry below may be NULL
+       (the host answers DLOCK_NOT_SUPPORTED); one that is set must be matched by its capability
+       bit. Each fills dlock_holder_info completely (struct_size = sizeof on its side) and calls
+       `visit` from the calling thread only, stopping when it returns non-zero. */
+
+    /* Visits every current holder of the lock `name` (semaphore = 0: exclusive and shared holders)
+       or of the semaphore `name` (semaphore = 1). Returns DLOCK_OK, DLOCK_UNAVAILABLE,
+       DLOCK_BACKEND, DLOCK_PERMISSION. */
+    int (*holders)(dlock_backend *backend, const char *name, int semaphore, dlock_holder_visitor visit,
+                   void *user_data, dlock_plugin_error *error);
+    /* Visits every holder of every lock and semaphore whose name starts with `prefix` (may be "").
+       Returns as holders. Names the backend cannot map back to a dlock name are skipped. */
+    int (*list)(dlock_backend *backend, const char *prefix, dlock_holder_visitor visit, void *user_data,
+                dlock_plugin_error *error);
+    /* Removes every holder of the lock or semaphore `name`, fenced: the next grant's fencing token
+       is above every removed holder's. Writes the number removed. Returns DLOCK_OK,
+       DLOCK_PERMISSION, DLOCK_UNAVAILABLE, DLOCK_UNKNOWN, DLOCK_BACKEND. */
+    int (*break_lock)(dlock_backend *backend, const char *name, int semaphore, size_t *out_broken,
+                      dlock_plugin_error *error);
 } dlock_plugin;
 
 /* The table size each ABI version requires: a table of version N is accepted if its struct_size
    is at least DLOCK_PLUGIN_V<N>_SIZE (a plugin built against a newer header is longer). */
 #define DLOCK_PLUGIN_V1_SIZE (offsetof(dlock_plugin, inspect) + sizeof(void (*)(void)))
+#define DLOCK_PLUGIN_V2_SIZE (offsetof(dlock_plugin, break_lock) + sizeof(void (*)(void)))
 
 /* The exported negotiation entry point, implemented by each plugin:
  *   host_max_version: the newest ABI version the host understands (>= 1).
@@ -250,6 +279,11 @@ DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, hold_destroy) == 88, "plugin ABI v1 l
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, renew) == 96, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, inspect) == 104, "plugin ABI v1 layout changed");
 DLOCK_STATIC_ASSERT(DLOCK_PLUGIN_V1_SIZE == 112, "plugin ABI v1 layout changed");
+/* dlock_plugin, version 2 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, holders) == 112, "plugin ABI v2 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, list) == 120, "plugin ABI v2 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_plugin, break_lock) == 128, "plugin ABI v2 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_PLUGIN_V2_SIZE == 136, "plugin ABI v2 layout changed");
 /* dlock_plugin_host, version 1 */
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, struct_size) == 0, "host services v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_plugin_host, context) == 8, "host services v1 layout changed");
@@ -265,6 +299,10 @@ DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, deadline_ns) == 32, "acquire
 DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, fair) == 40, "acquire request v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, host_lease) == 48, "acquire request v1 layout changed");
 DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_REQUEST_V1_SIZE == 56, "acquire request v1 layout changed");
+/* dlock_acquire_request, version 2 */
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, kind) == 56, "acquire request v2 layout changed");
+DLOCK_STATIC_ASSERT(offsetof(dlock_acquire_request, permits) == 60, "acquire request v2 layout changed");
+DLOCK_STATIC_ASSERT(DLOCK_ACQUIRE_REQUEST_V2_SIZE == 64, "acquire request v2 layout changed");
 /* dlock_grant, version 1 */
 DLOCK_STATIC_ASSERT(offsetof(dlock_grant, struct_size) == 0, "grant v1 layout changed");
 DLOCK_STATIC_ASSERT(offsetof(dlock_grant, fencing_token) == 8, "grant v1 layout changed");

@@ -52,6 +52,26 @@ inline int negotiate_v1(uint32_t host_max_version, const dlock_plugin* table, co
     return DLOCK_OK;
 }
 
+// The body of a plugin's dlock_plugin_negotiate for a plugin whose table is version 2: a host that
+// knows version 2 gets `table`; a version 1 host gets `v1_view`, a copy of `table` whose version
+// field says 1 (it then reads only the version 1 entries, and no request carries a kind or a
+// permit count); an older host is told the minimum. Build `v1_view` with as_version_1(table).
+inline int negotiate_v2(uint32_t host_max_version, const dlock_plugin* table, const dlock_plugin* v1_view,
+                        const dlock_plugin** out, uint32_t* out_min_version) {
+    if (host_max_version < 1) {
+        if (out_min_version) *out_min_version = 1;
+        return DLOCK_NOT_SUPPORTED;
+    }
+    *out = host_max_version >= 2 ? table : v1_view;
+    return DLOCK_OK;
+}
+
+// `table` as a version 1 host must see it: the same entries, version 1.
+constexpr dlock_plugin as_version_1(dlock_plugin table) noexcept {
+    table.version = 1;
+    return table;
+}
+
 // Runs a plugin entry point behind an exception firewall: nothing crosses the C ABI. A failure
 // becomes its status and message; anything else DLOCK_INTERNAL with a message naming `backend`.
 template <typename F>
