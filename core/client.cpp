@@ -98,7 +98,11 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     }
     if (!core->backend_)
         throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
-    core->capabilities_ = core->plugin_->capabilities(core->backend_) | DLOCK_CAP_REENTRANT;
+    uint64_t reported = core->plugin_->capabilities(core->backend_);
+    // The bits of version 2 mean something only in a table of version 2: a version 1 plugin never
+    // reads a request's kind, so the host must not believe a stray bit and send it one.
+    if (core->plugin_->version < 2) reported &= ~(DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK);
+    core->capabilities_ = reported | DLOCK_CAP_REENTRANT;
     core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
     core->dispatcher_ = std::thread([raw = core.get()] { raw->dispatcher_loop(); });
     core->dispatcher_id_ = core->dispatcher_.get_id();
@@ -157,6 +161,29 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     if (has_field(options, &dlock_acquire_options::on_lost_user_data)) {
         on_lost = options->on_lost;
         on_lost_data = options->on_lost_user_data;
+    }
+    const uint32_t permits = has_field(options, &dlock_acquire_options::permits) ? options->permits : 0;
+    int shared_option = has_field(options, &dlock_acquire_options::shared) ? options->shared : 0;
+    if (shared_option == DLOCK_DEFAULT) shared_option = 0;
+    if (shared_option != 0 && shared_option != 1)
+        throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `shared` is {}; it must be 0, 1 or DLOCK_DEFAULT", shared_option));
+    const bool shared = shared_option == 1;
+    if (shared && permits != 0)
+        throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `shared` and `permits` ({}) together; a name is either "
+                                                        "a lock, held shared or exclusively, or a semaphore", name, permits));
+    const uint32_t kind = permits != 0 ? DLOCK_HOLD_PERMIT : shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
+    if (kind != DLOCK_HOLD_EXCLUSIVE) {
+        if (reentrant)
+            throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `reentrant` is for exclusive locks; a {} is "
+                                                            "taken anew by each acquire (set reentrant to 0)",
+                                                            name, kind == DLOCK_HOLD_PERMIT ? "semaphore permit" : "shared hold"));
+        const uint64_t needed = kind == DLOCK_HOLD_PERMIT ? DLOCK_CAP_SEMAPHORE : DLOCK_CAP_SHARED;
+        if (!(capabilities_ & needed))
+            throw error(DLOCK_NOT_SUPPORTED,
+                        fmt::format("backend `{}` has no {}{} (see `dlock backends`)", plugin_->name,
+                                    kind == DLOCK_HOLD_PERMIT ? "semaphores" : "shared locks",
+                                    plugin_->version < 2 ? fmt::format(": its plugin implements plugin ABI version {}", plugin_->version)
+                                                         : std::string()));
     }
     const dlock_cancel_token* cancel = has_field(options, &dlock_acquire_options::cancel) ? options->cancel : nullptr;
     auto cancelled = [&] { return cancel && cancel->cancelled.load(); };
@@ -235,6 +262,12 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
                                   : deadline_ns;
         request.fair = fair ? 1 : 0;
         request.host_lease = h.get();
+        if (plugin_->version >= 2) {  // a version 1 table is never sent anything but an exclusive lock (checked above)
+            request.kind = kind;
+            request.permits = permits;
+        } else {
+            request.struct_size = DLOCK_ACQUIRE_REQUEST_V1_SIZE;
+        }
 
         dlock_hold* plugin_hold = nullptr;
         dlock_grant grant{};
@@ -554,6 +587,74 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
     // A caller built against an older header has a shorter struct: write only what it covers.
     out.struct_size = info->struct_size;
     std::memcpy(info, &out, std::min<size_t>(info->struct_size, sizeof out));
+}
+
+namespace {
+// Hands each holder a plugin reports to the caller's visitor, as a struct of this build's size,
+// copying what the plugin filled (its struct_size) and defaulting the rest.
+struct holder_relay {
+    dlock_holder_visitor visit;
+    void* user_data;
+    static int call(const dlock_holder_info* given, void* self_ptr) {
+        auto* self = static_cast<holder_relay*>(self_ptr);
+        if (!given || given->struct_size < DLOCK_HOLDER_INFO_V1_SIZE || !given->name) return 0;  // malformed: skipped
+        dlock_holder_info info{};
+        std::memcpy(&info, given, std::min<size_t>(given->struct_size, sizeof info));
+        info.struct_size = sizeof info;
+        info.holder[sizeof info.holder - 1] = '\0';
+        return self->visit(&info, self->user_data);
+    }
+};
+}  // namespace
+
+void client_core::check_open(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) throw error(DLOCK_CANCELLED, fmt::format("{}: the client is closed", what));
+}
+
+void client_core::holders(const char* name, bool semaphore, dlock_holder_visitor visit, void* user_data) {
+    if (!name) throw error(DLOCK_INVALID_ARGUMENT, "dlock_holders: name is NULL");
+    if (!visit) throw error(DLOCK_INVALID_ARGUMENT, "dlock_holders: visit is NULL");
+    detail::validate_name(name);
+    if (plugin_->version < 2 || !plugin_->holders)
+        throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot enumerate the holders of a lock", plugin_->name));
+    check_open("dlock_holders");
+    holder_relay relay{visit, user_data};
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, plugin_->name, "holders", [&] {
+        return plugin_->holders(backend_, name, semaphore ? 1 : 0, &holder_relay::call, &relay, &err);
+    });
+    if (status != DLOCK_OK) fail_plugin_call(status, err, "holders");
+}
+
+void client_core::list(const char* prefix, dlock_holder_visitor visit, void* user_data) {
+    if (!visit) throw error(DLOCK_INVALID_ARGUMENT, "dlock_list: visit is NULL");
+    if (!prefix) prefix = "";
+    if (*prefix) detail::validate_name(prefix);
+    if (plugin_->version < 2 || !plugin_->list || !(capabilities_ & DLOCK_CAP_LIST))
+        throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot list its locks", plugin_->name));
+    check_open("dlock_list");
+    holder_relay relay{visit, user_data};
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, plugin_->name, "list", [&] {
+        return plugin_->list(backend_, prefix, &holder_relay::call, &relay, &err);
+    });
+    if (status != DLOCK_OK) fail_plugin_call(status, err, "list");
+}
+
+size_t client_core::break_lock(const char* name, bool semaphore) {
+    if (!name) throw error(DLOCK_INVALID_ARGUMENT, "dlock_break: name is NULL");
+    detail::validate_name(name);
+    if (plugin_->version < 2 || !plugin_->break_lock || !(capabilities_ & DLOCK_CAP_BREAK))
+        throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot break a lock held by another process", plugin_->name));
+    check_open("dlock_break");
+    size_t broken = 0;
+    dlock_plugin_error err{};
+    const int status = plugin_call(err, plugin_->name, "break_lock", [&] {
+        return plugin_->break_lock(backend_, name, semaphore ? 1 : 0, &broken, &err);
+    });
+    if (status != DLOCK_OK) fail_plugin_call(status, err, "break");
+    return broken;
 }
 
 void client_core::keeper_loop() {

@@ -151,4 +151,29 @@ int dlock_inspect(dlock_client* client, const char* name, dlock_lock_info* out_i
     });
 }
 
+int dlock_holders(dlock_client* client, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data) {
+    return firewall([&] {
+        if (!client) throw error(DLOCK_INVALID_ARGUMENT, "dlock_holders: client is NULL");
+        client->core->holders(name, semaphore != 0, visit, user_data);
+        return DLOCK_OK;
+    });
+}
+
+int dlock_list(dlock_client* client, const char* prefix, dlock_holder_visitor visit, void* user_data) {
+    return firewall([&] {
+        if (!client) throw error(DLOCK_INVALID_ARGUMENT, "dlock_list: client is NULL");
+        client->core->list(prefix, visit, user_data);
+        return DLOCK_OK;
+    });
+}
+
+int dlock_break(dlock_client* client, const char* name, int semaphore, size_t* out_broken) {
+    return firewall([&] {
+        if (!client) throw error(DLOCK_INVALID_ARGUMENT, "dlock_break: client is NULL");
+        const size_t broken = client->core->break_lock(name, semaphore != 0);
+        if (out_broken) *out_broken = broken;
+        return DLOCK_OK;
+    });
+}
+
 }  // extern "C"

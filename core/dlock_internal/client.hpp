@@ -73,6 +73,10 @@ public:
     int64_t valid_until_of(const dlock_lease* lease);
     void destroy(dlock_lease* lease);
     void inspect(const char* name, dlock_lock_info* info);  // throws
+    // Plugin ABI version 2 pass-throughs (dlock.h's dlock_holders, dlock_list, dlock_break); throw.
+    void holders(const char* name, bool semaphore, dlock_holder_visitor visit, void* user_data);
+    void list(const char* prefix, dlock_holder_visitor visit, void* user_data);
+    size_t break_lock(const char* name, bool semaphore);
     void close();
 
     // Called by the plugin through dlock_plugin_host.
@@ -94,6 +98,7 @@ private:
     int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why);
     void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
     void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
+    void check_open(const char* what);  // throws DLOCK_CANCELLED once closed
     [[noreturn]] void fail_plugin_call(int status, const dlock_plugin_error& error, const char* what);
 
     config::client_config config_;
