@@ -154,8 +154,9 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     }
     const bool renew = has_field(options, &dlock_acquire_options::renew) ? tri_state(options->renew, policy.renew, "renew") : policy.renew;
     const bool fair = has_field(options, &dlock_acquire_options::fair) ? tri_state(options->fair, policy.fair, "fair") : policy.fair;
-    const bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
-                               ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
+    const bool reentrant_given = has_field(options, &dlock_acquire_options::reentrant) && options->reentrant != DLOCK_DEFAULT;
+    bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
+                         ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
     dlock_lost_callback on_lost = nullptr;
     void* on_lost_data = nullptr;
     if (has_field(options, &dlock_acquire_options::on_lost_user_data)) {
@@ -173,6 +174,9 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
                                                         "a lock, held shared or exclusively, or a semaphore", name, permits));
     const uint32_t kind = permits != 0 ? DLOCK_HOLD_PERMIT : shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
     if (kind != DLOCK_HOLD_EXCLUSIVE) {
+        // A policy's `reentrant` (config defaults or `locks:`) is about exclusive locks; only the
+        // caller's own reentrant = 1 asks for what a permit or a shared hold cannot be.
+        if (reentrant && !reentrant_given) reentrant = false;
         if (reentrant)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `reentrant` is for exclusive locks; a {} is "
                                                             "taken anew by each acquire (set reentrant to 0)",
