@@ -98,11 +98,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     }
     if (!core->backend_)
         throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
-    uint64_t reported = core->plugin_->capabilities(core->backend_);
-    // The bits of version 2 mean something only in a table of version 2: a version 1 plugin never
-    // reads a request's kind, so the host must not believe a stray bit and send it one.
-    if (core->plugin_->version < 2) reported &= ~(DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK);
-    core->capabilities_ = reported | DLOCK_CAP_REENTRANT;
+    core->capabilities_ = effective_capabilities(*core->plugin_, core->plugin_->capabilities(core->backend_));
     core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
     core->dispatcher_ = std::thread([raw = core.get()] { raw->dispatcher_loop(); });
     core->dispatcher_id_ = core->dispatcher_.get_id();
