@@ -408,4 +408,40 @@ TEST_F(FileModes, FailedAcquiresLeaveNothingBehind) {
     EXPECT_EQ(hs[0].holder, x.owner());
 }
 
+// Closing the client ends a semaphore wait (asleep on the gate or on the doorbell) and a shared
+// wait (asleep behind an exclusive holder) with DLOCK_CANCELLED.
+TEST_F(FileModes, CloseEndsSemaphoreAndSharedWaits) {
+    auto holder = open_client();
+    auto permit = holder.acquire("closing-sem", permit_of(1, 0ms));
+    auto exclusive = holder.acquire("closing-rw", try_for(0ms));
+    dlock_client* waiter = nullptr;
+    ASSERT_EQ(dlock_client_open_yaml(yaml().c_str(), "waiter", &waiter), DLOCK_OK) << dlock_last_error();
+    auto wait = [waiter](uint32_t permits, int shared) {
+        return std::async(std::launch::async, [=] {
+            dlock_acquire_options options = DLOCK_ACQUIRE_OPTIONS_INIT;
+            options.wait_ms = DLOCK_WAIT_FOREVER;
+            options.permits = permits;
+            options.shared = shared;
+            dlock_lease* lease = nullptr;
+            const int status = dlock_acquire(waiter, permits ? "closing-sem" : "closing-rw", &options, &lease);
+            dlock_lease_destroy(lease);
+            return status;
+        });
+    };
+    auto head = wait(1, 0);
+    auto queued = wait(1, 0);
+    auto reader = wait(0, 1);
+    std::this_thread::sleep_for(300ms);
+    auto closing = std::async(std::launch::async, [waiter] { dlock_client_close(waiter); });
+    const bool closed = closing.wait_for(5s) == std::future_status::ready;
+    if (!closed) {
+        permit.release();
+        exclusive.release();
+    }
+    ASSERT_TRUE(closed) << "close() did not end the waits";
+    EXPECT_EQ(head.get(), DLOCK_CANCELLED);
+    EXPECT_EQ(queued.get(), DLOCK_CANCELLED);
+    EXPECT_EQ(reader.get(), DLOCK_CANCELLED);
+}
+
 }  // namespace
