@@ -765,7 +765,7 @@ void lock_counter(dlock_backend* backend, const descriptor* d, int64_t deadline_
 
 void acquire_exclusive(dlock_backend* backend, const dlock_acquire_request* request, give_back_unless_kept& guard,
                        uint64_t& fence) {
-    const std::string& name = guard.d->name;
+    const char* name = request->name;  // not guard.d's: a stale description is replaced below
     for (;;) {
         if (!try_lock(backend, guard.d, F_WRLCK, lock_byte)) {
             if (request->deadline_ns == 0) fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held by another holder", name));
@@ -821,7 +821,7 @@ void acquire_exclusive(dlock_backend* backend, const dlock_acquire_request* requ
 
 void acquire_shared(dlock_backend* backend, const dlock_acquire_request* request, give_back_unless_kept& guard,
                     uint64_t& fence) {
-    const std::string& name = guard.d->name;
+    const char* name = request->name;  // not guard.d's: a stale description is replaced below
     const std::string busy_exclusive = fmt::format("lock `{}` is held exclusively", name);
     const std::string busy_writer = fmt::format("lock `{}` has an exclusive acquirer waiting (writer preference)", name);
     std::optional<sleeper> asleep;
