@@ -319,6 +319,24 @@ TEST_F(FileModes, OneFencingCounterForEveryGrantOfAName) {
     EXPECT_GT(p2.fencing_token(), p1.fencing_token());
 }
 
+// A client's idle description of a deleted file is not taken for the lock: a shared acquirer and a
+// permit acquirer see the holder of the file the path names now.
+TEST_F(FileModes, DeletedFilesAreNotTakenForTheLockOrTheSemaphore) {
+    auto a = open_client();
+    auto b = open_client();
+    a.acquire("swept-rw", shared_for(0ms)).release();
+    a.acquire("swept-sem", permit_of(1, 0ms)).release();
+    ASSERT_EQ(::unlink((dir_.path() + "/swept-rw.lock").c_str()), 0);
+    ASSERT_EQ(::unlink((dir_.path() + "/swept-sem.sem").c_str()), 0);
+    auto writer = b.acquire("swept-rw", try_for(0ms));
+    auto permit = b.acquire("swept-sem", permit_of(1, 0ms));
+    std::error_code ec;
+    auto reader = a.acquire("swept-rw", shared_for(100ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a shared hold of the deleted file beside the writer of the new one";
+    auto second = a.acquire("swept-sem", permit_of(1, 100ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a second permit of one, on the deleted file";
+}
+
 // ---- holders and list --------------------------------------------------------------------------
 
 TEST_F(FileModes, HoldersReportEveryHolderWithItsTokens) {
