@@ -951,12 +951,18 @@ public:
             asleep.readable(-1, fallback_poll_ms, busy);
             return;
         }
-        if (asleep.readable(fd_, safety_ms, busy)) drain();
+        // Rung and still no permit: perhaps the close of a dead holder's description, which the
+        // kernel reports an instant before it drops the description's locks; look again shortly.
+        const int wait_ms = std::exchange(rung_, false) ? recheck_after_ring_ms : safety_ms;
+        if (asleep.readable(fd_, wait_ms, busy)) {
+            drain();
+            rung_ = true;
+        }
     }
 
-    // A re-check this often whatever the bell says: bounds a wake-up the bell missed (a holder's
-    // close is reported an instant before the kernel drops its locks).
+    // A re-check this often whatever the bell says: bounds a wake-up the bell missed.
     static constexpr int safety_ms = 100;
+    static constexpr int recheck_after_ring_ms = 2;
     static constexpr int fallback_poll_ms = 10;
 
 private:
@@ -979,6 +985,7 @@ private:
     dlock_backend& backend_;
     int fd_ = -1;
     int watch_ = -1;
+    bool rung_ = false;  // the last wait ended with the bell
 };
 
 void acquire_permit(dlock_backend* backend, const dlock_acquire_request* request, give_back_unless_kept& guard,
