@@ -146,6 +146,32 @@ TEST_F(FileModes, AReleaseOfAnyPermitWakesTheWaiter) {
     }
 }
 
+// The head waiter gives up: the next one in the queue becomes head, and a later release wakes it.
+TEST_F(FileModes, WhenTheHeadWaiterGivesUpTheNextOneTakesOver) {
+    auto holder = open_client();
+    auto waiters = open_client();
+    auto held = holder.acquire("relay", permit_of(1, 0ms));
+    auto wait_for_permit = [&](std::chrono::milliseconds wait) {
+        return std::async(std::launch::async, [&waiters, wait] {
+            std::error_code ec;
+            auto l = waiters.acquire("relay", permit_of(1, wait), ec);
+            return std::make_pair(ec, clock_type::now());
+        });
+    };
+    auto head = wait_for_permit(300ms);
+    std::this_thread::sleep_for(100ms);  // the first waiter holds the gate
+    auto next = wait_for_permit(10'000ms);
+    EXPECT_EQ(head.get().first, dlock::errc::timeout);
+    std::this_thread::sleep_for(200ms);  // the second one is head now, asleep on its doorbell
+    const auto freed = clock_type::now();
+    held.release();
+    ASSERT_EQ(next.wait_for(5s), std::future_status::ready) << "the second waiter was not woken";
+    const auto [ec, woke] = next.get();
+    EXPECT_FALSE(ec) << ec.message();
+    std::printf("the second waiter acquired %.2f ms after the release\n",
+                std::chrono::duration<double, std::milli>(woke - freed).count());
+}
+
 // A killed holder's permit returns at once (the kernel drops its OFD lock), and the waiter
 // is woken by it.
 TEST_F(FileModes, AKilledHoldersPermitReturnsAtOnce) {
