@@ -625,8 +625,8 @@ void unlock_file(const descriptor* d) {
     fcntl(d->fd, F_OFD_SETLK, &unlock);
 }
 
-// Drops `d`'s locks on [start, start + len) (len 0: to the end of every file). Cannot fail for a
-// description that is open.
+// Drops `d`'s locks on [start, start + len) (len 0: from start on, past the end of the file).
+// Cannot fail for a description that is open.
 void unlock_range(const descriptor* d, off_t start, off_t len) {
     struct flock unlock {};
     unlock.l_type = F_UNLCK;
@@ -736,7 +736,8 @@ dlock_hold* reopen(dlock_backend* backend, dlock_hold* d, const char* owner) {
     return backend->open_lock_file(name, semaphore, owner);
 }
 
-// Holds `give_back`'s description until kept (d = nullptr): then the hold owns it.
+// Gives an acquisition's description back to the pool on the way out, unless kept (d = nullptr):
+// then the hold owns it.
 struct give_back_unless_kept {
     dlock_backend* backend;
     dlock_hold* d;
