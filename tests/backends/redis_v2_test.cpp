@@ -7,6 +7,7 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/redis_server.hpp"
 #include "dlock/lab/secured.hpp"
 
 #include <dlock/dlock.hpp>
@@ -349,6 +350,81 @@ TEST_F(RedisModes, BreakRemovesEveryHolderFencedAndTheirLeasesBecomeLost) {
     EXPECT_GT(p.fencing_token(), std::max(p1.fencing_token(), p2.fencing_token()));
     EXPECT_EQ(s1.release(), dlock::release_outcome::already_lost);
     EXPECT_EQ(admin.holders("brk/rw").size(), 1u) << "the broken reader's release left the writer alone";
+}
+
+// ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
+
+// The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
+// `ops:`: a tenant may take, renew and release every kind of hold but is refused a break (and a
+// list) with DLOCK_PERMISSION, and nothing is touched; an operator, whose line adds `+unlink
+// +scan`, lists and breaks.
+TEST(RedisAcl, BreakIsRefusedToATenantAndAllowedToAnOperator) {
+    dlock::lab::secured_server* server = nullptr;
+    try {
+        server = &dlock::lab::shared_secured_server(dlock::lab::secured_backend::redis_acl);
+    } catch (const std::exception& e) {
+        FAIL() << "the secured Redis did not start: " << e.what();
+    }
+    // The lab's administrator (every tenant's password carries the lab's secret tag, as the
+    // administrator's does: secured.cpp).
+    const std::string& tenant_password = server->tenant_a().password;
+    const std::string tag = tenant_password.substr(std::string("pw-tenant-a-").size());
+    auto admin = static_cast<dlock::lab::redis_server&>(server->process()).client();
+    admin.checked({"AUTH", "lab-admin", "admin-" + tag});
+    const std::vector<std::string> tenant_line = {
+        "~ops:*", "&ops:*", "+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl", "+pexpire", "+del",
+        "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+unsubscribe", "+ping"};
+    auto set_user = [&](const std::string& user, const std::vector<std::string>& extra) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", user, "reset", "on", ">pw-" + user + "-" + tag};
+        cmd.insert(cmd.end(), tenant_line.begin(), tenant_line.end());
+        cmd.insert(cmd.end(), extra.begin(), extra.end());
+        admin.checked(cmd);
+        return server->config_text(server->tenant_a(), {{"username", user},
+                                                        {"password", "\"pw-" + user + "-" + tag + "\""},
+                                                        {"key_prefix", "\"ops:\""}});
+    };
+    auto tenant = dlock::client::from_yaml(set_user("ops-tenant", {}), "ops-tenant");
+    auto operator_ = dlock::client::from_yaml(set_user("ops-operator", {"+unlink", "+scan"}), "ops-operator");
+
+    auto x = tenant.acquire("acl/x", try_once);
+    auto s = tenant.acquire("acl/rw", shared_for(0ms));
+    auto p = tenant.acquire("acl/sem", permit_of(2, 0ms));
+    for (auto* l : {&x, &s, &p}) {
+        std::error_code ec;
+        l->renew(ec);
+        EXPECT_FALSE(ec) << "a tenant renews every kind of hold: " << ec.message();
+    }
+    EXPECT_EQ(tenant.holders("acl/rw").size(), 1u);
+    std::error_code ec;
+    try {
+        tenant.break_lock("acl/x");
+        ADD_FAILURE() << "a tenant broke a lock";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::permission) << e.what();
+        const std::string why = dlock_last_error();
+        EXPECT_NE(why.find("ops-tenant"), std::string::npos) << why;
+        EXPECT_NE(why.find("+unlink"), std::string::npos) << "the message says what to grant: " << why;
+        EXPECT_EQ(why.find(tag), std::string::npos) << "no secret in the message: " << why;
+    }
+    try {
+        tenant.list("acl/");
+        ADD_FAILURE() << "a tenant without +scan listed";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::permission) << e.what();
+        EXPECT_NE(std::string(dlock_last_error()).find("+scan"), std::string::npos) << dlock_last_error();
+    }
+    EXPECT_EQ(x.state(), dlock::lease_state::held) << "the refused break touched nothing";
+    EXPECT_EQ(operator_.inspect("acl/x").holder, x.owner());
+
+    EXPECT_EQ(operator_.list("acl/").size(), 3u);
+    EXPECT_EQ(operator_.break_lock("acl/x"), 1u);
+    EXPECT_EQ(operator_.break_lock("acl/rw"), 1u);
+    EXPECT_EQ(operator_.break_lock("acl/sem", true), 1u);
+    for (auto* l : {&x, &s, &p}) {
+        l->renew(ec);
+        EXPECT_EQ(ec, dlock::errc::lost) << "broken by the operator";
+    }
+    admin.checked({"ACL", "DELUSER", "ops-tenant", "ops-operator"});
 }
 }  // namespace
 
