@@ -78,6 +78,43 @@ private:
     }
 };
 
+// ---- the exclusive path ------------------------------------------------------------------------
+
+// Shared holders live at the lock key so that the exclusive scripts' existing read of that key
+// finds them: an uncontended exclusive acquire + release still sends 2 scripts and runs the same
+// 13 commands inside them as before shared holds existed (counted by the server's commandstats).
+TEST_F(RedisModes, UncontendedExclusiveCycleRunsTheSameCommandsAsBefore) {
+    auto c = open();
+    c.acquire("cycle/x", try_once).release();  // scripts loaded, connection made, fence key seeded
+    auto stats = [&] {
+        std::map<std::string, long> calls;
+        const auto text = redis().checked({"INFO", "commandstats"}).text;
+        size_t at = 0;
+        while ((at = text.find("cmdstat_", at)) != std::string::npos) {
+            const size_t colon = text.find(':', at), eq = text.find("calls=", at);
+            calls[text.substr(at + 8, colon - at - 8)] = std::stol(text.substr(eq + 6));
+            at = colon;
+        }
+        return calls;
+    };
+    const auto before = stats();
+    {
+        auto lease = c.acquire("cycle/x", dlock::acquire_options().with_wait(5s));
+        lease.release();
+    }
+    auto after = stats();
+    std::map<std::string, long> ran;
+    for (const auto& [command, n] : after)
+        if (command != "info" && n != (before.count(command) ? before.at(command) : 0))
+            ran[command] = n - (before.count(command) ? before.at(command) : 0);
+    // acquire: TIME, ZRANGEBYSCORE (lapsed waiters), ZRANGE (first waiter), GET lock, GET fence,
+    // INCR, SET; release: GET, PUBLISH, TIME, ZRANGEBYSCORE, ZRANGE (next waiter), DEL.
+    const std::map<std::string, long> expected{{"evalsha", 2}, {"time", 2}, {"zrangebyscore", 2}, {"zrange", 2},
+                                               {"get", 3},     {"incr", 1}, {"set", 1},           {"publish", 1},
+                                               {"del", 1}};
+    EXPECT_EQ(ran, expected);
+}
+
 // ---- semaphores ----------------------------------------------------------------------------------
 
 // N permits at once, the N+1st waits and is woken by a release (not by a timer: well before the
