@@ -123,7 +123,7 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
     for (const script* sc : {&acquire_script, &release_script, &renew_script, &inspect_script, &queue_acquire_script,
                               &queue_release_script, &leave_queue_script, &shared_acquire_script, &shared_release_script,
                               &permit_acquire_script, &permit_release_script, &renew_holds_script, &holders_script,
-                              &break_script}) {
+                              &break_script, &mark_waiting_writer_script}) {
         reply_ptr r = expect_ok({"SCRIPT", "LOAD", sc->source()}, "SCRIPT LOAD");
         if (r->type == REDIS_REPLY_STRING) sc->learn_sha1(std::string(r->str, r->len));
     }

@@ -171,7 +171,7 @@ private:
 
 // The scripts both plugins run. KEYS[1] lock key, KEYS[2] fence key, KEYS[3] channel (as a key so
 // it shares the slot).
-extern const script acquire_script;  // ARGV owner, ttl_ms -> {1, fence} | {0, pttl}
+extern const script acquire_script;  // ARGV owner, ttl_ms -> {1, fence} | {0, pttl} | {0, pttl, 1} (shared holders)
 extern const script release_script;  // ARGV owner -> 1 released | 0 not ours
 extern const script renew_script;    // KEYS lock keys; ARGV owner1, ttl1, owner2, ttl2... -> {1|0...}
 extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
@@ -205,6 +205,9 @@ extern const script leave_queue_script;
 // break_script: KEYS key, fence, queue, queue_lapses, channel; ARGV 'lock' | 'semaphore',
 //   claim_ms, waiter_channel_prefix -> holders removed; NOPERM unless the user may run UNLINK.
 extern const script shared_acquire_script;
+// mark_waiting_writer_script: KEYS lock, fence, queue, queue_lapses; ARGV owner, keep_ms,
+//   'mark' | 'unmark' -> 1. Redlock's waiting writers stop new shared holders with it.
+extern const script mark_waiting_writer_script;
 extern const script shared_release_script;
 extern const script permit_acquire_script;
 extern const script permit_release_script;

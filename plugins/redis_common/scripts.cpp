@@ -206,8 +206,13 @@ end
 
 }  // namespace
 
+// A lock key holding shared holders (a sorted set: GET fails with WRONGTYPE) is held too: then
+// the reply says so, {0, pttl, 1}.
 static const std::string acquire_source = std::string(grant_lua) + R"lua(
-if redis.call('GET', KEYS[1]) then
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  return {0, redis.call('PTTL', KEYS[1]), 1}
+elseif holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 return grant(nil)
@@ -252,7 +257,7 @@ const script queue_acquire_script(queue_acquire_source.c_str());
 // script fails before it deleted anything, so the release is refused whole — never half done with
 // the lock gone and the caller told it failed. Waiters woken by the message run after the script.
 const script release_script(R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('PUBLISH', KEYS[3], 'released')
   redis.call('DEL', KEYS[1])
   return 1
@@ -332,6 +337,23 @@ return {0, wait_ms, holder and 1 or 0}
 )lua";
 const script shared_acquire_script(shared_acquire_source.c_str());
 
+// Redlock's writer preference without a queue of waiters: an exclusive waiter refused by the nodes
+// marks itself waiting in each node's queue (a writer entry, ARGV[1], lapsing ARGV[2] ms from now
+// unless marked again), which stops new shared holders there (shared_acquire_script in mode 1),
+// and unmarks itself when it is done waiting. KEYS lock, fence, queue, queue_lapses.
+static const std::string mark_waiting_writer_source = std::string(queue_lua) + R"lua(
+local now, now_us = server_time()
+drop_lapsed(now)
+if ARGV[3] == 'unmark' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+else
+  enqueue(ARGV[1], now, now_us, 0, tonumber(ARGV[2]))
+end
+return 1
+)lua";
+const script mark_waiting_writer_script(mark_waiting_writer_source.c_str());
+
 // The member of a shared hold or a permit: ARGV[1] owner, ARGV[4] its fencing token, or "" when
 // the grant's reply was lost (then found by owner among the members).
 const char* const member_lua = R"lua(
@@ -346,8 +368,8 @@ end
 )lua";
 
 // Releases a shared hold. KEYS lock, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
-// waiter_channel_prefix, fencing token. -> 1 released | 0 not ours (expired, broken; an expired
-// entry of ours is removed). The last shared holder out wakes the first waiter.
+// waiter_channel_prefix ("": wake nobody), fencing token. -> 1 released | 0 not ours (expired,
+// broken; an expired entry of ours is removed). The last shared holder out wakes the first waiter.
 static const std::string shared_release_source = std::string(queue_lua) + shared_lua + member_lua + R"lua(
 local now, now_us = server_time()
 local probe = redis.pcall('ZRANGE', KEYS[1], 0, 0)
@@ -359,7 +381,7 @@ redis.call('PUBLISH', KEYS[5], 'released')
 redis.call('ZREM', KEYS[1], member)
 if lock_holder(now) then
   expire_with_members(now, 0)
-else
+elseif ARGV[3] ~= '' then  -- '': no waiter listens on a channel of its own (redlock)
   drop_lapsed(now)
   wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
 end
@@ -437,7 +459,8 @@ const script permit_release_script(permit_release_source.c_str());
 
 // Renews leases of every kind in one call. KEYS: each lease's key (a lock's or a semaphore's);
 // ARGV per lease: kind ('x' exclusive: the owner token is the key's value; 's' shared or 'p'
-// permit: the member is in the key's set), owner token or member, ttl_ms. -> {1|0 ...}; a lease
+// permit: the member is in the key's set), owner token or member (for 's' and 'p' an owner
+// without ':' stands for its member, whatever its token on this server: redlock's case), ttl_ms. -> {1|0 ...}; a lease
 // that ended (expired, broken, taken) is 0, and an expired member of ours is removed.
 const script renew_holds_script(R"lua(
 local now
@@ -454,6 +477,14 @@ for i, key in ipairs(KEYS) do
     if not now then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    if not string.find(member, ':', 1, true) then  -- an owner (redlock's value): its member on this server
+      local all = redis.pcall('ZRANGE', key, 0, -1)
+      if not all.err then
+        for _, m in ipairs(all) do
+          if string.sub(m, 1, #member + 1) == member .. ':' then member = m end
+        end
+      end
     end
     local score = redis.pcall('ZSCORE', key, member)
     if type(score) == 'string' then

@@ -389,6 +389,53 @@ TEST_F(RedisModes, BreakRemovesEveryHolderFencedAndTheirLeasesBecomeLost) {
     EXPECT_EQ(admin.holders("brk/rw").size(), 1u) << "the broken reader's release left the writer alone";
 }
 
+// ---- redlock: shared locks by quorum intersection; no semaphore ----------------------------------
+
+class RedlockModes : public dlock::test::lab_backend_test {
+protected:
+    RedlockModes() : lab_backend_test({backend::redlock}) {}
+    dlock::client open() const { return dlock::client::open(config(backend::redlock)); }
+};
+
+// A reader's quorum and a writer's quorum share a node, whose script refuses the later of the two:
+// with one node down and one node holding a stale exclusive key of the writer, readers still hold
+// together and the writer is refused; a waiting writer stops new readers (writer preference);
+// SEMAPHORE is not offered.
+TEST_F(RedlockModes, SharedHoldsExcludeTheWriterAndAWaitingWriterStopsNewReaders) {
+    auto r1c = open(), r2c = open(), wc = open(), late = open();
+    EXPECT_FALSE(wc.has(DLOCK_CAP_SEMAPHORE)) << "a per-node permit count is not safe";
+    EXPECT_TRUE(wc.has(DLOCK_CAP_SHARED));
+    std::error_code ec;
+    wc.acquire("rl/sem", permit_of(2, 0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::not_supported);
+
+    auto r1 = r1c.acquire("rl/rw", shared_for(0ms));
+    auto r2 = r2c.acquire("rl/rw", shared_for(0ms));
+    wc.acquire("rl/rw", try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a writer beside readers: " << ec.message();
+
+    std::promise<clock_type::time_point> writer_in;
+    std::thread writer([&] {
+        auto x = wc.acquire("rl/rw", dlock::acquire_options().with_wait(20s));
+        writer_in.set_value(clock_type::now());
+        std::this_thread::sleep_for(200ms);
+    });
+    std::this_thread::sleep_for(300ms);  // the writer was refused and marked itself waiting
+    late.acquire("rl/rw", shared_for(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a new reader passed the waiting writer: " << ec.message();
+    const auto released = clock_type::now();
+    r1.release();
+    r2.release();
+    auto in = writer_in.get_future();
+    ASSERT_EQ(in.wait_for(10s), std::future_status::ready);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(in.get() - released);
+    writer.join();
+    std::cout << "[redlock] the waiting writer got the lock " << waited.count() << " ms after the readers left\n";
+    EXPECT_LT(waited, 3s) << "woken by the release";
+    auto again = late.acquire("rl/rw", shared_for(5s));
+    EXPECT_EQ(again.state(), dlock::lease_state::held) << "readers enter once the writer is done";
+}
+
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
 
 // The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
