@@ -436,6 +436,39 @@ TEST_F(RedlockModes, SharedHoldsExcludeTheWriterAndAWaitingWriterStopsNewReaders
     EXPECT_EQ(again.state(), dlock::lease_state::held) << "readers enter once the writer is done";
 }
 
+// holders() and list() are the majority view: a key left on a minority of nodes (a failed round's,
+// or a shared member one node kept) is no holder; break removes the holders on every node and
+// their leases are LOST at their next renewal.
+TEST_F(RedlockModes, HoldersAreTheMajorityViewAndBreakActsOnEveryNode) {
+    auto a = open(), b = open(), admin = open();
+    auto x = a.acquire("rl/view", try_once);
+    auto s = b.acquire("rl/shared-view", shared_for(0ms));
+    // A minority leftover: another value on two of five nodes.
+    for (size_t i = 0; i < 2; ++i)
+        lab_->redlock().node(i).client().checked({"SET", "dlock:{rl/minority}:lock", "ffffffffffffffffffffffffffffffff.1", "PX", "30000"});
+    const auto view = admin.holders("rl/view");
+    ASSERT_EQ(view.size(), 1u);
+    EXPECT_EQ(view[0].holder, x.owner());
+    EXPECT_EQ(view[0].fencing_token, 0u) << "no fencing on redlock";
+    const auto shared_view = admin.holders("rl/shared-view");
+    ASSERT_EQ(shared_view.size(), 1u);
+    EXPECT_EQ(shared_view[0].kind, dlock::hold_kind::shared);
+    EXPECT_EQ(shared_view[0].holder, s.owner());
+    EXPECT_TRUE(admin.holders("rl/minority").empty()) << "a key on 2 of 5 nodes is no holder";
+    std::set<std::string> listed;
+    for (const auto& h : admin.list("rl/")) listed.insert(h.name);
+    EXPECT_EQ(listed, (std::set<std::string>{"rl/view", "rl/shared-view"}));
+    EXPECT_EQ(admin.break_lock("rl/view"), 1u);
+    EXPECT_EQ(admin.break_lock("rl/shared-view"), 1u);
+    for (auto* l : {&x, &s}) {
+        std::error_code ec;
+        l->renew(ec);
+        EXPECT_EQ(ec, dlock::errc::lost) << "broken on every node";
+    }
+    auto next = admin.acquire("rl/view", try_once);
+    EXPECT_EQ(next.state(), dlock::lease_state::held);
+}
+
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
 
 // The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
