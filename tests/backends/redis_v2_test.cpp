@@ -389,6 +389,58 @@ TEST_F(RedisModes, BreakRemovesEveryHolderFencedAndTheirLeasesBecomeLost) {
     EXPECT_EQ(admin.holders("brk/rw").size(), 1u) << "the broken reader's release left the writer alone";
 }
 
+// ---- living beside redis-py ----------------------------------------------------------------------
+
+// redis-py's Lock (python3-redis) is SET name token NX PX on the key `name`; dlock's key for a lock
+// `name` is `<key_prefix>{<name>}:lock` whatever the config, so the layouts never meet by
+// configuration: a redis-py lock on "interop/plain" and a dlock lock on "interop/plain" do not
+// exclude each other. Pointed at dlock's key, redis-py's lock and dlock's do exclude each other
+// both ways (docs/backends/redis.md, "Living beside redis-py").
+TEST_F(RedisModes, RedisPyLockMeetsDlockOnlyOnDlocksKey) {
+    const auto where = lab_->redis().client_endpoint();
+    const char* const script = R"py(
+import sys, redis
+host, port = sys.argv[1], int(sys.argv[2])
+r = redis.Redis(host=host, port=port)
+for line in sys.stdin:
+    if not line.strip():
+        break
+    op, key = line.split()
+    if op == 'hold':
+        lock = r.lock(key, timeout=30)
+        print('held' if lock.acquire(blocking=False) else 'refused', flush=True)
+    elif op == 'release':
+        lock.release()
+        print('released', flush=True)
+)py";
+    child_process py({"/usr/bin/python3", "-c", script, where.host, std::to_string(where.port)}, true, {}, true);
+    auto ask = [&](const std::string& line) {
+        py.write_line(line);
+        std::string answer;
+        EXPECT_TRUE(py.read_line(answer, 15000)) << "redis-py did not answer `" << line << "`";
+        return answer;
+    };
+    auto c = open();
+    std::error_code ec;
+    // Same name, different keys: no exclusion (the layouts cannot meet by configuration).
+    ASSERT_EQ(ask("hold interop/plain"), "held");
+    auto beside = c.acquire("interop/plain", try_once, ec);
+    EXPECT_FALSE(ec) << "dlock's key is not redis-py's `interop/plain`: " << ec.message();
+    beside.release();
+    EXPECT_EQ(ask("release interop/plain"), "released");
+    // redis-py on dlock's key: each excludes the other.
+    ASSERT_EQ(ask("hold dlock:{interop/py}:lock"), "held");
+    c.acquire("interop/py", try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock must not take a lock redis-py holds on its key";
+    EXPECT_EQ(ask("release dlock:{interop/py}:lock"), "released");
+    auto mine = c.acquire("interop/py", try_once);
+    EXPECT_EQ(ask("hold dlock:{interop/py}:lock"), "refused") << "redis-py must not take a lock dlock holds";
+    auto reader = c.acquire("interop/rw", shared_for(0ms));
+    EXPECT_EQ(ask("hold dlock:{interop/rw}:lock"), "refused") << "nor one dlock holds shared";
+    py.write_line("");  // ends its loop
+    EXPECT_EQ(py.wait(), 0);
+}
+
 // ---- redlock: shared locks by quorum intersection; no semaphore ----------------------------------
 
 class RedlockModes : public dlock::test::lab_backend_test {
