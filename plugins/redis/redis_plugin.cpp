@@ -21,6 +21,14 @@
 // the queue failed) holds the queue up for a bounded time: the woken first waiter has `claim`
 // (command_timeout, at least 500 ms) to take the lock. `fair: false`: the queue is ignored (a free
 // lock goes to whoever asks first) and the waiter is woken by every release of the name.
+//
+// Semaphores and shared holds (plugin ABI version 2) go through the same acquire, wait, release and
+// renew paths with their own scripts: a permit is a member of the semaphore's sorted set, a shared
+// hold a member of a sorted set stored at the lock key itself (so the exclusive scripts' read of
+// that key finds the lock held), each scored by the server time its lease ends; both use the
+// waiter queue (FIFO; readers and writers in one queue). holders, list (SCAN) and break (UNLINK:
+// an administrator's right) read and clear those keys. Layout and guarantees:
+// docs/backends/redis.md, "Semaphores and shared locks" and "Listing and breaking locks".
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
 

@@ -173,7 +173,6 @@ private:
 // it shares the slot).
 extern const script acquire_script;  // ARGV owner, ttl_ms -> {1, fence} | {0, pttl} | {0, pttl, 1} (shared holders)
 extern const script release_script;  // ARGV owner -> 1 released | 0 not ours
-extern const script renew_script;    // KEYS lock keys; ARGV owner1, ttl1, owner2, ttl2... -> {1|0...}
 extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
 
 // The scripts of a lock with a waiter queue (first come, first served), in which a release wakes

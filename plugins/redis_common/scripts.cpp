@@ -21,7 +21,8 @@ void script::learn_sha1(const std::string& sha) const {
 namespace {
 
 // The grant of a free lock, shared by the acquire scripts: grant(before_set) checks and bumps the
-// fence key, runs `before_set` (or nothing), then sets the lock key. KEYS[1] lock, KEYS[2] fence;
+// fence key (next_token, which the shared and permit scripts use alone), runs `before_set` (or
+// nothing), then sets the lock key. KEYS[1] lock, KEYS[2] fence;
 // ARGV[1] owner, ARGV[2] ttl ms.
 // The lock key is written last, after every check passed, because a script's writes before an
 // error are not undone: GET raises WRONGTYPE on a lock key of another type (an error, never
@@ -571,20 +572,6 @@ end
 return count
 )lua";
 const script break_script(break_source.c_str());
-
-
-const script renew_script(R"lua(
-local result = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[2 * i - 1] then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
-    result[i] = 1
-  else
-    result[i] = 0
-  end
-end
-return result
-)lua");
 
 // A lock held shared reports its longest-lived shared holder.
 const script inspect_script(R"lua(
