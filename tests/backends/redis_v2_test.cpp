@@ -488,6 +488,20 @@ TEST_F(RedlockModes, SharedHoldsExcludeTheWriterAndAWaitingWriterStopsNewReaders
     EXPECT_EQ(again.state(), dlock::lease_state::held) << "readers enter once the writer is done";
 }
 
+// A writer that gives up waiting takes its marks away: readers are not held up after it, and no
+// node keeps a queue entry.
+TEST_F(RedlockModes, WriterThatGivesUpLeavesNoMark) {
+    auto r = open(), w = open(), late = open();
+    auto reader = r.acquire("rl/giveup", shared_for(0ms));
+    std::error_code ec;
+    w.acquire("rl/giveup", dlock::acquire_options().with_wait(400ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    auto next = late.acquire("rl/giveup", shared_for(0ms), ec);
+    EXPECT_FALSE(ec) << "a reader held up by a writer that left: " << ec.message();
+    for (size_t i = 0; i < lab_->redlock().size(); ++i)
+        EXPECT_EQ(lab_->redlock().node(i).client().checked({"EXISTS", "dlock:{rl/giveup}:queue"}).integer, 0) << "node " << i;
+}
+
 // holders() and list() are the majority view: a key left on a minority of nodes (a failed round's,
 // or a shared member one node kept) is no holder; break removes the holders on every node and
 // their leases are LOST at their next renewal.
