@@ -214,6 +214,38 @@ TEST_F(RedisModes, SemaphoreKilledHoldersPermitReturnsAfterItsTtl) {
     EXPECT_GT(p.fencing_token(), std::stoull(line.substr(5)));
 }
 
+// A queued waiter SIGKILLed (older than its claim time) holds nobody up: the release that frees a
+// permit finds nobody listening on its channel, drops it and wakes the next waiter at once.
+TEST_F(RedisModes, SemaphoreReleaseSkipsADeadQueuedWaiter) {
+    auto a = open(), c = open();
+    auto held = a.acquire("sem/dead-waiter", permit_of(1, 0ms).with_ttl(30s));
+    child_process dead({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redis), "sem/dead-waiter", "30000", "permits:1"}, true);
+    const auto queued_by = clock_type::now() + 5s;
+    while (raw({"ZCARD", "dlock:{sem/dead-waiter}:permits-queue"}) != std::vector<std::string>{"1"} && clock_type::now() < queued_by)
+        std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(raw({"ZCARD", "dlock:{sem/dead-waiter}:permits-queue"}), std::vector<std::string>{"1"});
+    std::this_thread::sleep_for(2500ms);  // older than its claim (command_timeout, 2 s)
+    dead.kill(SIGKILL);
+    dead.wait();
+    std::promise<clock_type::time_point> got;
+    std::thread waiter([&] {
+        auto p = c.acquire("sem/dead-waiter", permit_of(1, 20s));
+        got.set_value(clock_type::now());
+    });
+    const auto queued2_by = clock_type::now() + 5s;
+    while (raw({"ZCARD", "dlock:{sem/dead-waiter}:permits-queue"}) != std::vector<std::string>{"2"} && clock_type::now() < queued2_by)
+        std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(100ms);  // subscribed
+    const auto released = clock_type::now();
+    held.release();
+    auto fut = got.get_future();
+    ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(fut.get() - released);
+    waiter.join();
+    std::cout << "[redis] the waiter behind a dead one got the permit " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, 1500ms) << "not held up by the dead waiter's claim (2 s)";
+}
+
 // ---- shared locks ------------------------------------------------------------------------------
 
 // Readers live in a sorted set AT the lock key: the exclusive acquire (the same script as before,
