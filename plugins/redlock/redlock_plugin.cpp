@@ -75,8 +75,9 @@ struct dlock_backend {
 
 struct dlock_hold {
     lock_keys keys;
-    std::string owner;  // the lease's owner token
-    std::string value;  // what the winning round wrote: round_value(owner, round)
+    bool shared = false;  // a shared hold: `value` is a member of the set at the lock key on each node
+    std::string owner;    // the lease's owner token
+    std::string value;    // what the winning round wrote: round_value(owner, round)
 };
 
 namespace {
@@ -230,7 +231,11 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
 
 void redlock_destroy(dlock_backend* b) { delete b; }
 
-uint64_t redlock_capabilities(dlock_backend*) { return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM; }
+// SHARED: a reader's quorum and a writer's quorum share a node, whose script refuses the later of
+// the two. No SEMAPHORE: a per-node count is not safe (docs/backends/redlock.md).
+uint64_t redlock_capabilities(dlock_backend*) {
+    return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+}
 
 void redlock_interrupt(dlock_backend* b) {
     {
@@ -247,6 +252,7 @@ struct round_result {
     size_t granted = 0, answered = 0;
     int64_t sent_ns = 0;
     int64_t min_holder_ttl_ms = -1;
+    size_t held_shared = 0;           // nodes that refused because shared holders hold the lock
     std::string error;                // the first error reply, if any
     int error_status = DLOCK_BACKEND;  // its status (DLOCK_PERMISSION for an ACL refusal)
 };
@@ -255,12 +261,41 @@ struct round_result {
 // execute our SET later; if the round fails, the release of `value` is pipelined behind that SET on
 // the same connection, so the node runs both, in order, whenever it wakes. That late release can
 // only delete this round's value: the next round writes another.
-round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms) {
+// The scripts of a hold on every node. A shared hold is the redis backend's (shared_acquire_script
+// in its barging mode: the nodes keep no waiter queue for redlock), its member on each node
+// "<value>:<that node's token>" and found by `value` for release and renewal.
+const script& acquire_script_for(bool shared) { return shared ? shared_acquire_script : acquire_script; }
+std::vector<std::string> acquire_keys(const lock_keys& lock, bool shared) {
+    if (shared) return {lock.lock, lock.fence, lock.queue, lock.queue_lapses};
+    return {lock.lock, lock.fence};
+}
+std::vector<std::string> acquire_args(const std::string& value, int64_t ttl_ms, bool shared) {
+    // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script).
+    if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", ""};
+    return {value, std::to_string(ttl_ms)};
+}
+const script& release_script_for(bool shared) { return shared ? shared_release_script : release_script; }
+std::vector<std::string> release_keys(const lock_keys& lock, bool shared) {
+    if (shared) return {lock.lock, lock.fence, lock.queue, lock.queue_lapses, lock.channel};
+    return {lock.lock, lock.fence, lock.channel};
+}
+std::vector<std::string> release_args(const std::string& value, bool shared) {
+    // No waiter channel to wake (the nodes' queues hold only waiting writers' marks); the member
+    // found by value.
+    if (shared) return {value, "0", "", ""};
+    return {value};
+}
+std::vector<std::string> release_command(const lock_keys& lock, const std::string& value, bool shared, bool by_source) {
+    return script_command(release_script_for(shared), by_source, release_keys(lock, shared), release_args(value, shared));
+}
+
+round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared) {
     round_result r;
     round_connections round(b);
-    const std::vector<std::string> keys{lock.lock, lock.fence};
-    const std::vector<std::string> args{value, std::to_string(ttl_ms)};
-    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire_script, false, keys, args));
+    const std::vector<std::string> keys = acquire_keys(lock, shared);
+    const std::vector<std::string> args = acquire_args(value, ttl_ms, shared);
+    const script& acquire = acquire_script_for(shared);
+    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire, false, keys, args));
     std::vector<bool> late;
     // The round is decided by the quorum-th grant, or once a quorum can no longer be reached.
     const size_t nodes = b->nodes.size();
@@ -280,7 +315,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         const redisReply* rep = replies[i].get();
         if (rep && rep->type == REDIS_REPLY_ERROR && std::strncmp(rep->str, "NOSCRIPT", 8) == 0) {
             try {
-                replies[i] = run_script(*round.conns[i], acquire_script, keys, args);
+                replies[i] = run_script(*round.conns[i], acquire, keys, args);
             } catch (const failure& f) {
                 if (r.error.empty()) {
                     r.error = f.message;
@@ -299,8 +334,9 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
             }
             continue;
         }
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) continue;
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) continue;
         ++r.answered;
+        if (rep->elements > 2 && rep->element[0]->integer == 0 && rep->element[2]->integer == 1) ++r.held_shared;
         if (rep->element[0]->integer == 1) {
             ++r.granted;
         } else if (rep->element[1]->integer >= 0) {
@@ -314,9 +350,9 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         // Give back what was granted: the owner-fenced release goes to every node of the round,
         // pipelined on the same connection behind the acquire (so a node that has not answered yet
         // runs SET, then release, in that order) without waiting for the replies.
-        const auto release_command = script_command(release_script, true, {lock.lock, lock.fence, lock.channel}, {value});
+        const auto give_back = release_command(lock, value, shared, true);
         for (connection* c : round.conns)
-            if (c && !c->broken()) pipeline(*c, release_command);
+            if (c && !c->broken()) pipeline(*c, give_back);
     }
     for (size_t i = 0; i < late.size(); ++i)
         if (late[i]) round.conns[i]->mark_broken();
@@ -382,6 +418,11 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                                      "({} ms = ttl/100 + 2 ms); use a ttl of at least several round trips",
                                                      req->ttl_ms, drift_ns(req->ttl_ms) / 1'000'000.0));
         auto h = std::make_unique<dlock_hold>();
+        if (DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits) && req->kind != DLOCK_HOLD_EXCLUSIVE) {
+            if (req->kind != DLOCK_HOLD_SHARED)
+                fail(DLOCK_NOT_SUPPORTED, "redlock: no semaphores — a per-node permit count is not safe (docs/backends/redlock.md)");
+            h->shared = true;
+        }
         h->keys = keys_for(b->config.key_prefix, req->name);
         h->owner = req->owner;
         const std::string& channel = h->keys.channel;
@@ -397,15 +438,44 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             }
         } guard{wakers, channel};
 
+        // A waiting exclusive acquirer marks itself on the nodes so that new shared holders wait
+        // behind it (writer preference), and unmarks itself however the wait ends.
+        struct writer_mark {
+            dlock_backend* b;
+            const dlock_hold& h;
+            bool marked = false;
+            void mark(int64_t keep_ms) {
+                marked = true;
+                on_all_nodes(b, mark_waiting_writer_script, acquire_keys(h.keys, true), {h.owner, std::to_string(keep_ms), "mark"},
+                             command_timeout_ns(b));
+            }
+            ~writer_mark() {
+                if (!marked || b->interrupted) return;
+                try {
+                    on_all_nodes(b, mark_waiting_writer_script, acquire_keys(h.keys, true), {h.owner, "0", "unmark"},
+                                 command_timeout_ns(b));
+                } catch (...) {  // a destructor: nothing escapes; the mark lapses anyway
+                }
+            }
+        } writer{b, *h};
+
         bool woken = false;  // the coming round starts at once on a wake
         bool raced = false;  // a round that started at once on a wake has failed
         for (uint64_t round = 1;; ++round) {
             const uint64_t seen = wakers ? heard(*wakers, channel) : 0;  // before the round
             const size_t listeners = wakers ? listening(*wakers, channel) : 0;
             const std::string value = round_value(h->owner, round);
-            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms);
+            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared);
             if (r.acquired) {
                 h->value = value;
+                if (writer.marked) {  // unmarked before the hold is handed out (h is moved below)
+                    writer.marked = false;
+                    try {
+                        on_all_nodes(b, mark_waiting_writer_script, acquire_keys(h->keys, true), {h->owner, "0", "unmark"},
+                                     command_timeout_ns(b));
+                    } catch (const failure&) {
+                    }
+                }
                 grant->fencing_token = 0;
                 grant->valid_until_ns = r.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
                 grant->ttl_ms = req->ttl_ms;
@@ -422,6 +492,8 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                                 r.granted, b->nodes.size(), b->quorum));
             }
             if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
+            if (!h->shared && r.held_shared > 0)
+                writer.mark(std::max<int64_t>(r.min_holder_ttl_ms, 0) + 2 * b->config.command_timeout_ms + b->retry_delay_ms);
             if (!wakers) {
                 wakers = &wakers_for(b);
                 for (const auto& s : *wakers) s->watch(channel);
@@ -471,8 +543,8 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
                 if (rep && rep->type == REDIS_REPLY_INTEGER) (rep->integer == 1 ? released : not_ours)++;
             return released >= b->quorum || not_ours >= b->quorum;
         };
-        const auto replies = on_all_nodes(b, release_script, {h->keys.lock, h->keys.fence, h->keys.channel}, {h->value},
-                                          command_timeout_ns(b), decided)
+        const auto replies = on_all_nodes(b, release_script_for(h->shared), release_keys(h->keys, h->shared),
+                                          release_args(h->value, h->shared), command_timeout_ns(b), decided)
                                  .replies;
         size_t released = 0, not_ours = 0;
         for (const auto& r : replies) {
@@ -500,6 +572,7 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
             keys.push_back(renewals[i].hold->keys.lock);
+            args.push_back(renewals[i].hold->shared ? "s" : "x");
             args.push_back(renewals[i].hold->value);
             args.push_back(std::to_string(renewals[i].ttl_ms));
         }
@@ -513,7 +586,7 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
             }
             return true;
         };
-        const auto [replies, sent] = on_all_nodes(b, renew_script, keys, args, command_timeout_ns(b), decided);
+        const auto [replies, sent] = on_all_nodes(b, renew_holds_script, keys, args, command_timeout_ns(b), decided);
         const int64_t elapsed = now_ns() - sent;
         for (size_t i = 0; i < count; ++i) {
             size_t ok = 0, refused = 0;
@@ -563,9 +636,148 @@ int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, d
     });
 }
 
-const dlock_plugin redlock_plugin = {
+// A reply element that is a string or an integer, as text.
+std::string element_text(const redisReply* e) {
+    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
+    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
+    return std::string();
+}
+
+// The majority view of the lock `name`'s holders: a hold counts when a quorum of nodes holds its
+// key (what its lease needs to be valid); a minority's leftovers (a failed round's keys not yet
+// given back, a node that missed a release) are not holders. No fencing tokens (0). Needs a
+// quorum of nodes to answer.
+bool visit_majority_holders(dlock_backend* b, const std::string& name, dlock_holder_visitor visit, void* user_data) {
+    const lock_keys keys = keys_for(b->config.key_prefix, name);
+    const auto replies = on_all_nodes(b, holders_script, {keys.lock, keys.fence}, {"lock"}, command_timeout_ns(b)).replies;
+    struct seen {
+        uint32_t kind = DLOCK_HOLD_EXCLUSIVE;
+        size_t nodes = 0;
+        int64_t ttl_left_ms = -1;
+    };
+    std::map<std::string, seen> values;  // the round's value -> where it is held
+    size_t answered = 0;
+    for (const auto& r : replies) {
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements % 5 != 0) continue;
+        ++answered;
+        for (size_t i = 0; i < r->elements; i += 5) {
+            auto& v = values[element_text(r->element[i + 1])];
+            v.kind = element_text(r->element[i]) == "s" ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
+            const int64_t left = std::strtoll(element_text(r->element[i + 3]).c_str(), nullptr, 10);
+            v.ttl_left_ms = v.nodes == 0 ? left : std::min(v.ttl_left_ms, left);
+            ++v.nodes;
+        }
+    }
+    if (answered < b->quorum)
+        fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
+                                            b->nodes.size(), b->quorum));
+    for (const auto& [value, where] : values) {
+        if (where.nodes < b->quorum) continue;
+        dlock_holder_info info{};
+        info.struct_size = sizeof info;
+        info.name = name.c_str();
+        info.kind = where.kind;
+        const std::string owner = owner_of(value);
+        std::memcpy(info.holder, owner.data(), std::min(owner.size(), sizeof info.holder - 1));
+        info.ttl_left_ms = where.ttl_left_ms >= 0 ? where.ttl_left_ms : -1;
+        if (visit(&info, user_data) != 0) return false;
+    }
+    return true;
+}
+
+int redlock_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data,
+                    dlock_plugin_error* error) {
+    return guarded(error, "redlock", [&] {
+        if (!semaphore) visit_majority_holders(b, name, visit, user_data);  // a semaphore never exists here
+        return DLOCK_OK;
+    });
+}
+
+// The names with a lock key on any node (SCAN MATCH on each), then each one's majority view.
+int redlock_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "redlock", [&] {
+        const std::string lock_key = keys_for(b->config.key_prefix, prefix).lock;
+        std::string pattern;
+        for (char ch : lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) {
+            if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern += '\\';
+            pattern += ch;
+        }
+        pattern += '*';
+        std::set<std::string> names;
+        size_t scanned = 0;
+        for (auto& nd : b->nodes) {
+            try {
+                auto c = nd.connections->borrow();
+                std::string cursor = "0";
+                do {
+                    reply_ptr r = c->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+                    if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(nd.where.text(), std::string(r->str, r->len));
+                    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY)
+                        fail(DLOCK_BACKEND, fmt::format("redlock {}: unexpected reply to SCAN", nd.where.text()));
+                    cursor = element_text(r->element[0]);
+                    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+                        auto named = name_of_key(b->config.key_prefix, element_text(r->element[1]->element[i]));
+                        if (named && !named->second && named->first.compare(0, std::strlen(prefix), prefix) == 0)
+                            names.insert(named->first);
+                    }
+                } while (cursor != "0");
+                ++scanned;
+            } catch (const failure& f) {
+                if (f.status == DLOCK_PERMISSION)
+                    fail(DLOCK_PERMISSION, fmt::format("redlock: listing needs `+scan` on every node ({})", f.message));
+            }
+        }
+        if (scanned < b->quorum)
+            fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes could be scanned; a quorum of {} is needed",
+                                                scanned, b->nodes.size(), b->quorum));
+        for (const auto& name : names)
+            if (!visit_majority_holders(b, name, visit, user_data)) break;
+        return DLOCK_OK;
+    });
+}
+
+// Break on every node; the count is the most holders one node removed. Confirmed by a quorum, no
+// broken holder can renew again (renewal needs a quorum): it is LOST at its next renewal.
+int redlock_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
+    return guarded(error, "redlock", [&] {
+        if (semaphore) {  // a semaphore never exists here
+            if (out_broken) *out_broken = 0;
+            return DLOCK_OK;
+        }
+        const lock_keys keys = keys_for(b->config.key_prefix, name);
+        const auto replies = on_all_nodes(b, break_script, {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel},
+                                          {"lock", "0", ""}, command_timeout_ns(b))
+                                 .replies;
+        size_t confirmed = 0;
+        long long most = 0;
+        for (size_t i = 0; i < replies.size(); ++i) {
+            const redisReply* r = replies[i].get();
+            if (!r) continue;
+            if (r->type == REDIS_REPLY_ERROR) {
+                const failure f = classify_error_reply(b->nodes[i].where.text(), std::string(r->str, r->len));
+                if (f.status == DLOCK_PERMISSION)
+                    fail(DLOCK_PERMISSION, fmt::format("redlock: ACL user `{}` may not break `{}`: breaking needs `+unlink` on "
+                                                       "dlock's keys on every node, an administrator's right ({})",
+                                                       b->config.username.empty() ? "default" : b->config.username, name,
+                                                       f.message));
+                continue;
+            }
+            if (r->type != REDIS_REPLY_INTEGER) continue;
+            ++confirmed;
+            most = std::max(most, r->integer);
+        }
+        if (confirmed < b->quorum)
+            fail(confirmed == 0 ? DLOCK_UNAVAILABLE : DLOCK_UNKNOWN,
+                 fmt::format("redlock: the break of `{}` was confirmed by {} of {} nodes; a quorum of {} is needed (retry)", name,
+                             confirmed, b->nodes.size(), b->quorum));
+        if (out_broken) *out_broken = size_t(most);
+        return DLOCK_OK;
+    });
+}
+
+constexpr dlock_plugin redlock_plugin = {
     sizeof(dlock_plugin),
-    1,
+    2,
     "redlock",
     "Redlock over N independent Redis masters: quorum N/2+1 in one parallel round, validity = ttl - elapsed - drift. "
     "No fencing tokens.",
@@ -580,11 +792,15 @@ const dlock_plugin redlock_plugin = {
     redlock_hold_destroy,
     redlock_renew,
     redlock_inspect,
+    redlock_holders,
+    redlock_list,
+    redlock_break,
 };
+constexpr dlock_plugin redlock_plugin_v1_view = dlock::plugin_kit::as_version_1(redlock_plugin);
 
 }  // namespace
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_kit::negotiate_v1(host_max_version, &redlock_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v2(host_max_version, &redlock_plugin, &redlock_plugin_v1_view, out, out_min_version);
 }
