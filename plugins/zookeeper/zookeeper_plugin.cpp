@@ -479,14 +479,25 @@ void acquisition::ensure_lock_node() {
             retryable(made->rc, "creating the lock node", lock_path_);
             return;
         }
-        std::string base = lock_path_.substr(0, lock_path_.rfind('/'));  // base_path, or the semaphores' node
-        if (base.empty()) base = "/";
-        for (size_t slash = base.find('/', 1);; slash = base.find('/', slash + 1)) {
-            const std::string prefix = base.substr(0, slash);
-            auto step = b_.create(*s_, prefix, ZOO_PERSISTENT);
-            if (!b_.await(w_, {step.get()}, request_bound(), true)) return;
-            if (step->rc != ZOK && step->rc != ZNODEEXISTS && !retryable(step->rc, "creating the base path", prefix)) return;
-            if (slash == std::string::npos) break;
+        // The missing parents (base_path, the semaphores' node), innermost first: created from the
+        // innermost one that exists down, so that a parent closed to us (a root readable only) is
+        // never written to when what lies below it exists.
+        std::vector<std::string> parents;
+        for (size_t slash = lock_path_.rfind('/'); slash != 0 && slash != std::string::npos; slash = lock_path_.rfind('/', slash - 1))
+            parents.push_back(lock_path_.substr(0, slash));
+        size_t at = 0;
+        for (int step = 0; step < int(2 * parents.size()) + 2 && at < parents.size(); ++step) {
+            auto made_parent = b_.create(*s_, parents[at], ZOO_PERSISTENT);
+            if (!b_.await(w_, {made_parent.get()}, request_bound(), true)) return;
+            if (made_parent->rc == ZNONODE && at + 1 < parents.size()) {
+                ++at;  // its own parent is missing too
+                continue;
+            }
+            if (made_parent->rc != ZOK && made_parent->rc != ZNODEEXISTS &&
+                !retryable(made_parent->rc, "creating the parent node", parents[at]))
+                return;
+            if (at == 0) break;
+            --at;
         }
     }
 }
