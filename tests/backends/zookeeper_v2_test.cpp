@@ -26,8 +26,10 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,6 +207,71 @@ TEST_F(ZooKeeperModes, MismatchedLimitIsRefusedAndLeavesNothing) {
     // The stored limit stands while a holder is there; the right N still works.
     auto second = client.acquire("sem/limit", permit_of(3).with_wait(0ms));
     EXPECT_GT(second.fencing_token(), first.fencing_token());
+}
+
+// The counters of ZooKeeper's `mntr` four-letter word.
+std::map<std::string, long long> mntr(const dlock::lab::endpoint& server) {
+    std::map<std::string, long long> out;
+    std::istringstream lines(dlock::lab::zookeeper_four_letter_word(server, "mntr"));
+    std::string line;
+    while (std::getline(lines, line)) {  // "key<TAB>value"; some values are text
+        const size_t tab = line.find('\t');
+        if (tab == std::string::npos) continue;
+        try {
+            out[line.substr(0, tab)] = std::stoll(line.substr(tab + 1));
+        } catch (...) {
+        }
+    }
+    return out;
+}
+
+// 60 waiters queue for one of 2 permits; the holders release and the permits pass down the whole
+// queue, each waiter releasing as soon as it holds. Server packets per handoff stay constant: only
+// the first waiter watches the semaphore's children, every other one its predecessor, so a release
+// wakes one waiter (a herd would cost O(waiters) listings per release).
+TEST_F(ZooKeeperModes, PermitHandoffsDownALongQueueCostConstantServerOperations) {
+    constexpr int clients = 12, threads_per_client = 5, waiters = clients * threads_per_client;
+    const std::string cfg = config();
+    auto holder_client = dlock::client::open(cfg);
+    auto h1 = holder_client.acquire("sem/herd", permit_of(2).with_wait(0ms));
+    auto h2 = holder_client.acquire("sem/herd", permit_of(2).with_wait(0ms));
+    std::vector<dlock::client> pool;
+    for (int i = 0; i < clients; ++i) pool.push_back(dlock::client::open(cfg));
+    std::atomic<int> failures{0}, inside{0}, most{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < waiters; ++i)
+        threads.emplace_back([&, i] {
+            std::error_code ec;
+            auto lease = pool[size_t(i % clients)].acquire("sem/herd", permit_of(2).with_wait(60s), ec);
+            if (ec) {
+                ++failures;
+                return;
+            }
+            const int now = ++inside;
+            int seen = most.load();
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {
+            }
+            --inside;
+            lease.release();
+        });
+    ASSERT_TRUE(eventually([&] { return nodes("/dlock/.semaphores/sem%2Fherd").size() == waiters + 2; }, 30s, 50ms))
+        << "every waiter must be queued";
+    std::this_thread::sleep_for(200ms);  // quiet: every waiter has set its watch
+    const auto before = mntr(lab_->zookeeper().client_endpoint());
+    const auto started = clock_type::now();
+    h1.release();
+    h2.release();
+    for (auto& t : threads) t.join();
+    const auto chain_ms = ms_between(started, clock_type::now());
+    const auto after = mntr(lab_->zookeeper().client_endpoint());
+    ASSERT_EQ(failures.load(), 0);
+    EXPECT_LE(most.load(), 2);
+    const double received = double(after.at("zk_packets_received") - before.at("zk_packets_received")) / waiters;
+    const double sent = double(after.at("zk_packets_sent") - before.at("zk_packets_sent")) / waiters;
+    std::cout << "[zookeeper] 60 waiters for 2 permits: " << chain_ms << " ms for 60 handoffs; per handoff " << received
+              << " packets received by the server, " << sent << " sent\n";
+    EXPECT_LE(received, 12.0) << "O(1) requests per handoff, not O(waiters)";
+    EXPECT_LE(sent, 16.0) << "O(1) notifications per handoff, not one per waiter";
 }
 
 // ---- shared locks ---------------------------------------------------------------------------------
