@@ -94,12 +94,31 @@ struct marker {
 };
 const marker markers[] = {{"-lock-", false}, {"-__WRIT__", false}, {"-__READ__", true}};
 
+// kazoo's Lock/WriteLock and ReadLock nodes: "<uuid hex>__lock__<sequence>", "<uuid hex>__rlock__<sequence>".
+const marker kazoo_markers[] = {{"__lock__", false}, {"__rlock__", true}};
+
 }  // namespace
 
-std::string queue_node_prefix(const std::string& guid, bool shared) { return "_c_" + guid + (shared ? "-__READ__" : "-lock-"); }
+std::string queue_node_prefix(const std::string& guid, node_kind kind) {
+    switch (kind) {
+        case node_kind::reader: return "_c_" + guid + "-__READ__";
+        case node_kind::curator_writer: return "_c_" + guid + "-__WRIT__";
+        case node_kind::exclusive: break;
+    }
+    return "_c_" + guid + "-lock-";
+}
 
 std::optional<queue_entry> parse_queue_node(const std::string& node) {
-    if (node.rfind("_c_", 0) != 0) return std::nullopt;
+    if (node.rfind("_c_", 0) != 0) {
+        for (const marker& m : kazoo_markers) {
+            const size_t at = node.rfind(m.text);
+            if (at == std::string::npos || at == 0) continue;
+            const std::string digits = node.substr(at + std::strlen(m.text));
+            if (digits.size() != 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+            return queue_entry{node, node.substr(0, at), std::strtoll(digits.c_str(), nullptr, 10), m.shared};
+        }
+        return std::nullopt;
+    }
     for (const marker& m : markers) {
         const size_t at = node.rfind(m.text);
         if (at == std::string::npos || at < 3) continue;

@@ -79,7 +79,12 @@ struct queue_entry {
     int64_t sequence = 0;
     bool shared = false;  // a reader
 };
-std::string queue_node_prefix(const std::string& guid, bool shared = false);  // "_c_<guid>-lock-" or "-__READ__"
+enum class node_kind {
+    exclusive,       // "_c_<guid>-lock-": Curator's InterProcessMutex
+    curator_writer,  // "_c_<guid>-__WRIT__": the write lock of Curator's InterProcessReadWriteLock
+    reader,          // "_c_<guid>-__READ__": its read lock
+};
+std::string queue_node_prefix(const std::string& guid, node_kind kind = node_kind::exclusive);
 std::optional<queue_entry> parse_queue_node(const std::string& node);
 // The queue in sequence order; children of other shapes are ignored.
 std::vector<queue_entry> queue_of(const std::vector<std::string>& children);
@@ -99,6 +104,8 @@ struct settings {
     int64_t session_timeout_ms = 10'000;  // asked for; the server clamps it
     int64_t connect_timeout_ms = 5'000;
     std::string user, password;           // digest authentication when user is set
+    // The shape of an exclusive holder's node (`curator_recipe`): InterProcessMutex's by default.
+    node_kind exclusive_node = node_kind::exclusive;
     std::string connect_string() const { return hosts + chroot; }
 };
 

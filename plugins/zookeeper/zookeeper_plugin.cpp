@@ -58,6 +58,10 @@ const dlock_option_desc zookeeper_options[] = {
     {"user", DLOCK_OPTION_STRING, 0, DLOCK_DSN_USER, nullptr,
      "Digest authentication user; when set, nodes dlock creates are writable by this identity only (others may read)."},
     {"password", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_PASSWORD, nullptr, "Digest authentication password."},
+    {"curator_recipe", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "mutex",
+     "The Curator recipe whose nodes an exclusive holder creates, to share locks with Curator clients: `mutex` "
+     "(InterProcessMutex, `_c_<owner>-lock-<seq>`) or `read_write_lock` (InterProcessReadWriteLock's write lock, "
+     "`_c_<owner>-__WRIT__<seq>`). Every shape counts as a writer to dlock either way."},
 };
 
 // Splits "h:p,h:p/chroot" and checks each host:port, so a typo is a config error naming it.
@@ -107,6 +111,12 @@ settings parse_settings(const dlock_option_value* values, size_t count) {
     if (const auto* v = find_option(values, count, "user"); v && v->string_value) cfg.user = v->string_value;
     if (const auto* v = find_option(values, count, "password"); v && v->string_value) cfg.password = v->string_value;
     if (cfg.user.empty() && !cfg.password.empty()) fail(DLOCK_CONFIG, "zookeeper: `password` is set without `user` (digest authentication needs both)");
+    if (const auto* v = find_option(values, count, "curator_recipe"); v && v->string_value) {
+        const std::string recipe = v->string_value;
+        if (recipe == "read_write_lock") cfg.exclusive_node = node_kind::curator_writer;
+        else if (recipe != "mutex")
+            fail(DLOCK_CONFIG, fmt::format("zookeeper: `curator_recipe` `{}` is neither `mutex` nor `read_write_lock`", recipe));
+    }
     if (cfg.user.find(':') != std::string::npos) fail(DLOCK_CONFIG, "zookeeper: `user` must not contain `:` (the digest scheme separates user and password with it)");
     return cfg;
 }
@@ -337,7 +347,10 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         if (!own_.empty()) return true;
     }
     maybe_created_ = true;  // from here until the reply tells
-    auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_, kind_ == DLOCK_HOLD_SHARED)), ZOO_EPHEMERAL_SEQUENTIAL);
+    const node_kind shape = kind_ == DLOCK_HOLD_SHARED ? node_kind::reader
+                            : kind_ == DLOCK_HOLD_PERMIT ? node_kind::exclusive
+                                                         : b_.config().exclusive_node;
+    auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_, shape)), ZOO_EPHEMERAL_SEQUENTIAL);
     // Pipelined behind the create: one session's requests run in order, so it lists our node too.
     // Its watch on the children tells a holder that its node was deleted, at no extra request.
     children_watched_ = 0;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -419,6 +420,193 @@ TEST_F(ZooKeeperModes, BreakWithoutDeleteRightIsPermission) {
     EXPECT_EQ(alice.break_lock("acl/x"), 1u) << "the creator may";
     EXPECT_TRUE(eventually([&] { return held.state() == dlock::lease_state::lost; }, 5s));
     remove_tree_as(server(), "alice:s3cret", "/dlock-v2acl");
+}
+
+// ---- living beside kazoo ------------------------------------------------------------------------
+
+// Whether /usr/bin/python3 can import kazoo (Debian python3-kazoo). Without it the interop cases
+// fail in CI (CI=true) and are skipped elsewhere.
+bool kazoo_available() { return std::system("/usr/bin/python3 -c 'import kazoo' >/dev/null 2>&1") == 0; }
+
+#define REQUIRE_KAZOO()                                                                                 \
+    do {                                                                                                \
+        if (!kazoo_available()) {                                                                       \
+            const char* ci = std::getenv("CI");                                                         \
+            if (ci && std::string(ci) == "true") FAIL() << "python3-kazoo is not installed";             \
+            GTEST_SKIP() << "python3-kazoo is not installed";                                           \
+        }                                                                                               \
+    } while (0)
+
+// A kazoo WriteLock or ReadLock on the node of a dlock lock, configured as docs/backends/zookeeper.md
+// says (zookeeper_kazoo_peer.py).
+class kazoo_peer {
+public:
+    kazoo_peer(const std::string& hosts, const std::string& path, const std::string& kind)
+        : process_({"/usr/bin/python3", DLOCK_KAZOO_PEER, hosts, path, kind}, true, {}, true) {
+        EXPECT_EQ(expect_line(process_), "ready");
+    }
+    ~kazoo_peer() { process_.write_line("quit"); }
+    std::string ask(const std::string& command) {
+        process_.write_line(command);
+        return expect_line(process_);
+    }
+
+private:
+    child_process process_;
+};
+
+// One lock for kazoo's WriteLock and dlock's exclusive and shared holders: each excludes the other,
+// both ways, and a kazoo waiter is woken by a dlock release (it watches dlock's node).
+TEST_F(ZooKeeperModes, KazooWriteLockAndDlockExcludeEachOther) {
+    REQUIRE_KAZOO();
+    auto client = dlock::client::open(config());
+    kazoo_peer writer(server(), "/dlock/interop", "write");
+    ASSERT_EQ(writer.ask("try"), "held");
+    std::error_code ec;
+    client.acquire("interop", try_once(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock took a lock kazoo holds";
+    client.acquire("interop", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock took shared a lock kazoo holds";
+    auto waiting = std::async(std::launch::async, [&] { return client.acquire("interop", dlock::acquire_options().with_wait(10s)); });
+    EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout);
+    EXPECT_EQ(writer.ask("release"), "released");
+    ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "kazoo's release wakes the dlock waiter";
+    auto held = waiting.get();
+    EXPECT_EQ(writer.ask("try"), "busy") << "kazoo took a lock dlock holds";
+    held.release();
+    EXPECT_EQ(writer.ask("try"), "held");
+    EXPECT_EQ(writer.ask("release"), "released");
+
+    auto reader = client.acquire("interop", shared().with_wait(0ms));
+    EXPECT_EQ(writer.ask("try"), "busy") << "kazoo's writer beside a dlock reader";
+    std::promise<std::string> answer;
+    std::thread ask([&] { answer.set_value(writer.ask("wait 10")); });
+    std::this_thread::sleep_for(300ms);
+    reader.release();
+    auto result = answer.get_future();
+    EXPECT_EQ(result.wait_for(5s), std::future_status::ready);
+    ask.join();
+    EXPECT_EQ(result.get(), "held") << "a dlock release wakes the kazoo waiter";
+    EXPECT_EQ(writer.ask("release"), "released");
+}
+
+// kazoo's ReadLock and dlock's shared holders hold together; dlock's exclusive acquire waits for
+// kazoo's reader.
+TEST_F(ZooKeeperModes, KazooReadLockSharesWithDlockReadersAndExcludesItsWriters) {
+    REQUIRE_KAZOO();
+    auto client = dlock::client::open(config());
+    kazoo_peer reader(server(), "/dlock/interop-rw", "read");
+    auto dlock_reader = client.acquire("interop-rw", shared().with_wait(0ms));
+    EXPECT_EQ(reader.ask("try"), "held") << "readers of both hold together";
+    dlock_reader.release();
+    std::error_code ec;
+    client.acquire("interop-rw", try_once(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock's writer beside kazoo's reader";
+    EXPECT_EQ(reader.ask("release"), "released");
+    auto w = client.acquire("interop-rw", try_once());
+    EXPECT_EQ(reader.ask("try"), "busy") << "kazoo's reader beside dlock's writer";
+}
+
+// ---- living beside Curator ------------------------------------------------------------------------
+
+// CuratorPeer.java compiled against Debian's jars (libcurator-recipes-java) into `dir`; the java
+// command line's classpath, or "" when javac or the jars are missing.
+std::string compile_curator_peer(const std::string& dir) {
+    std::string classpath;
+    for (const char* jar : {"curator-client", "curator-framework", "curator-recipes", "zookeeper", "zookeeper-jute", "guava",
+                            "slf4j-api", "slf4j-nop"}) {
+        const std::string path = std::string("/usr/share/java/") + jar + ".jar";
+        if (!std::ifstream(path)) return "";
+        classpath += (classpath.empty() ? "" : ":") + path;
+    }
+    const std::string command = "javac -d '" + dir + "' -cp '" + classpath + "' '" DLOCK_CURATOR_PEER "' >/dev/null 2>&1";
+    if (std::system(command.c_str()) != 0) return "";
+    return dir + ":" + classpath;
+}
+
+class curator_peer {
+public:
+    curator_peer(const std::string& classpath, const std::string& connect, const std::string& path, const std::string& kind)
+        : process_({"java", "-cp", classpath, "CuratorPeer", connect, path, kind}, true, {}, true) {
+        EXPECT_EQ(expect_line(process_, 30000), "ready");
+    }
+    ~curator_peer() { process_.write_line("quit"); }
+    std::string ask(const std::string& command) {
+        process_.write_line(command);
+        return expect_line(process_);
+    }
+
+private:
+    child_process process_;
+};
+
+#define REQUIRE_CURATOR(classpath)                                                                      \
+    do {                                                                                                \
+        if (classpath.empty()) {                                                                        \
+            const char* ci = std::getenv("CI");                                                         \
+            if (ci && std::string(ci) == "true") FAIL() << "javac or libcurator-recipes-java is missing";\
+            GTEST_SKIP() << "javac or libcurator-recipes-java is missing";                              \
+        }                                                                                               \
+    } while (0)
+
+// dlock's exclusive nodes are InterProcessMutex's: a Curator mutex and a dlock exclusive holder of
+// one lock exclude each other, and each one's release wakes the other's waiter.
+TEST_F(ZooKeeperModes, CuratorMutexAndDlockExcludeEachOther) {
+    const std::string classpath = compile_curator_peer(scratch_->path());
+    REQUIRE_CURATOR(classpath);
+    auto client = dlock::client::open(config());
+    curator_peer mutex(classpath, server(), "/dlock/curator", "mutex");
+    ASSERT_EQ(mutex.ask("try"), "held");
+    std::error_code ec;
+    client.acquire("curator", try_once(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock took a lock Curator holds";
+    auto waiting = std::async(std::launch::async, [&] { return client.acquire("curator", dlock::acquire_options().with_wait(10s)); });
+    EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout);
+    EXPECT_EQ(mutex.ask("release"), "released");
+    ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "Curator's release wakes the dlock waiter";
+    auto held = waiting.get();
+    EXPECT_EQ(mutex.ask("try"), "busy") << "Curator took a lock dlock holds";
+    std::promise<std::string> answer;
+    std::thread ask([&] { answer.set_value(mutex.ask("wait 10")); });
+    std::this_thread::sleep_for(300ms);
+    held.release();
+    auto result = answer.get_future();
+    EXPECT_EQ(result.wait_for(5s), std::future_status::ready);
+    ask.join();
+    EXPECT_EQ(result.get(), "held") << "a dlock release wakes the Curator waiter";
+    EXPECT_EQ(mutex.ask("release"), "released");
+}
+
+// With `curator_recipe: read_write_lock`, dlock's exclusive and shared holders and Curator's
+// InterProcessReadWriteLock are one read-write lock: readers of both hold together, each side's
+// writer excludes the other's readers and writer.
+TEST_F(ZooKeeperModes, CuratorReadWriteLockAndDlockAreOneLock) {
+    const std::string classpath = compile_curator_peer(scratch_->path());
+    REQUIRE_CURATOR(classpath);
+    auto client = dlock::client::open(config({"curator_recipe: read_write_lock"}));
+    curator_peer writer(classpath, server(), "/dlock/curator-rw", "write");
+    curator_peer reader(classpath, server(), "/dlock/curator-rw", "read");
+
+    auto dlock_reader = client.acquire("curator-rw", shared().with_wait(0ms));
+    EXPECT_EQ(reader.ask("try"), "held") << "readers of both hold together";
+    EXPECT_EQ(writer.ask("try"), "busy") << "Curator's writer beside readers";
+    std::error_code ec;
+    client.acquire("curator-rw", try_once(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock's writer beside readers";
+    dlock_reader.release();
+    EXPECT_EQ(reader.ask("release"), "released");
+
+    auto dlock_writer = client.acquire("curator-rw", try_once());
+    const auto nodes_now = nodes("/dlock/curator-rw");
+    ASSERT_EQ(nodes_now.size(), 1u);
+    EXPECT_NE(nodes_now[0].find("-__WRIT__"), std::string::npos) << nodes_now[0];
+    EXPECT_EQ(reader.ask("try"), "busy") << "Curator's reader beside dlock's writer";
+    EXPECT_EQ(writer.ask("try"), "busy") << "Curator's writer beside dlock's writer";
+    dlock_writer.release();
+    EXPECT_EQ(writer.ask("try"), "held");
+    client.acquire("curator-rw", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "dlock's reader beside Curator's writer";
+    EXPECT_EQ(writer.ask("release"), "released");
 }
 
 }  // namespace
