@@ -313,8 +313,12 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 if (kind_ == DLOCK_HOLD_PERMIT)
                     fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}`: all {} permits are taken on {} ({} other waiter(s) ahead)", req_.name,
                                                     permits_, b_.where(s_.get()), at.ahead - permits_));
-                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (holder {}; {} node(s) ahead)", req_.name, b_.where(s_.get()),
-                                                holder_, at.ahead));
+                if (kind_ == DLOCK_HOLD_SHARED)
+                    fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held or awaited exclusively on {} (writer {} ahead of this shared "
+                                                    "acquire; {} node(s) ahead in all)",
+                                                    req_.name, b_.where(s_.get()), at.wait_on->guid, at.ahead));
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (holder {}; {} other waiter(s) ahead)", req_.name,
+                                                b_.where(s_.get()), holder_, at.ahead - 1));
             }
             if (at.wait_on ? wait_for(at, deadline) : wait_for_children(deadline)) return grant_hold(out_hold, grant);
         }
