@@ -23,6 +23,11 @@
 // and reads LOST within about a round trip; a waiter watches its own node along with its
 // predecessor and queues again, instead of taking the lock on a node that no longer exists.
 //
+// Shared holders and permits (plugin ABI version 2) use the same queue and the same machinery; only
+// the rule of who holds and what a waiter watches differ (see standing_in): a shared holder's node
+// is "_c_<guid>-__READ__<sequence>" beside the exclusive ones (Curator's read-write lock), a
+// semaphore is its own node under <base_path>/.semaphores whose N lowest children hold.
+//
 // Fencing token: the holder node's czxid — the zxid of the transaction that created it, strictly
 // increasing across the ensemble; the next holder's node was created after ours, so its czxid is
 // higher. Locks are bound to the session (the keeper has nothing to renew; the lease's ttl is the
