@@ -275,6 +275,29 @@ TEST_F(ZooKeeperModes, PermitHandoffsDownALongQueueCostConstantServerOperations)
     EXPECT_LE(sent, 16.0) << "O(1) notifications per handoff, not one per waiter";
 }
 
+// The uncontended cycles' server requests (`mntr`): an exclusive acquire+release stays at the 3 it
+// cost before shared holders existed (create and listing pipelined, delete), a shared one costs the
+// same, a permit one more (the limit's read, in the create's round trip).
+TEST_F(ZooKeeperModes, UncontendedCyclesCostTheSameRequestsAsBefore) {
+    constexpr int cycles = 200;
+    auto client = dlock::client::open(config());
+    auto per_cycle = [&](const dlock::acquire_options& options, const std::string& name) {
+        client.acquire(name, options).release();  // creates the lock node
+        const auto before = mntr(lab_->zookeeper().client_endpoint());
+        for (int i = 0; i < cycles; ++i) client.acquire(name, options).release();
+        const auto after = mntr(lab_->zookeeper().client_endpoint());
+        return double(after.at("zk_packets_received") - before.at("zk_packets_received")) / cycles;
+    };
+    const double exclusive = per_cycle(try_once(), "cost/x"), reader = per_cycle(shared().with_wait(0ms), "cost/rw"),
+                 permit = per_cycle(permit_of(2).with_wait(0ms), "cost/sem");
+    std::cout << "[zookeeper] server requests per uncontended cycle: exclusive " << exclusive << ", shared " << reader << ", permit "
+              << permit << "\n";
+    // Margins: the session's heartbeat (a sync every quarter of the session timeout) may fall in.
+    EXPECT_LE(exclusive, 3.1);
+    EXPECT_LE(reader, 3.1);
+    EXPECT_LE(permit, 4.1);
+}
+
 // ---- shared locks ---------------------------------------------------------------------------------
 
 TEST_F(ZooKeeperModes, SharedHoldersTogetherExclusiveExcludesEither) {
