@@ -346,15 +346,18 @@ TEST_F(ZooKeeperModes, WaitingWriterStopsNewReaders) {
     EXPECT_GT(late_reader.get().fencing_token(), w.fencing_token());
 }
 
-TEST_F(ZooKeeperModes, TimedOutSharedAcquireLeavesNothing) {
+TEST_F(ZooKeeperModes, TimedOutSharedOrPermitAcquireLeavesNothing) {
     auto a = dlock::client::open(config()), b = dlock::client::open(config());
     auto w = a.acquire("rw/timeout", try_once());
     std::error_code ec;
     b.acquire("rw/timeout", shared().with_wait(200ms), ec);
     EXPECT_EQ(ec, dlock::errc::timeout);
-    b.acquire("sem/timeout", permit_of(1).with_wait(0ms), ec);  // free: held
-    EXPECT_FALSE(ec);
-    EXPECT_EQ(nodes("/dlock/rw%2Ftimeout").size(), 1u);
+    EXPECT_EQ(nodes("/dlock/rw%2Ftimeout").size(), 1u) << "the waiting reader's node was deleted";
+
+    auto p = a.acquire("sem/timeout", permit_of(1).with_wait(0ms));
+    b.acquire("sem/timeout", permit_of(1).with_wait(200ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_EQ(nodes("/dlock/.semaphores/sem%2Ftimeout").size(), 1u) << "the waiting permit's node was deleted";
 }
 
 // ---- holders, list, break -----------------------------------------------------------------------
@@ -419,6 +422,16 @@ TEST_F(ZooKeeperModes, BreakFencesAndTheBrokenHolderIsLost) {
     auto p3 = admin.acquire("brk/sem", permit_of(2).with_wait(0ms));
     EXPECT_GT(p3.fencing_token(), std::max(p1.fencing_token(), p2.fencing_token()));
     EXPECT_EQ(admin.break_lock("brk/free"), 0u);
+
+    // Readers: every one broken, a waiting writer kept; its token above theirs.
+    auto r1 = holder_client.acquire("brk/rw", shared().with_wait(0ms));
+    auto r2 = holder_client.acquire("brk/rw", shared().with_wait(0ms));
+    auto writer = std::async(std::launch::async, [&] { return admin.acquire("brk/rw", dlock::acquire_options().with_wait(10s)); });
+    ASSERT_TRUE(eventually([&] { return nodes("/dlock/brk%2Frw").size() == 3; }, 5s));
+    EXPECT_EQ(admin.break_lock("brk/rw"), 2u);
+    EXPECT_TRUE(eventually([&] { return r1.state() == dlock::lease_state::lost && r2.state() == dlock::lease_state::lost; }, 5s));
+    ASSERT_EQ(writer.wait_for(5s), std::future_status::ready);
+    EXPECT_GT(writer.get().fencing_token(), std::max(r1.fencing_token(), r2.fencing_token()));
 }
 
 // Nodes created by digest user alice carry her creator-only ACL: bob, on the same (open) base path,
