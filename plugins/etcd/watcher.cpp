@@ -24,6 +24,7 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
     pb::WatchRequest request;
     pb::WatchCreateRequest* create = request.mutable_create_request();
     create->set_key(w.key);
+    if (!w.range_end.empty()) create->set_range_end(w.range_end);
     create->set_start_revision(w.start_revision);
     create->add_filters(pb::WatchCreateRequest::NOPUT);  // deletions only
     create->set_watch_id(id);
@@ -37,11 +38,11 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
 }
 
 int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created,
-                                progress_callback on_progress) {
+                                progress_callback on_progress, const std::string& range_end) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t id = next_id_++;
     const watch& w =
-        watches_.emplace(id, watch{key, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
+        watches_.emplace(id, watch{key, range_end, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
     if (!started_) {
         started_ = true;
         reader_ = std::thread([this] { reader_loop(); });

@@ -62,9 +62,10 @@ public:
     // the server has when it creates the watch, which `on_created` is told (a synced watch, above);
     // should the stream break, the watch is created again from just after that revision.
     // `on_progress` (with start revision 0): a progress request follows the create, and its answer
-    // is told; not told when the stream breaks before it comes.
+    // is told; not told when the stream breaks before it comes. With a `range_end`, the watch covers
+    // the keys [key, range_end) and fires at the first deletion of any of them.
     int64_t watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created = {},
-                           progress_callback on_progress = {});
+                           progress_callback on_progress = {}, const std::string& range_end = {});
     // Stops a watch (no effect for an unknown id, e.g. one that fired: the reader ended that one on
     // the server already). Its callback is not called after this returns, unless it is running on
     // the reader thread right now.
@@ -77,6 +78,7 @@ public:
 private:
     struct watch {
         std::string key;
+        std::string range_end;   // empty: `key` alone
         int64_t start_revision;  // 0: from the server's current revision, until the created answer tells it
         callback on_event;
         created_callback on_created;
