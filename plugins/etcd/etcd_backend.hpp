@@ -4,6 +4,7 @@
 //   lock_queue.cpp   the queue algorithm: enqueue, wait for the predecessor, hold, release, renew,
 //                    inspect, and the session events that end holds and waits
 //   janitor.cpp      the janitor thread: expired holds, keys left behind, own-key watches
+//   admin.cpp        holders, list, break_lock, and forgetting an idle semaphore's limit
 //
 // The `etcd` backend: etcd v3 over gRPC, with the algorithm of etcd's own concurrency mutex.
 //
@@ -43,6 +44,28 @@
 // does not renew (renew: false) has its key deleted by the janitor thread when its validity ends,
 // since the session lease outlives it.
 //
+// Shared holds. A shared acquisition's key is `<dir>shared-<lease hex>-<attempt hex>` in the
+// lock's own directory, so the exclusive path above is unchanged: a shared key before an
+// exclusive one is a key before it, and the exclusive waits. Every other key of the directory
+// (`<lease hex>…`, etcd's mutex's keys too) is exclusive, and all of them sort before `<dir>s`: a
+// shared acquisition holds when no key of [dir, dir + "s") has a lower create_revision, and
+// otherwise waits for the deletion of the newest such key before its own (then reads again).
+// Order is FIFO by create_revision: a waiting exclusive acquirer stops every later shared one, so
+// writers do not starve. A release wakes the one exclusive waiter behind it, or the shared waiters
+// whose newest earlier exclusive key it was (all of whom then hold).
+//
+// Semaphores. The permits of semaphore `name` are keys `<key_prefix>%semaphores/<escaped
+// name>/<lease hex>-<attempt hex>` (no lock directory holds them: `%` then a lowercase letter);
+// the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
+// name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
+// again, same value, which moves its mod_revision); when it is absent, one Txn creates it, and a
+// different value is refused (INVALID_ARGUMENT). A release that leaves the directory empty
+// deletes the limit if its mod_revision is what it read: no enqueue came in between. A waiter
+// with N keys before its own watches the directory for any deletion and then reads again whether
+// fewer than N keys are before it: every release wakes every waiter of that semaphore once (a
+// holder's key may go in any order, so no one key tells a waiter its turn came).
+// Fencing token: the key's create_revision, like a lock's.
+//
 // Every request is idempotent (unique keys, revision-guarded deletes), so a request that got no
 // answer is repeated on the next member.
 #pragma once
@@ -68,6 +91,12 @@ namespace dlock::etcd {
 struct acquisition {
     std::shared_ptr<session> s;
     std::string name, dir, key, owner;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
+    uint32_t permits = 0;                  // PERMIT: the semaphore's limit N
+    // The keys [dir, blockers_end) created before ours keep us waiting: every key of the directory
+    // for an exclusive hold and a permit, the exclusive (writer) keys only for a shared hold.
+    std::string blockers_end;
+    std::string limit_key;  // PERMIT: the key that stores N
     std::string tombstone;  // the key a clean-up puts when a put of `key` may still land (see retire_key)
     void* host_lease = nullptr;
     int64_t revision = 0;  // our key's create_revision: the fencing token
@@ -173,6 +202,13 @@ struct dlock_backend final : session_listener {
     }
 
     std::string dir_of(const char* name) const;
+
+    // Where semaphores live: `<key_prefix>%semaphores/<escaped name>/` (see above).
+    static constexpr const char* semaphores_part = "%semaphores/";
+    // The mark of a shared key in a lock's directory; sorts after every exclusive key.
+    static inline const std::string shared_mark = "shared-";
+    std::string semaphore_dir_of(const char* name) const;
+    static std::string escape(const char* name);
 
     // The tombstone of queue key `<dir><lease>-<attempt>`: `<key_prefix>%abandoned/<lease>-<attempt>`.
     // No name's directory holds it: escaped names never contain `%` followed by a lowercase letter.
@@ -291,6 +327,18 @@ struct dlock_backend final : session_listener {
     int inspect(const char* name, dlock_lock_info* info);
 
     void interrupt();
+
+    // ---- holders, list, break (admin.cpp) -----------------------------------------------------
+
+    int holders(const char* name, int semaphore, dlock_holder_visitor visit, void* user_data);
+
+    int list(const char* prefix, dlock_holder_visitor visit, void* user_data);
+
+    int break_lock(const char* name, int semaphore, size_t* out_broken);
+
+    // Deletes semaphore directory `dir`'s limit `limit_key` when no permit key is left, unless an
+    // enqueue touched it meanwhile. Best effort: a failure is logged, the limit stays.
+    void forget_idle_limit(const std::string& dir, const std::string& limit_key);
 
     // Revokes the session lease (every key of this client goes at once) and joins every thread.
     void shut_down();

@@ -27,10 +27,11 @@ std::string escape_name(const char* name) {
     return out;
 }
 
-// The directory's keys created before `revision` (all of them with 0), newest first, keys only.
-void fill_queue_range(pb::RangeRequest& range, const std::string& dir, int64_t before_revision, int64_t limit) {
+// The keys [dir, end) created before `revision` (all of them with 0), newest first, keys only.
+void fill_queue_range(pb::RangeRequest& range, const std::string& dir, const std::string& end, int64_t before_revision,
+                      int64_t limit) {
     range.set_key(dir);
-    range.set_range_end(prefix_end(dir));
+    range.set_range_end(end);
     range.set_sort_target(pb::RangeRequest::CREATE);
     range.set_sort_order(pb::RangeRequest::DESCEND);
     range.set_limit(limit);
@@ -49,6 +50,12 @@ void compare_create_revision(pb::TxnRequest& txn, const std::string& key, int64_
 }  // namespace
 
 std::string dlock_backend::dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
+
+std::string dlock_backend::semaphore_dir_of(const char* name) const {
+    return config.key_prefix + semaphores_part + escape_name(name) + "/";
+}
+
+std::string dlock_backend::escape(const char* name) { return escape_name(name); }
 
 void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
     std::lock_guard<std::mutex> notifying(notify_mutex);
@@ -204,8 +211,16 @@ int dlock_backend::acquire(const dlock_acquire_request& request, dlock_hold** ou
         a->out_of_time_status = out_of_time_status;
         a->s = sessions->obtain(request.ttl_ms, acquire_call(*a));
         a->name = request.name;
-        a->dir = dir_of(request.name);
-        a->key = fmt::format("{}{}-{:x}", a->dir, lease_hex(a->s->id), ++attempts);
+        if (request.struct_size >= DLOCK_ACQUIRE_REQUEST_V2_SIZE) {
+            a->kind = request.kind;
+            a->permits = request.kind == DLOCK_HOLD_PERMIT ? request.permits : 0;
+        }
+        a->dir = a->kind == DLOCK_HOLD_PERMIT ? semaphore_dir_of(request.name) : dir_of(request.name);
+        a->blockers_end = prefix_end(a->dir);
+        if (a->kind == DLOCK_HOLD_SHARED) a->blockers_end = a->dir + shared_mark.substr(0, 1);
+        if (a->kind == DLOCK_HOLD_PERMIT) a->limit_key = a->dir.substr(0, a->dir.size() - 1);
+        a->key = fmt::format("{}{}{}-{:x}", a->dir, a->kind == DLOCK_HOLD_SHARED ? shared_mark : std::string(),
+                             lease_hex(a->s->id), ++attempts);
         a->tombstone = tombstone_of(a->key);
         a->owner = request.owner;
         a->host_lease = request.host_lease;
@@ -243,17 +258,59 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
     pb::TxnRequest enqueue;
     compare_create_revision(enqueue, a->key, 0);
     compare_create_revision(enqueue, a->tombstone, 0);  // never after a clean-up (see retire_key)
+    const std::string limit_text = std::to_string(a->permits);
+    if (a->kind == DLOCK_HOLD_PERMIT) {
+        pb::Compare* c = enqueue.add_compare();
+        c->set_result(pb::Compare::EQUAL);
+        c->set_target(pb::Compare::VALUE);
+        c->set_key(a->limit_key);
+        c->set_value(limit_text);
+    }
     pb::PutRequest* put = enqueue.add_success()->mutable_request_put();
     put->set_key(a->key);
     put->set_value(a->owner);
     put->set_lease(a->s->id);
-    fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, 0, 2);
+    // The keys that decide whether we hold: the one just before ours (exclusive: ours and the
+    // newest before it; shared: the newest exclusive key, ours not among them), or for a permit
+    // ours and up to N before it.
+    const int64_t queue_limit = a->kind == DLOCK_HOLD_PERMIT ? int64_t(a->permits) + 1 : a->kind == DLOCK_HOLD_SHARED ? 1 : 2;
+    fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, a->blockers_end, 0, queue_limit);
+    if (a->kind == DLOCK_HOLD_PERMIT) {
+        // Touch the limit (same value): a release that found the semaphore idle deletes the limit
+        // only if nobody touched it since (see forget_idle_limit).
+        pb::PutRequest* touch = enqueue.add_success()->mutable_request_put();
+        touch->set_key(a->limit_key);
+        touch->set_value(limit_text);
+    }
     enqueue.add_failure()->mutable_request_range()->set_key(a->key);
+    if (a->kind == DLOCK_HOLD_PERMIT) enqueue.add_failure()->mutable_request_range()->set_key(a->limit_key);
     pb::TxnResponse response;
     int64_t unanswered = 0;
     try {
-        conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
-                   acquire_call(*a, &unanswered));
+        for (int limit_puts = 0;; ++limit_puts) {
+            conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
+                       acquire_call(*a, &unanswered));
+            if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0)
+                break;
+            // Nothing put: the semaphore's limit is absent or another. Store ours when absent, then
+            // enqueue again; refuse a different one.
+            const auto& stored = response.responses(1).response_range().kvs();
+            if (!stored.empty())
+                fail(DLOCK_INVALID_ARGUMENT,
+                     fmt::format("etcd: semaphore `{}` has the limit {} stored (key `{}`); this acquire asked for {} "
+                                 "permits: every client of a semaphore must use the same limit", a->name,
+                                 stored[0].value(), a->limit_key, a->permits));
+            if (limit_puts == 3) fail(DLOCK_BACKEND, fmt::format("etcd: the limit of semaphore `{}` keeps vanishing", a->name));
+            pb::TxnRequest store;
+            compare_create_revision(store, a->limit_key, 0);
+            pb::PutRequest* limit = store.add_success()->mutable_request_put();
+            limit->set_key(a->limit_key);
+            limit->set_value(limit_text);
+            pb::TxnResponse stored_response;
+            conn->call("store the semaphore's limit",
+                       [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, store, &stored_response); },
+                       acquire_call(*a));
+        }
     } catch (...) {
         try {
             throw;
@@ -293,7 +350,14 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
     if (response.succeeded()) {
         a->revision = response.header().revision();
         const auto& queue = response.responses(1).response_range().kvs();
-        if (queue.size() >= 2 && queue[0].create_revision() == a->revision) predecessor = queue[1].key();
+        if (a->kind == DLOCK_HOLD_PERMIT) {
+            // Ours and the keys before it, up to N of them: N before ours, and we wait.
+            if (int64_t(queue.size()) > int64_t(a->permits)) predecessor = a->dir;
+        } else if (a->kind == DLOCK_HOLD_SHARED) {
+            if (!queue.empty()) predecessor = queue[0].key();  // the newest exclusive key, created before ours
+        } else if (queue.size() >= 2 && queue[0].create_revision() == a->revision) {
+            predecessor = queue[1].key();
+        }
     } else {
         // A repeated request: the key exists; learn its revision, then what is before it.
         const auto& mine = response.responses(0).response_range().kvs();
@@ -326,13 +390,16 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
 bool dlock_backend::next_in_queue(const std::shared_ptr<acquisition>& a, std::string& predecessor, int64_t& seen_at) {
     pb::TxnRequest check;
     compare_create_revision(check, a->key, a->revision);
-    fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->revision, 1);
+    const bool permit = a->kind == DLOCK_HOLD_PERMIT;
+    fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->blockers_end, a->revision,
+                     permit ? int64_t(a->permits) : 1);
     pb::TxnResponse response;
     conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
                acquire_call(*a));
     if (!response.succeeded()) return false;
     const auto& before = response.responses(0).response_range().kvs();
-    predecessor = before.empty() ? std::string() : before[0].key();
+    if (permit) predecessor = int64_t(before.size()) < int64_t(a->permits) ? std::string() : a->dir;  // N keys before ours: wait on the directory
+    else predecessor = before.empty() ? std::string() : before[0].key();
     seen_at = response.header().revision();
     return true;
 }
@@ -359,6 +426,8 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
             locked->cv.notify_all();
         }
     };
+    // A permit waits for a deletion anywhere in the semaphore's directory (see etcd_backend.hpp).
+    const std::string range_end = a->kind == DLOCK_HOLD_PERMIT ? prefix_end(a->dir) : std::string();
     return watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
@@ -375,7 +444,8 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                 w.watch_progress = true;
                 w.watch_progress_at = revision;
             });
-        });
+        },
+        range_end);
 }
 
 int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
@@ -546,7 +616,10 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
         // the watcher ends it on the server then (one message either way, off the release path).
         a->own_watch = 0;
     }
-    if (deleted) return DLOCK_OK;
+    if (deleted) {
+        if (a->kind == DLOCK_HOLD_PERMIT) forget_idle_limit(a->dir, a->limit_key);
+        return DLOCK_OK;
+    }
     const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;
     if (first_unanswered != 0 && first_unanswered < valid_until) {
         // An attempt that got no answer (in this call, or in an earlier one that returned
