@@ -265,7 +265,7 @@ int dlock_backend::break_lock(const char* name, int semaphore, size_t* out_broke
         if (removed.succeeded()) ++broken;
     }
     if (broken > 0)
-        log(2, fmt::format("etcd: broke {} {} of `{}`", broken, semaphore ? "permit(s) of semaphore" : "hold(s) of lock", name));
+        log(2, fmt::format("etcd: broke {} {} `{}`", broken, semaphore ? "permit(s) of semaphore" : "hold(s) of lock", name));
     if (semaphore) forget_idle_limit(dir, dir.substr(0, dir.size() - 1));
     if (out_broken) *out_broken = broken;
     return DLOCK_OK;

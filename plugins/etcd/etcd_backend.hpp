@@ -39,8 +39,10 @@
 // operator). A waiter watches its own key from the start (its wait ends with an error if the key
 // goes); a holder that never waited gets that watch from the janitor thread after min(TTL/10,
 // 100 ms), from its key's creation revision, so a short critical section costs no watch and a
-// deletion in between is still reported. `renew` makes no RPC of its own: it reports the lease's deadline, confirmed by a fresh
-// keepalive on the stream when the last one is older than a quarter of the TTL. A hold the keeper
+// deletion in between is still reported. `renew` reads the batch's keys in one Txn (a key gone is
+// LOST at that renewal: a break is seen by the next renewal at the latest) and reports the lease's
+// deadline, confirmed by a fresh keepalive on the stream when the last one is older than a quarter
+// of the TTL. A hold the keeper
 // does not renew (renew: false) has its key deleted by the janitor thread when its validity ends,
 // since the session lease outlives it.
 //
@@ -323,6 +325,10 @@ struct dlock_backend final : session_listener {
     void hold_destroy(dlock_hold* h);
 
     int renew(dlock_renewal* renewals, size_t count);
+
+    // One read of the batch's keys: a hold whose key is gone or another's (broken, deleted by an
+    // operator) is marked gone, so its renewal answers LOST even before its own-key watch tells.
+    void check_keys_still_ours(dlock_renewal* renewals, size_t count);
 
     int inspect(const char* name, dlock_lock_info* info);
 

@@ -140,8 +140,9 @@ void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_
         }
     }
     if (lost) {
-        log(2, fmt::format("etcd: lock `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
-                           "the server, or deleted by someone else)", a->name, a->key));
+        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
+                           "the server, or deleted by someone else)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock",
+                           a->name, a->key));
         push(a, DLOCK_LEASE_LOST, 0);
     }
 }
@@ -655,6 +656,47 @@ void dlock_backend::hold_destroy(dlock_hold* h) {
     if (own) watches->cancel(own);
 }
 
+void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count) {
+    pb::TxnRequest read;
+    std::vector<std::shared_ptr<acquisition>> checked;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (size_t i = 0; i < count; ++i) {
+            const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
+            if (a->gone || a->releasing) continue;
+            pb::RangeRequest* range = read.add_success()->mutable_request_range();
+            range->set_key(a->key);
+            range->set_keys_only(true);
+            checked.push_back(a);
+        }
+    }
+    if (checked.empty()) return;
+    pb::TxnResponse response;
+    try {
+        conn->call("check that the renewed holds' keys exist",
+                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); });
+    } catch (const failure& f) {
+        // Unconfirmed, not lost: the session's confirmation below decides the status.
+        log(2, fmt::format("etcd: {}", f.message));
+        return;
+    }
+    std::vector<std::shared_ptr<acquisition>> lost;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (size_t i = 0; i < checked.size() && int(i) < response.responses_size(); ++i) {
+            const auto& a = checked[i];
+            const auto& kvs = response.responses(int(i)).response_range().kvs();
+            if (a->gone || a->releasing || (!kvs.empty() && kvs[0].create_revision() == a->revision)) continue;
+            a->gone = true;
+            a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
+            if (!a->released_unanswered) lost.push_back(a);
+        }
+    }
+    for (const auto& a : lost)
+        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` is gone (deleted by a break or an operator, or its "
+                           "session lease ended)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock", a->name, a->key));
+}
+
 int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
     struct confirmed {
         std::shared_ptr<session> s;
@@ -662,6 +704,7 @@ int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
         int64_t deadline;
     };
     std::vector<confirmed> done;  // one confirmation per session in the batch
+    check_keys_still_ours(renewals, count);
     for (size_t i = 0; i < count; ++i) {
         const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
         {
