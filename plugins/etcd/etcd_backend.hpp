@@ -62,10 +62,21 @@
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
 // again, same value, which moves its mod_revision); when it is absent, one Txn creates it, and a
 // different value is refused (INVALID_ARGUMENT). A release that leaves the directory empty
-// deletes the limit if its mod_revision is what it read: no enqueue came in between. A waiter
-// with N keys before its own watches the directory for any deletion and then reads again whether
-// fewer than N keys are before it: every release wakes every waiter of that semaphore once (a
-// holder's key may go in any order, so no one key tells a waiter its turn came).
+// deletes the limit if its mod_revision is what it read: no enqueue came in between.
+// Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
+// go in any order, so no single holder's key tells a waiter its turn came; instead:
+//   - the first waiter (exactly N keys before its own) watches the whole directory for a deletion,
+//     then reads again;
+//   - a later waiter (more than N before it) watches the key just before its own, P, for a
+//     deletion or a put. Its count is P's count + 1, so it can reach N only when P leaves (a
+//     deletion) or P is admitted (P's count < N); a waiter that is admitted after waiting puts
+//     its key again (touch_own_key: same value and lease, so the same create_revision), which
+//     wakes the one behind it, which reads again and becomes the first waiter (or holds, and
+//     touches in turn).
+// A release thus wakes the first waiter, and each admission the next one: no herd. (Watching the
+// key N places ahead instead is not enough: with N = 2 and keys A B C W, W watches B; A goes and
+// C is admitted; C goes, and W, with only B before it, should hold, but B is still there.) If the
+// touch fails, the next waiter is woken when that holder's key goes instead (logged).
 // Fencing token: the key's create_revision, like a lock's.
 //
 // Every request is idempotent (unique keys, revision-guarded deletes), so a request that got no
@@ -317,6 +328,10 @@ struct dlock_backend final : session_listener {
                       int64_t seen_at, dlock_hold** out_hold, dlock_grant* grant);
 
     int become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant);
+
+    // A permit waiter that now holds puts its key again (same value, lease and create_revision):
+    // the waiter just behind it watches it for that put (see above). Best effort.
+    void touch_own_key(const std::shared_ptr<acquisition>& a);
 
     // ---- release, renew, inspect -------------------------------------------------------------
 

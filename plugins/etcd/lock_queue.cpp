@@ -273,8 +273,8 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
     put->set_lease(a->s->id);
     // The keys that decide whether we hold: the one just before ours (exclusive: ours and the
     // newest before it; shared: the newest exclusive key, ours not among them), or for a permit
-    // ours and up to N before it.
-    const int64_t queue_limit = a->kind == DLOCK_HOLD_PERMIT ? int64_t(a->permits) + 1 : a->kind == DLOCK_HOLD_SHARED ? 1 : 2;
+    // ours and up to N + 1 before it (whether N are before ours, and which is just before it).
+    const int64_t queue_limit = a->kind == DLOCK_HOLD_PERMIT ? int64_t(a->permits) + 2 : a->kind == DLOCK_HOLD_SHARED ? 1 : 2;
     fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, a->blockers_end, 0, queue_limit);
     if (a->kind == DLOCK_HOLD_PERMIT) {
         // Touch the limit (same value): a release that found the semaphore idle deletes the limit
@@ -352,8 +352,10 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
         a->revision = response.header().revision();
         const auto& queue = response.responses(1).response_range().kvs();
         if (a->kind == DLOCK_HOLD_PERMIT) {
-            // Ours and the keys before it, up to N of them: N before ours, and we wait.
-            if (int64_t(queue.size()) > int64_t(a->permits)) predecessor = a->dir;
+            // Ours (first) and up to N + 1 keys before it.
+            const int64_t before = int64_t(queue.size()) - 1, n = int64_t(a->permits);
+            if (before == n) predecessor = a->dir;
+            else if (before > n) predecessor = queue[1].key();
         } else if (a->kind == DLOCK_HOLD_SHARED) {
             if (!queue.empty()) predecessor = queue[0].key();  // the newest exclusive key, created before ours
         } else if (queue.size() >= 2 && queue[0].create_revision() == a->revision) {
@@ -393,14 +395,20 @@ bool dlock_backend::next_in_queue(const std::shared_ptr<acquisition>& a, std::st
     compare_create_revision(check, a->key, a->revision);
     const bool permit = a->kind == DLOCK_HOLD_PERMIT;
     fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->blockers_end, a->revision,
-                     permit ? int64_t(a->permits) : 1);
+                     permit ? int64_t(a->permits) + 1 : 1);
     pb::TxnResponse response;
     conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
                acquire_call(*a));
     if (!response.succeeded()) return false;
     const auto& before = response.responses(0).response_range().kvs();
-    if (permit) predecessor = int64_t(before.size()) < int64_t(a->permits) ? std::string() : a->dir;  // N keys before ours: wait on the directory
-    else predecessor = before.empty() ? std::string() : before[0].key();
+    if (permit) {
+        // Fewer than N keys before ours: we hold; exactly N: the first waiter, woken by any
+        // deletion in the directory; more: woken by the key just before ours (see etcd_backend.hpp).
+        const int64_t count = before.size(), n = a->permits;
+        predecessor = count < n ? std::string() : count == n ? a->dir : before[0].key();
+    } else {
+        predecessor = before.empty() ? std::string() : before[0].key();
+    }
     seen_at = response.header().revision();
     return true;
 }
@@ -427,12 +435,15 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
             locked->cv.notify_all();
         }
     };
-    // A permit waits for a deletion anywhere in the semaphore's directory (see etcd_backend.hpp).
-    const std::string range_end = a->kind == DLOCK_HOLD_PERMIT ? prefix_end(a->dir) : std::string();
+    // A permit's first waiter waits for a deletion anywhere in the semaphore's directory; a later
+    // one for the deletion of the key just before its own, or its touch (see etcd_backend.hpp).
+    const bool permit = a->kind == DLOCK_HOLD_PERMIT;
+    const std::string range_end = permit && predecessor == a->dir ? prefix_end(a->dir) : std::string();
+    const bool with_puts = permit && predecessor != a->dir;
     return watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
-            tell_waiter(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+            tell_waiter(false, [e](acquisition& w) { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
         },
         [tell_waiter](int64_t revision) {
             tell_waiter(true, [revision](acquisition& w) {
@@ -446,7 +457,7 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                 w.watch_progress_at = revision;
             });
         },
-        range_end);
+        range_end, with_puts);
 }
 
 int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
@@ -532,12 +543,33 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
             }
             if (rewatch_own) watch_own_key(a, seen_at + 1);
             if (predecessor != watched) cancel_watches();
-            if (predecessor.empty()) return become_holder(a, out_hold, grant);
+            if (predecessor.empty()) {
+                if (a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
+                return become_holder(a, out_hold, grant);
+            }
         }
     } catch (...) {
         // A call failed (or was cancelled) mid-wait: acquire_with deletes our key.
         cancel_watches();
         throw;
+    }
+}
+
+void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
+    pb::TxnRequest touch;
+    compare_create_revision(touch, a->key, a->revision);
+    pb::PutRequest* put = touch.add_success()->mutable_request_put();
+    put->set_key(a->key);
+    put->set_value(a->owner);
+    put->set_lease(a->s->id);
+    pb::TxnResponse response;
+    try {
+        conn->call("wake the next permit waiter", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, touch, &response); },
+                   acquire_call(*a));
+    } catch (const failure& f) {
+        // Not a failure of ours: the next waiter is woken by our key's deletion instead.
+        log(2, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken ({}); it "
+                           "waits for a release", a->name, f.message));
     }
 }
 
