@@ -9,6 +9,7 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/secured.hpp"
 
 #include <dlock/dlock.hpp>
 
@@ -27,6 +28,7 @@
 #include <future>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -432,6 +434,61 @@ TEST_F(EtcdModes, EtcdctlLockAndDlockExcludeEachOther) {
         EXPECT_EQ(line, "got-it");
         EXPECT_EQ(waiter.wait(), 0);
     }
+}
+
+// ---- the privilege to break -----------------------------------------------------------------
+
+// On the secured etcd (client-certificate TLS, RBAC): an identity whose role may only read the
+// prefix sees the holders but may not break them (PERMISSION, the holder untouched); a role with
+// readwrite on the prefix may. A server that cannot start fails the test (never a skip).
+TEST(EtcdModesSecured, BreakNeedsWriteOnThePrefixReadIsEnoughToList) {
+    auto& server = dlock::lab::shared_secured_server(dlock::lab::secured_backend::etcd);
+    const auto& owner = server.tenant_a();  // readwrite on `dlock/`
+    const auto& pki = server.certificates();
+    const auto auditor_cert = pki.issue("etcd-auditor", "auditor", {});
+    const std::string password = "auditor-pw-not-a-secret";
+    // The lab's root certificate (CN root) authenticates as root over client-certificate TLS.
+    auto as_root = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {"--cacert=" + pki.ca_cert().string(), "--cert=" + (pki.dir() / "etcd-root.crt").string(),
+                                         "--key=" + (pki.dir() / "etcd-root.key").string()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        etcdctl("https://" + server.client_endpoint().to_string(), argv);
+    };
+    as_root({"role", "add", "auditor"});
+    as_root({"role", "grant-permission", "auditor", "--prefix=true", "read", owner.territory});
+    as_root({"user", "add", "auditor:" + password});
+    as_root({"user", "grant-role", "auditor", "auditor"});
+
+    auto holder_client = dlock::client::open(owner.config.string());
+    auto held = holder_client.acquire("v2/guarded", exclusive());
+    auto auditor = dlock::client::from_yaml(server.config_text(
+        owner, {{"username", std::string("auditor")}, {"password", password},
+                {"cert_file", "\"" + auditor_cert.cert.string() + "\""}, {"key_file", "\"" + auditor_cert.key.string() + "\""}}));
+    const auto seen = auditor.holders("v2/guarded");
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].fencing_token, held.fencing_token());
+    EXPECT_FALSE(auditor.list("v2/").empty());
+    std::error_code ec;
+    std::string message;
+    try {
+        auditor.break_lock("v2/guarded");
+    } catch (const std::system_error& e) {
+        ec = e.code();
+        message = e.what();
+    }
+    EXPECT_EQ(ec, dlock::errc::permission) << message;
+    EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
+    EXPECT_NE(message.find("auditor"), std::string::npos) << "the message names the user: " << message;
+    std::cout << "[etcd] break without write: " << message << "\n";
+    std::error_code renewed;
+    held.renew(renewed);
+    EXPECT_FALSE(renewed) << "the refused break touched the holder: " << dlock_last_error();
+
+    // The tenant's own readwrite role is the administrator's role for its prefix.
+    auto admin = dlock::client::open(owner.config.string());
+    EXPECT_EQ(admin.break_lock("v2/guarded"), 1u);
+    held.renew(renewed);
+    EXPECT_EQ(renewed, dlock::errc::lost);
 }
 
 }  // namespace
