@@ -106,7 +106,7 @@ namespace {
 // Reads the keys [key, end), keys and values, sorted by create_revision; no limit.
 pb::RangeResponse read_range(connection& conn, const std::string& key, const std::string& end, const char* what) {
     pb::RangeRequest range;
-    range.set_key(key);
+    range.set_key(key.empty() ? std::string(1, '\0') : key);  // etcd's "from the first key"
     range.set_range_end(end);
     range.set_sort_target(pb::RangeRequest::CREATE);
     range.set_sort_order(pb::RangeRequest::ASCEND);

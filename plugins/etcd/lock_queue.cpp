@@ -371,7 +371,11 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
             fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while acquiring", a->key, a->name));
         }
     }
-    if (predecessor.empty()) return become_holder(a, out_hold, grant);
+    if (predecessor.empty()) {
+        // A repeated request's key may have had a permit waiter behind it already: wake it.
+        if (!response.succeeded() && a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
+        return become_holder(a, out_hold, grant);
+    }
     if (request.deadline_ns == 0) {
         abandon(a, 0);
         fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` is taken (queue `{}`)", a->name, a->dir));

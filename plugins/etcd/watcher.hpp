@@ -1,5 +1,6 @@
 // watcher.hpp — the etcd plugin's watches: every watch of a client on ONE Watch stream, each
-// waiting for the deletion of one key from a given revision on.
+// waiting for the deletion of one key (or of any key of a range, or a put of the key) from a given
+// revision on.
 //
 // No event is missed: a watch starts at a revision at which the key was seen to exist (inclusive),
 // so its deletion, whenever it happens, is at or after that revision and is delivered. When the

@@ -436,6 +436,27 @@ TEST_F(EtcdModes, EtcdctlLockAndDlockExcludeEachOther) {
     }
 }
 
+// With `key_prefix: ""` the dlock lock `NAME` is `etcdctl lock NAME`, and list("") finds it (the
+// whole keyspace is read; keys that are no queue keys are skipped).
+TEST_F(EtcdModes, EmptyKeyPrefixMeetsEtcdctlLockUnderTheSameNameAndListsIt) {
+    etcdctl(endpoint(), {"put", "unrelated/config", "x"});
+    auto c = dlock::client::from_yaml("backend: etcd\noptions:\n  endpoints: [\"" + endpoint() + "\"]\n  key_prefix: \"\"\n");
+    auto lease = c.acquire("plain", exclusive());
+    auto permit = c.acquire("plain", permits(1));
+    child_process waiter({"etcdctl", "--endpoints=" + endpoint(), "lock", "plain", "echo", "got-it"}, true, {"ETCDCTL_API=3"});
+    std::string line;
+    EXPECT_FALSE(waiter.read_line(line, 1000)) << "etcdctl got `plain` while dlock held it: " << line;
+    auto all = c.list("");
+    ASSERT_EQ(all.size(), 2u);
+    std::multiset<std::string> names;
+    for (const auto& h : all) names.insert(h.name);
+    EXPECT_EQ(names, (std::multiset<std::string>{"plain", "plain"}));
+    lease.release();
+    ASSERT_TRUE(waiter.read_line(line, 10000)) << "etcdctl did not get the lock after dlock's release";
+    EXPECT_EQ(line, "got-it");
+    EXPECT_EQ(waiter.wait(), 0);
+}
+
 // ---- the privilege to break -----------------------------------------------------------------
 
 // On the secured etcd (client-certificate TLS, RBAC): an identity whose role may only read the
