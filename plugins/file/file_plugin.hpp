@@ -18,4 +18,8 @@ namespace dlock::file_backend {
 // (the long form contains '~', which the short form always escapes).
 std::string lock_file_name(std::string_view name);
 
+// The file of the semaphore `name`: the same escaping, with ".sem" for ".lock" (a semaphore and a
+// lock of one name are different objects).
+std::string semaphore_file_name(std::string_view name);
+
 }  // namespace dlock::file_backend
