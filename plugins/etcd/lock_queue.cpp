@@ -709,8 +709,11 @@ void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count)
     if (checked.empty()) return;
     pb::TxnResponse response;
     try {
+        // One request_timeout in all, whatever the members do: the session's confirmation that
+        // follows has its own bound, and a renewal must not stall the keeper for longer.
         conn->call("check that the renewed holds' keys exist",
-                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); });
+                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); },
+                   call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
     } catch (const failure& f) {
         // Unconfirmed, not lost: the session's confirmation below decides the status.
         log(2, fmt::format("etcd: {}", f.message));
