@@ -296,12 +296,14 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
             // Nothing put: the semaphore's limit is absent or another. Store ours when absent, then
             // enqueue again; refuse a different one.
             const auto& stored = response.responses(1).response_range().kvs();
-            if (!stored.empty())
+            if (!stored.empty() && stored[0].value() != limit_text)
                 fail(DLOCK_INVALID_ARGUMENT,
                      fmt::format("etcd: semaphore `{}` has the limit {} stored (key `{}`); this acquire asked for {} "
                                  "permits: every client of a semaphore must use the same limit", a->name,
                                  stored[0].value(), a->limit_key, a->permits));
-            if (limit_puts == 3) fail(DLOCK_BACKEND, fmt::format("etcd: the limit of semaphore `{}` keeps vanishing", a->name));
+            if (limit_puts == 3)
+                fail(DLOCK_BACKEND, fmt::format("etcd: semaphore `{}`: its permit could not be enqueued (the limit key `{}` "
+                                                "keeps vanishing)", a->name, a->limit_key));
             pb::TxnRequest store;
             compare_create_revision(store, a->limit_key, 0);
             pb::PutRequest* limit = store.add_success()->mutable_request_put();
