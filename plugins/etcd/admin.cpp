@@ -99,10 +99,6 @@ uint32_t parse_limit(const std::string& text) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 // Reads the keys [key, end), keys and values, sorted by create_revision; no limit.
 pb::RangeResponse read_range(connection& conn, const std::string& key, const std::string& end, const char* what) {
     pb::RangeRequest range;
