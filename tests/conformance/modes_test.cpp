@@ -21,11 +21,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <type_traits>
@@ -198,6 +200,40 @@ TEST_P(Modes, SemaphoreAllNPermitsUsableAtOnceAndTheNextWaits) {
     EXPECT_FALSE(sem.try_acquire()) << "the freed permit was handed out twice";
 }
 
+// One dlock::semaphore object used by more threads than it has permits: at most N hold at once.
+TEST_P(Modes, SemaphoreObjectSharedByThreadsAdmitsAtMostN) {
+    if (!has(DLOCK_CAP_SEMAPHORE)) GTEST_SKIP() << "backend has no SEMAPHORE capability";
+    constexpr int threads = 5, rounds = 6;
+    const dlock::semaphore sem(client_, name("sem"), 2);
+    std::atomic<int> present{0}, most{0}, failures{0};
+    std::vector<std::thread> workers;
+    for (int i = 0; i < threads; ++i) {
+        workers.emplace_back([&] {
+            for (int r = 0; r < rounds; ++r) {
+                std::optional<dlock::permit> p;
+                try {
+                    p = sem.try_acquire_for(30s);
+                } catch (const std::system_error&) {
+                }
+                if (!p) {
+                    ++failures;
+                    return;
+                }
+                const int now = ++present;
+                for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+                }
+                std::this_thread::sleep_for(5ms);
+                --present;
+            }
+        });
+    }
+    for (auto& t : workers) t.join();
+    std::cout << "[" << label() << "] " << threads << " threads on one semaphore object of 2 permits: at most " << most.load()
+              << " held at once\n";
+    EXPECT_EQ(failures.load(), 0) << dlock_last_error();
+    EXPECT_LE(most.load(), 2);
+}
+
 // docs/design/faults.md §2 for a permit: a holder is SIGKILLed; its permit comes back within the bound.
 TEST_P(Modes, SemaphoreKilledHoldersPermitReturns) {
     if (!has(DLOCK_CAP_SEMAPHORE)) GTEST_SKIP() << "backend has no SEMAPHORE capability";
@@ -365,6 +401,45 @@ TEST_P(Modes, ExclusiveExcludesSharedAndViceVersa) {
     }
     std::shared_lock<dlock::shared_mutex> again(a, std::try_to_lock);
     EXPECT_TRUE(again.owns_lock());
+}
+
+// One dlock::shared_mutex shared by threads, as a std::shared_mutex is: each thread's shared hold
+// is its own lease, and unlock_shared releases the calling thread's.
+TEST_P(Modes, SharedMutexObjectSharedByThreads) {
+    if (!has(DLOCK_CAP_SHARED)) GTEST_SKIP() << "backend has no SHARED capability";
+    dlock::shared_mutex m(client_, name("rw"));
+    auto other = open();
+    dlock::shared_mutex writer(other, name("rw"));
+    std::mutex step;
+    std::condition_variable changed;
+    int holding = 0;
+    bool leave = false;
+    std::vector<std::string> owners(2);
+    std::vector<std::thread> readers;
+    for (int i = 0; i < 2; ++i) {
+        readers.emplace_back([&, i] {
+            std::shared_lock<dlock::shared_mutex> reading(m);
+            std::unique_lock<std::mutex> lock(step);
+            ++holding;
+            changed.notify_all();
+            changed.wait(lock, [&] { return leave; });
+        });
+    }
+    {
+        std::unique_lock<std::mutex> lock(step);
+        ASSERT_TRUE(changed.wait_for(lock, 30s, [&] { return holding == 2; })) << "two threads could not hold it shared together";
+    }
+    EXPECT_EQ(m.shared_holds(), 2u);
+    EXPECT_FALSE(writer.try_lock()) << "exclusive beside two shared holds of one object";
+    {
+        std::lock_guard<std::mutex> lock(step);
+        leave = true;
+    }
+    changed.notify_all();
+    for (auto& t : readers) t.join();
+    EXPECT_EQ(m.shared_holds(), 0u) << "each thread released its own hold";
+    EXPECT_TRUE(writer.try_lock_for(5s)) << "free once both threads released";
+    writer.unlock();
 }
 
 // 6 processes, two acquires in three shared and one exclusive: the checker finds no exclusive
