@@ -270,6 +270,28 @@ TEST_F(EtcdModes, SharedHoldersTogetherExclusiveExcludesThemAndTheyExcludeIt) {
     EXPECT_GT(reader.get().fencing_token(), w.fencing_token());
 }
 
+// A SIGKILLed shared holder's hold goes with its session lease: an exclusive acquirer gets the
+// lock after about the ttl, not before.
+TEST_F(EtcdModes, SharedHolderKilledHoldReturnsAfterAboutTheTtl) {
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::etcd), "v2/killed-shared", "2000", "shared"}, true);
+    const std::string line = expect_line(holder);
+    ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+    auto c = open();
+    EXPECT_TRUE(c.acquire("v2/killed-shared", shared())) << "shared holders share";
+    std::error_code ec;
+    c.acquire("v2/killed-shared", exclusive(), ec);
+    ASSERT_EQ(ec, dlock::errc::timeout);
+    const auto killed = clock_type::now();
+    holder.kill(SIGKILL);
+    holder.wait();
+    auto lease = c.acquire("v2/killed-shared", exclusive(15s));
+    const auto recovery = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - killed);
+    std::cout << "[etcd] exclusive lock " << recovery.count() << " ms after the shared holder's SIGKILL (ttl 2000 ms)\n";
+    EXPECT_GE(recovery, 1000ms) << "the shared hold vanished before the dead holder's lease expired";
+    EXPECT_LE(recovery, 2000ms + 1500ms + 2000ms);
+    EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+}
+
 TEST_F(EtcdModes, WaitingWriterIsNotStarvedByLaterReaders) {
     auto c = open();
     auto r1 = c.acquire("v2/starve", shared());
