@@ -267,6 +267,25 @@ int dlock_backend::break_lock(const char* name, int semaphore, size_t* out_broke
     return DLOCK_OK;
 }
 
+void dlock_backend::forget_limit(const std::string& limit_key, int64_t mod_revision) {
+    // No permit key was left when `mod_revision` was read; an enqueue since would have moved it.
+    pb::TxnRequest forget;
+    pb::Compare* c = forget.add_compare();
+    c->set_result(pb::Compare::EQUAL);
+    c->set_target(pb::Compare::MOD);
+    c->set_key(limit_key);
+    c->set_mod_revision(mod_revision);
+    forget.add_success()->mutable_request_delete_range()->set_key(limit_key);
+    pb::TxnResponse forgotten;
+    try {
+        conn->call("forget the idle semaphore's limit",
+                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, forget, &forgotten); });
+    } catch (const failure& f) {
+        log(2, fmt::format("etcd: could not forget the limit `{}` of an idle semaphore ({}); it stays until the next "
+                           "release that leaves it idle", limit_key, f.message));
+    }
+}
+
 void dlock_backend::forget_idle_limit(const std::string& dir, const std::string& limit_key) {
     try {
         pb::TxnRequest read;
@@ -280,17 +299,7 @@ void dlock_backend::forget_idle_limit(const std::string& dir, const std::string&
                    [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); });
         const auto& limit = response.responses(1).response_range().kvs();
         if (response.responses(0).response_range().count() != 0 || limit.empty()) return;
-        // No permit key at that revision; an enqueue since has touched the limit (mod_revision).
-        pb::TxnRequest forget;
-        pb::Compare* c = forget.add_compare();
-        c->set_result(pb::Compare::EQUAL);
-        c->set_target(pb::Compare::MOD);
-        c->set_key(limit_key);
-        c->set_mod_revision(limit[0].mod_revision());
-        forget.add_success()->mutable_request_delete_range()->set_key(limit_key);
-        pb::TxnResponse forgotten;
-        conn->call("forget the idle semaphore's limit",
-                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, forget, &forgotten); });
+        forget_limit(limit_key, limit[0].mod_revision());
     } catch (const failure& f) {
         log(2, fmt::format("etcd: could not forget the limit `{}` of an idle semaphore ({}); it stays until the next "
                            "release that leaves it idle", limit_key, f.message));

@@ -61,8 +61,9 @@
 // the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
 // again, same value, which moves its mod_revision); when it is absent, one Txn creates it, and a
-// different value is refused (INVALID_ARGUMENT). A release that leaves the directory empty
-// deletes the limit if its mod_revision is what it read: no enqueue came in between.
+// different value is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
+// directory is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
+// if its mod_revision is still that one: no enqueue came in between.
 // Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
 // go in any order, so no single holder's key tells a waiter its turn came; instead:
 //   - the first waiter (exactly N keys before its own) watches the whole directory for a deletion,
@@ -249,8 +250,15 @@ struct dlock_backend final : session_listener {
     // nothing, instead of creating `key` again on the live session lease. The tombstone goes with
     // the session lease. A lease the server no longer has took `key` with it, and makes any later
     // put of it fail: false. Throws failure.
+    // What a permit's release learns in its own Txn: whether the semaphore is left idle.
+    struct semaphore_after {
+        bool idle = false;               // no permit key left after the delete
+        int64_t limit_mod_revision = 0;  // the limit key's mod_revision then; 0: no limit key
+    };
+    // With `after` (a permit key): the same Txn also reads whether the directory is left empty and
+    // the limit's mod_revision, for forget_limit.
     bool retire_key(const std::string& key, int64_t revision, const std::string& tombstone, int64_t lease, const char* what,
-                    call_options options = {});
+                    call_options options = {}, semaphore_after* after = nullptr);
 
     orphan orphan_of(const acquisition& a, int64_t revision) const {
         return {a.key, revision, a.put_in_doubt ? a.tombstone : std::string(), a.s->id};
@@ -360,6 +368,10 @@ struct dlock_backend final : session_listener {
     // Deletes semaphore directory `dir`'s limit `limit_key` when no permit key is left, unless an
     // enqueue touched it meanwhile. Best effort: a failure is logged, the limit stays.
     void forget_idle_limit(const std::string& dir, const std::string& limit_key);
+
+    // Deletes `limit_key` if its mod_revision is still `mod_revision` (read with an empty directory).
+    // Best effort, like forget_idle_limit.
+    void forget_limit(const std::string& limit_key, int64_t mod_revision);
 
     // Revokes the session lease (every key of this client goes at once) and joins every thread.
     void shut_down();

@@ -68,7 +68,7 @@ void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64
 }
 
 bool dlock_backend::retire_key(const std::string& key, int64_t revision, const std::string& tombstone, int64_t lease, const char* what,
-                call_options options) {
+                call_options options, semaphore_after* after) {
     pb::TxnRequest txn;
     if (revision > 0) compare_create_revision(txn, key, revision);
     txn.add_success()->mutable_request_delete_range()->set_key(key);
@@ -80,6 +80,15 @@ bool dlock_backend::retire_key(const std::string& key, int64_t revision, const s
             put->set_lease(lease);
         }
     }
+    if (after) {
+        // After the delete, in the same Txn: whether any permit key is left, and the limit.
+        const std::string dir = key.substr(0, key.rfind('/') + 1);
+        pb::RangeRequest* left = txn.add_success()->mutable_request_range();
+        left->set_key(dir);
+        left->set_range_end(prefix_end(dir));
+        left->set_count_only(true);
+        txn.add_success()->mutable_request_range()->set_key(dir.substr(0, dir.size() - 1));
+    }
     pb::TxnResponse response;
     try {
         conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); }, options);
@@ -87,8 +96,15 @@ bool dlock_backend::retire_key(const std::string& key, int64_t revision, const s
         if (!tombstone.empty() && f.message.find("requested lease not found") != std::string::npos) return false;
         throw;
     }
-    return response.succeeded() && response.responses_size() >= 1 &&
-           response.responses(0).response_delete_range().deleted() == 1;
+    const bool deleted = response.succeeded() && response.responses_size() >= 1 &&
+                         response.responses(0).response_delete_range().deleted() == 1;
+    if (after && response.succeeded() && response.responses_size() >= 2) {
+        const int n = response.responses_size();
+        const auto& limit = response.responses(n - 1).response_range().kvs();
+        after->idle = response.responses(n - 2).response_range().count() == 0;
+        after->limit_mod_revision = limit.empty() ? 0 : limit[0].mod_revision();
+    }
+    return deleted;
 }
 
 void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch, bool in_background) {
@@ -637,10 +653,12 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
     }
     bool deleted = false;
     int64_t unanswered = 0;
+    semaphore_after after;
     try {
         const orphan o = orphan_of(*a, a->revision);
         deleted = retire_key(o.key, o.revision, o.tombstone, o.lease, "release",
-                             call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered});
+                             call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered},
+                             a->kind == DLOCK_HOLD_PERMIT ? &after : nullptr);
     } catch (const failure& f) {
         std::lock_guard<std::mutex> lock(state_mutex);
         if (a->release_unanswered_ns == 0) a->release_unanswered_ns = unanswered;  // for the host's retry
@@ -656,7 +674,7 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
         a->own_watch = 0;
     }
     if (deleted) {
-        if (a->kind == DLOCK_HOLD_PERMIT) forget_idle_limit(a->dir, a->limit_key);
+        if (after.idle && after.limit_mod_revision != 0) forget_limit(a->limit_key, after.limit_mod_revision);
         return DLOCK_OK;
     }
     const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;

@@ -200,8 +200,8 @@ TEST_F(EtcdModes, SemaphoreReleaseWakesOneWaiterNotAll) {
     std::this_thread::sleep_for(500ms);  // any other waiter woken would have read by now
     const double spent = metric_sum(member, "grpc_server_handled_total", txn) - before;
     std::cout << "[etcd] one permit release with " << waiters << " waiters: " << spent << " Txn on the server\n";
-    // The release and its idle check, the first waiter's read and its touch, the next waiter's
-    // read after that touch: about 5, against one read per waiter (16) if all were woken.
+    // The release, the first waiter's read and its touch, the next waiter's read after that touch:
+    // about 4, against one read per waiter (16) if all were woken.
     EXPECT_EQ(admitted.load(), 1);
     EXPECT_LE(spent, 9) << "a release woke more than the waiters it can admit";
     go.set_value();
