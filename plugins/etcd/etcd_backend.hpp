@@ -60,7 +60,8 @@
 // name>/<lease hex>-<attempt hex>` (no lock directory holds them: `%` then a lowercase letter);
 // the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
-// again, same value, which moves its mod_revision); when it is absent, one Txn creates it, and a
+// again, same value, which moves its mod_revision); when it is absent, a Txn nested in the same
+// request's failure branch stores it and puts our key (one round trip either way), and a
 // different value is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
 // directory is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
 // if its mod_revision is still that one: no enqueue came in between.

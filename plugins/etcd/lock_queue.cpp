@@ -300,14 +300,27 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
         touch->set_value(limit_text);
     }
     enqueue.add_failure()->mutable_request_range()->set_key(a->key);
-    if (a->kind == DLOCK_HOLD_PERMIT) enqueue.add_failure()->mutable_request_range()->set_key(a->limit_key);
+    if (a->kind == DLOCK_HOLD_PERMIT) {
+        enqueue.add_failure()->mutable_request_range()->set_key(a->limit_key);
+        // No limit stored yet: store ours and enqueue in the same round trip (a nested Txn).
+        pb::TxnRequest* first = enqueue.add_failure()->mutable_request_txn();
+        compare_create_revision(*first, a->key, 0);
+        compare_create_revision(*first, a->tombstone, 0);
+        compare_create_revision(*first, a->limit_key, 0);
+        *first->add_success()->mutable_request_put() = *put;
+        *first->add_success() = enqueue.success(1);  // the queue range
+        pb::PutRequest* limit = first->add_success()->mutable_request_put();
+        limit->set_key(a->limit_key);
+        limit->set_value(limit_text);
+    }
     pb::TxnResponse response;
     int64_t unanswered = 0;
     try {
         for (int limit_puts = 0;; ++limit_puts) {
             conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
                        acquire_call(*a, &unanswered));
-            if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0)
+            if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0 ||
+                response.responses(2).response_txn().succeeded())
                 break;
             // Nothing put: the semaphore's limit is absent or another. Store ours when absent, then
             // enqueue again; refuse a different one.
@@ -366,9 +379,12 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
                    const pb::TxnResponse& response, dlock_hold** out_hold, dlock_grant* grant) {
     std::string predecessor;
     int64_t seen_at = response.header().revision();
-    if (response.succeeded()) {
+    // Our key was put by the enqueue Txn, or by its nested Txn that stored the semaphore's limit too.
+    const bool first_of_semaphore = !response.succeeded() && a->kind == DLOCK_HOLD_PERMIT && response.responses_size() > 2 &&
+                                    response.responses(2).response_txn().succeeded();
+    if (response.succeeded() || first_of_semaphore) {
         a->revision = response.header().revision();
-        const auto& queue = response.responses(1).response_range().kvs();
+        const auto& queue = (first_of_semaphore ? response.responses(2).response_txn() : response).responses(1).response_range().kvs();
         if (a->kind == DLOCK_HOLD_PERMIT) {
             // Ours (first) and up to N + 1 keys before it.
             const int64_t before = int64_t(queue.size()) - 1, n = int64_t(a->permits);
@@ -391,7 +407,7 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
     }
     if (predecessor.empty()) {
         // A repeated request's key may have had a permit waiter behind it already: wake it.
-        if (!response.succeeded() && a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
+        if (!response.succeeded() && !first_of_semaphore && a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
         return become_holder(a, out_hold, grant);
     }
     if (request.deadline_ns == 0) {

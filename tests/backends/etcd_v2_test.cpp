@@ -210,6 +210,27 @@ TEST_F(EtcdModes, SemaphoreReleaseWakesOneWaiterNotAll) {
     EXPECT_EQ(admitted.load(), waiters);
 }
 
+// Round trips of an uncontended cycle (acquire + release), counted on the server: an exclusive
+// lock's stays at one Txn each way with the shared layout in place; a shared hold's is the same;
+// a permit's too, plus one Txn when its release leaves the semaphore idle (the limit forgotten).
+TEST_F(EtcdModes, UncontendedCyclesCostOneTxnEachWay) {
+    auto c = open();
+    { auto warm = c.acquire("v2/cycle-warm", exclusive()); }  // the session lease is granted once
+    const auto member = lab_->etcd().client_endpoint();
+    auto txns = [&] { return metric_sum(member, "grpc_server_handled_total", {"grpc_method=\"Txn\""}); };
+    auto cycle = [&](const std::string& name, const dlock::acquire_options& options) {
+        const double before = txns();
+        c.acquire(name, options).release();
+        return txns() - before;
+    };
+    EXPECT_EQ(cycle("v2/cycle-x", exclusive()), 2);
+    EXPECT_EQ(cycle("v2/cycle-s", shared()), 2);
+    auto other = c.acquire("v2/cycle-p", permits(3));
+    EXPECT_EQ(cycle("v2/cycle-p", permits(3)), 2) << "not idle after the release: the limit stays";
+    other.release();
+    EXPECT_EQ(cycle("v2/cycle-p", permits(3)), 3) << "idle after the release: one Txn forgets the limit";
+}
+
 TEST_F(EtcdModes, SemaphoreKilledHoldersPermitReturnsAfterAboutTheTtl) {
     child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::etcd), "v2/killed", "2000", "permits:1"}, true);
     const std::string line = expect_line(holder);
