@@ -39,6 +39,8 @@ run_plan plan_run(const run_args& args) {
     plan.options.wait = args.wait.empty() ? dlock::forever : dlock::parse_duration(args.wait, true, "--wait");
     if (!args.ttl.empty()) plan.options.ttl = dlock::parse_duration(args.ttl, false, "--ttl");
     plan.kill_after = dlock::parse_duration(args.kill_after, false, "--kill-after");
+    plan.options.permits = args.permits;
+    plan.options.shared = args.shared;
     return plan;
 }
 

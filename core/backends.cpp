@@ -42,13 +42,17 @@ backend_catalog::backend_catalog(const config::client_config& config) {
         info.name = m->name.c_str();
         info.path = m->path.c_str();
         info.abi_version = m->version;
-        // Reentrancy is the core's, for every backend.
-        info.capabilities = t.capabilities(nullptr) | DLOCK_CAP_REENTRANT;
+        info.capabilities = effective_capabilities(t, t.capabilities(nullptr));
         info.description = t.description ? t.description : "";
         info.option_count = options.size();
         info.options = options.data();
         infos_.push_back(info);
     }
+}
+
+uint64_t effective_capabilities(const dlock_plugin& table, uint64_t reported) {
+    if (table.version < 2) reported &= ~(DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK);
+    return reported | DLOCK_CAP_REENTRANT;
 }
 
 }  // namespace dlock::core

@@ -98,11 +98,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     }
     if (!core->backend_)
         throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `create` but returned no backend", core->plugin_->name));
-    uint64_t reported = core->plugin_->capabilities(core->backend_);
-    // The bits of version 2 mean something only in a table of version 2: a version 1 plugin never
-    // reads a request's kind, so the host must not believe a stray bit and send it one.
-    if (core->plugin_->version < 2) reported &= ~(DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK);
-    core->capabilities_ = reported | DLOCK_CAP_REENTRANT;
+    core->capabilities_ = effective_capabilities(*core->plugin_, core->plugin_->capabilities(core->backend_));
     core->keeper_ = std::thread([raw = core.get()] { raw->keeper_loop(); });
     core->dispatcher_ = std::thread([raw = core.get()] { raw->dispatcher_loop(); });
     core->dispatcher_id_ = core->dispatcher_.get_id();
@@ -154,8 +150,9 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
     }
     const bool renew = has_field(options, &dlock_acquire_options::renew) ? tri_state(options->renew, policy.renew, "renew") : policy.renew;
     const bool fair = has_field(options, &dlock_acquire_options::fair) ? tri_state(options->fair, policy.fair, "fair") : policy.fair;
-    const bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
-                               ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
+    const bool reentrant_given = has_field(options, &dlock_acquire_options::reentrant) && options->reentrant != DLOCK_DEFAULT;
+    bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
+                         ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
     dlock_lost_callback on_lost = nullptr;
     void* on_lost_data = nullptr;
     if (has_field(options, &dlock_acquire_options::on_lost_user_data)) {
@@ -173,6 +170,9 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
                                                         "a lock, held shared or exclusively, or a semaphore", name, permits));
     const uint32_t kind = permits != 0 ? DLOCK_HOLD_PERMIT : shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
     if (kind != DLOCK_HOLD_EXCLUSIVE) {
+        // A policy's `reentrant` (config defaults or `locks:`) is about exclusive locks; only the
+        // caller's own reentrant = 1 asks for what a permit or a shared hold cannot be.
+        if (reentrant && !reentrant_given) reentrant = false;
         if (reentrant)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `reentrant` is for exclusive locks; a {} is "
                                                             "taken anew by each acquire (set reentrant to 0)",

@@ -14,6 +14,12 @@
 
 namespace dlock::core {
 
+// What the capabilities a plugin's table reports mean for this host: the bits of plugin ABI
+// version 2 (SEMAPHORE, SHARED, LIST, BREAK) only from a table of version 2 or later — a version 1
+// plugin never reads a request's kind, so a stray bit must not make the host send it one — and
+// REENTRANT, which the core provides, always.
+uint64_t effective_capabilities(const dlock_plugin& table, uint64_t reported);
+
 // The backends compiled into libdlock: `file`.
 const std::vector<loader::builtin>& builtin_backends();
 

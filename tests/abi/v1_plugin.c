@@ -110,9 +110,14 @@ static void v1_destroy(dlock_backend *b) {
     free(b);
 }
 
+/* Bits 7 to 10 meant nothing in version 1; a plugin of then may have set them (they are set here,
+   as a careless one would): they now mean SEMAPHORE, SHARED, LIST and BREAK, which a version 1 table
+   cannot offer, so the host must ignore them. */
+#define V1_UNDEFINED_BITS ((uint64_t)0xf << 7)
+
 static uint64_t v1_capabilities(dlock_backend *b) {
     (void)b;
-    return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
+    return DLOCK_CAP_FENCING | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | V1_UNDEFINED_BITS;
 }
 
 static void v1_interrupt(dlock_backend *b) {

@@ -48,7 +48,8 @@ std::string capability_names(uint64_t caps) {
     static const std::pair<uint64_t, const char*> names[] = {
         {DLOCK_CAP_FENCING, "FENCING"}, {DLOCK_CAP_FAIR, "FAIR"},     {DLOCK_CAP_PUSH_WAIT, "PUSH_WAIT"},
         {DLOCK_CAP_TTL, "TTL"},         {DLOCK_CAP_SESSION_BOUND, "SESSION_BOUND"}, {DLOCK_CAP_QUORUM, "QUORUM"},
-        {DLOCK_CAP_REENTRANT, "REENTRANT"}};
+        {DLOCK_CAP_REENTRANT, "REENTRANT"}, {DLOCK_CAP_SEMAPHORE, "SEMAPHORE"}, {DLOCK_CAP_SHARED, "SHARED"},
+        {DLOCK_CAP_LIST, "LIST"},           {DLOCK_CAP_BREAK, "BREAK"}};
     std::string out;
     for (const auto& [bit, name] : names)
         if (caps & bit) out += (out.empty() ? "" : " ") + std::string(name);

@@ -111,6 +111,8 @@ void read_history(const std::string& path, history& into) {
         if (kind == "ok") {
             interval i;
             words >> i.fence >> i.acquired_ns >> i.released_ns >> i.valid_until_ns;
+            std::string kind_word;
+            if (words >> kind_word && !kind_word.empty()) i.kind = kind_word[0];
             i.who = path;
             into.held.push_back(i);
         } else if (kind == "timeout") {
@@ -154,6 +156,74 @@ verdict check_mutual_exclusion(std::vector<interval> intervals, bool check_fence
 std::string verdict::summary() const {
     return fmt::format("checker: {} critical sections, {} overlaps, {} fencing-token inversions{}", intervals, overlaps,
                        fence_inversions, first_problem.empty() ? "" : "; first: " + first_problem);
+}
+
+namespace {
+
+// Walks the intervals' begin and end instants in time order (an end before a begin at the same
+// instant) and asks `admit` whether each begin is allowed beside the holders present.
+template <typename Admit>
+count_verdict sweep(std::vector<interval> intervals, Admit admit) {
+    count_verdict v;
+    v.intervals = intervals.size();
+    struct instant {
+        int64_t at;
+        bool begins;
+        const interval* which;
+    };
+    std::vector<instant> instants;
+    for (const auto& i : intervals) {
+        const int64_t end = std::min(i.released_ns, i.valid_until_ns);
+        if (end <= i.acquired_ns) continue;  // no time held: nothing to judge
+        instants.push_back({i.acquired_ns, true, &i});
+        instants.push_back({end, false, &i});
+    }
+    std::sort(instants.begin(), instants.end(), [](const instant& a, const instant& b) {
+        return a.at != b.at ? a.at < b.at : (!a.begins && b.begins);
+    });
+    size_t exclusive = 0, shared = 0;
+    for (const auto& e : instants) {
+        const bool is_shared = e.which->kind == 's';
+        if (!e.begins) {
+            --(is_shared ? shared : exclusive);
+            continue;
+        }
+        if (const std::string problem = admit(*e.which, exclusive, shared); !problem.empty()) {
+            ++v.violations;
+            if (v.first_problem.empty()) v.first_problem = problem;
+        }
+        ++(is_shared ? shared : exclusive);
+        v.max_holders = std::max(v.max_holders, exclusive + shared);
+        v.max_shared = std::max(v.max_shared, shared);
+    }
+    return v;
+}
+
+}  // namespace
+
+count_verdict check_at_most(std::vector<interval> intervals, size_t limit) {
+    return sweep(std::move(intervals), [limit](const interval& i, size_t exclusive, size_t shared) {
+        const size_t present = exclusive + shared;
+        return present < limit ? std::string()
+                               : fmt::format("holder with fence {} ({}) began while {} of {} permits were held", i.fence,
+                                             i.who, present, limit);
+    });
+}
+
+count_verdict check_shared_exclusion(std::vector<interval> intervals) {
+    return sweep(std::move(intervals), [](const interval& i, size_t exclusive, size_t shared) {
+        if (exclusive > 0)
+            return fmt::format("{} holder with fence {} ({}) began beside an exclusive holder", i.kind == 's' ? "shared" : "exclusive",
+                               i.fence, i.who);
+        if (i.kind != 's' && shared > 0)
+            return fmt::format("exclusive holder with fence {} ({}) began beside {} shared holder(s)", i.fence, i.who, shared);
+        return std::string();
+    });
+}
+
+std::string count_verdict::summary() const {
+    return fmt::format("count checker: {} holds, at most {} at once ({} shared), {} violations{}", intervals, max_holders,
+                       max_shared, violations, first_problem.empty() ? "" : "; first: " + first_problem);
 }
 
 scratch_dir::scratch_dir(const std::string& prefix) {

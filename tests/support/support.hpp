@@ -45,6 +45,7 @@ struct interval {
     int64_t released_ns = 0;   // release invoked
     int64_t valid_until_ns = 0;
     std::string who;           // which history it came from
+    char kind = 'x';           // 'x' exclusive, 's' shared, 'p' a semaphore's permit
 };
 
 struct history {
@@ -53,7 +54,8 @@ struct history {
     std::vector<std::string> failures;
 };
 
-// Reads the "ok FENCE T1 T2 VALID" / "timeout" / "fail ..." lines of conformance_worker.
+// Reads the "ok FENCE T1 T2 VALID [KIND]" / "timeout" / "fail ..." lines of conformance_worker
+// (KIND x, s or p; x when absent).
 void read_history(const std::string& path, history& into);
 
 struct verdict {
@@ -67,6 +69,25 @@ struct verdict {
 // The overlap checker: holders' intervals [acquired, min(released, valid_until)) must not
 // intersect; with check_fences, tokens must strictly increase in acquisition order.
 verdict check_mutual_exclusion(std::vector<interval> intervals, bool check_fences);
+
+// The overlap checker generalised to counts, for semaphores and shared locks. The intervals are
+// cut at valid_until as above and half-open, so a holder that takes over at the instant another
+// leaves does not count as both.
+struct count_verdict {
+    size_t intervals = 0;
+    size_t max_holders = 0;         // the most intervals held at one instant
+    size_t max_shared = 0;          // the most shared intervals held at one instant
+    size_t violations = 0;          // intervals that began where they were not allowed
+    std::string first_problem;
+    std::string summary() const;
+};
+
+// A semaphore of `limit` permits: at no instant more than `limit` holders.
+count_verdict check_at_most(std::vector<interval> intervals, size_t limit);
+
+// A lock held shared ('s') or exclusively ('x'): an exclusive holder never beside anyone, any
+// number of shared holders together.
+count_verdict check_shared_exclusion(std::vector<interval> intervals);
 
 // A fresh directory under $TMPDIR (or /tmp), removed by the destructor.
 class scratch_dir {

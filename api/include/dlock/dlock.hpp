@@ -4,6 +4,10 @@
 //   dlock::lease    proof of holding a lock (move-only; released on destruction)
 //   dlock::mutex    a named distributed lock meeting TimedLockable, for std::unique_lock,
 //                   std::scoped_lock and try_lock_for
+//   dlock::shared_mutex  a named lock held shared or exclusively, meeting SharedTimedLockable, for
+//                   std::shared_lock as well (needs DLOCK_CAP_SHARED)
+//   dlock::semaphore  N permits under one name; each acquire returns a permit, a lease released on
+//                   destruction (needs DLOCK_CAP_SEMAPHORE)
 //   dlock::cancellation  a cancel handle for waits (acquire_options::with_cancel, mutex::lock(c))
 //
 // Errors: functions throw std::system_error whose code is in dlock::category(). client::open,
@@ -19,6 +23,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -27,7 +33,9 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace dlock {
 
@@ -78,6 +86,14 @@ inline int64_t to_ms(std::chrono::nanoseconds d) noexcept {
     return ms;
 }
 
+// `name` as a C string; a NUL inside it would cut the name short, so it is refused.
+inline std::string c_name(std::string_view name) {
+    std::string z(name);
+    if (z.find('\0') != std::string::npos)
+        throw std::system_error(make_error_code(errc::invalid_argument), "a dlock name must not contain a NUL byte");
+    return z;
+}
+
 inline std::chrono::steady_clock::time_point from_monotonic_ns(int64_t ns) noexcept {
     if (ns == std::numeric_limits<int64_t>::max()) return std::chrono::steady_clock::time_point::max();
     return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
@@ -119,6 +135,11 @@ struct acquire_options {
     std::optional<bool> fair;
     std::optional<bool> reentrant;
     dlock_cancel_token* cancel = nullptr;  // from a dlock::cancellation (with_cancel); none by default
+    // 0: the name is a lock. N >= 1: take one of the N permits of the semaphore of that name (a
+    // semaphore and a lock of one name are different objects); every client of it gives the same N.
+    uint32_t permits = 0;
+    // Hold the lock shared: with other shared holders, never with an exclusive one. Not with permits.
+    bool shared = false;
 
     acquire_options& with_wait(std::chrono::milliseconds d) { wait = d; return *this; }
     acquire_options& with_ttl(std::chrono::milliseconds d) { ttl = d; return *this; }
@@ -127,6 +148,8 @@ struct acquire_options {
     acquire_options& with_reentrant(bool on) { reentrant = on; return *this; }
     // The wait ends with errc::cancelled when `c` is cancelled. `c` must outlive the acquire.
     acquire_options& with_cancel(const cancellation& c) { cancel = c.handle(); return *this; }
+    acquire_options& with_permits(uint32_t n) { permits = n; return *this; }
+    acquire_options& with_shared(bool on) { shared = on; return *this; }
 
     dlock_acquire_options to_c() const noexcept {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -136,6 +159,8 @@ struct acquire_options {
         if (fair) o.fair = *fair ? 1 : 0;
         if (reentrant) o.reentrant = *reentrant ? 1 : 0;
         o.cancel = cancel;
+        o.permits = permits;
+        o.shared = shared ? 1 : 0;
         return o;
     }
 };
@@ -154,6 +179,19 @@ struct lock_info {
     std::string holder;                            // owner token, if known
     uint64_t fencing_token = 0;                    // last issued, 0 if none/unknown
     std::optional<std::chrono::milliseconds> ttl_left;  // unset without ttl
+};
+
+// How a holder holds what it holds.
+enum class hold_kind { exclusive = DLOCK_HOLD_EXCLUSIVE, shared = DLOCK_HOLD_SHARED, permit = DLOCK_HOLD_PERMIT };
+
+// One current holder, as client::holders and client::list report it.
+struct holder_info {
+    std::string name;                              // the lock's or semaphore's name
+    hold_kind kind = hold_kind::exclusive;
+    uint32_t permits = 0;                          // permit: the semaphore's limit as stored (0 unknown)
+    std::string holder;                            // owner token, if known
+    uint64_t fencing_token = 0;                    // 0 if none/unknown
+    std::optional<std::chrono::milliseconds> ttl_left;  // unset without ttl or unknown
 };
 
 // ---- lease -------------------------------------------------------------------------------------
@@ -359,9 +397,66 @@ public:
         return out;
     }
 
+    // Every current holder of the lock `name` (its exclusive or shared holders) or, with
+    // semaphore = true, every permit holder of the semaphore `name`; empty when free.
+    std::vector<holder_info> holders(std::string_view name, bool semaphore = false) {
+        const std::string name_z = detail::c_name(name);
+        holder_collector collected;
+        const int status = dlock_holders(handle_, name_z.c_str(), semaphore ? 1 : 0, &holder_collector::visit, &collected);
+        return collected.take(status);
+    }
+    // Every holder of every lock and semaphore whose name starts with `prefix` (all when empty);
+    // needs DLOCK_CAP_LIST (else errc::not_supported).
+    std::vector<holder_info> list(std::string_view prefix = {}) {
+        const std::string prefix_z = detail::c_name(prefix);
+        holder_collector collected;
+        const int status = dlock_list(handle_, prefix_z.c_str(), &holder_collector::visit, &collected);
+        return collected.take(status);
+    }
+    // An administrator's forced release of every holder of the lock (or of every permit of the
+    // semaphore) `name`, fenced; returns how many holds were removed. Needs DLOCK_CAP_BREAK;
+    // errc::permission when this identity may not remove other holders' locks.
+    size_t break_lock(std::string_view name, bool semaphore = false) {
+        const std::string name_z = detail::c_name(name);
+        size_t broken = 0;
+        if (const int status = dlock_break(handle_, name_z.c_str(), semaphore ? 1 : 0, &broken); status != DLOCK_OK)
+            detail::throw_status(status);
+        return broken;
+    }
+
     void close() noexcept { dlock_client_close(std::exchange(handle_, nullptr)); }
 
 private:
+    // Gathers what a dlock_holder_visitor is given. Nothing may be thrown through the C caller, so
+    // a failure (out of memory) stops the visit and is rethrown by take().
+    struct holder_collector {
+        std::vector<holder_info> holders;
+        std::exception_ptr failure;
+
+        static int visit(const dlock_holder_info* info, void* self_ptr) noexcept {
+            auto* self = static_cast<holder_collector*>(self_ptr);
+            try {
+                holder_info h;
+                h.name = info->name ? info->name : "";
+                h.kind = static_cast<hold_kind>(info->kind);
+                h.permits = info->permits;
+                h.holder.assign(info->holder, strnlen(info->holder, sizeof info->holder));
+                h.fencing_token = info->fencing_token;
+                if (info->ttl_left_ms >= 0) h.ttl_left = std::chrono::milliseconds(info->ttl_left_ms);
+                self->holders.push_back(std::move(h));
+                return 0;
+            } catch (...) {
+                self->failure = std::current_exception();
+                return 1;
+            }
+        }
+        std::vector<holder_info> take(int status) {
+            if (status != DLOCK_OK) detail::throw_status(status);
+            if (failure) std::rethrow_exception(failure);
+            return std::move(holders);
+        }
+    };
+
     dlock_client* handle_ = nullptr;
 };
 
@@ -437,6 +532,185 @@ private:
     acquire_options options_;
     mutable std::mutex guard_;
     dlock::lease lease_;
+};
+
+// ---- shared_mutex ------------------------------------------------------------------------------
+
+// A named distributed lock that is held either shared — by any number of holders at once, in any
+// processes — or exclusively by one, meeting SharedTimedLockable (and so TimedLockable): for
+// std::shared_lock, std::unique_lock and std::scoped_lock. lock() and lock_shared() wait without
+// limit; try_lock() and try_lock_shared() try once. Needs DLOCK_CAP_SHARED (else the locking calls
+// throw std::system_error with errc::not_supported). The client must outlive the object.
+// Several threads may share one object: each shared hold is a lease of its own, kept under an
+// internal std::mutex that is never held while waiting; unlock_shared() releases one the calling
+// thread took (or, called from another thread, any one: the holds are alike). Whether a waiting
+// exclusive acquirer stops new shared ones (writer preference) is the backend's, stated in its docs.
+class shared_mutex {
+public:
+    // `options` as for every acquire (its permits and shared are ignored; reentrant applies to
+    // the exclusive hold only).
+    shared_mutex(client& c, std::string name, acquire_options options = {})
+        : client_(&c), name_(std::move(name)), options_(std::move(options)) {
+        options_.shared = false;
+        options_.permits = 0;
+    }
+    shared_mutex(const shared_mutex&) = delete;
+    shared_mutex& operator=(const shared_mutex&) = delete;
+
+    // ---- exclusive ----
+    void lock() { store_exclusive(client_->acquire(name_, acquire_options(options_).with_wait(forever))); }
+    bool try_lock() { return try_for(std::chrono::nanoseconds::zero(), false); }
+    template <typename Rep, typename Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d), false);
+    }
+    template <typename Clock, typename Duration>
+    bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()), false);
+    }
+    // Releases the exclusive hold; never throws.
+    void unlock() noexcept {
+        lease taken;
+        {
+            std::lock_guard<std::mutex> guard(guard_);
+            taken = std::move(exclusive_);
+        }
+        std::error_code ec;
+        if (taken) taken.release(ec);
+    }
+
+    // ---- shared ----
+    void lock_shared() { store_shared(client_->acquire(name_, shared_options().with_wait(forever))); }
+    bool try_lock_shared() { return try_for(std::chrono::nanoseconds::zero(), true); }
+    template <typename Rep, typename Period>
+    bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d), true);
+    }
+    template <typename Clock, typename Duration>
+    bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()), true);
+    }
+    // Releases one shared hold (the calling thread's latest if it has one); never throws.
+    void unlock_shared() noexcept {
+        lease taken;
+        {
+            std::lock_guard<std::mutex> guard(guard_);
+            if (shared_.empty()) return;
+            auto it = shared_.end();
+            for (auto i = shared_.begin(); i != shared_.end(); ++i)
+                if (i->first == std::this_thread::get_id()) it = i;
+            if (it == shared_.end()) it = std::prev(shared_.end());
+            taken = std::move(it->second);
+            shared_.erase(it);
+        }
+        std::error_code ec;
+        taken.release(ec);
+    }
+
+    const std::string& name() const noexcept { return name_; }
+    // The fencing token of the exclusive hold (0 when not held exclusively or without fencing).
+    uint64_t fencing_token() const {
+        std::lock_guard<std::mutex> guard(guard_);
+        return exclusive_ ? exclusive_.fencing_token() : 0;
+    }
+    // How many shared holds this object has now.
+    size_t shared_holds() const {
+        std::lock_guard<std::mutex> guard(guard_);
+        return shared_.size();
+    }
+
+private:
+    acquire_options shared_options() const {
+        acquire_options o = acquire_options(options_).with_shared(true);
+        o.reentrant.reset();  // each shared hold is taken anew
+        return o;
+    }
+    bool try_for(std::chrono::nanoseconds d, bool shared) {
+        std::error_code ec;
+        acquire_options o = shared ? shared_options() : acquire_options(options_);
+        o.with_wait(std::chrono::milliseconds(detail::to_ms(d)));
+        lease l = client_->acquire(name_, o, ec);
+        if (ec == make_error_code(errc::timeout)) return false;
+        detail::throw_if(ec);
+        if (shared) store_shared(std::move(l));
+        else store_exclusive(std::move(l));
+        return true;
+    }
+    void store_exclusive(lease l) {
+        std::lock_guard<std::mutex> guard(guard_);
+        exclusive_ = std::move(l);
+    }
+    void store_shared(lease l) {
+        std::lock_guard<std::mutex> guard(guard_);
+        shared_.emplace_back(std::this_thread::get_id(), std::move(l));
+    }
+
+    client* client_;
+    std::string name_;
+    acquire_options options_;
+    mutable std::mutex guard_;
+    lease exclusive_;
+    std::vector<std::pair<std::thread::id, lease>> shared_;
+};
+
+// ---- semaphore ---------------------------------------------------------------------------------
+
+// A permit of a semaphore: a lease like any other (renewed, lost-signalled, released on
+// destruction; release() reports the outcome).
+using permit = lease;
+
+// The counting semaphore `name` with N permits: at most N holders at once, across processes. Each
+// acquire takes one permit and returns it as a dlock::permit. Every client of one semaphore must
+// give the same N; where the backend stores N, another N is refused with errc::invalid_argument.
+// A semaphore and a lock of the same name are different objects. Needs DLOCK_CAP_SEMAPHORE (else
+// the acquires throw std::system_error with errc::not_supported). The client must outlive it.
+// Thread-safe: it holds no state besides its name and options.
+class semaphore {
+public:
+    // Throws std::system_error with errc::invalid_argument when `permits` is 0.
+    semaphore(client& c, std::string name, uint32_t permits, acquire_options options = {})
+        : client_(&c), name_(std::move(name)), options_(std::move(options)) {
+        if (permits == 0)
+            throw std::system_error(make_error_code(errc::invalid_argument),
+                                    "dlock::semaphore `" + name_ + "`: permits is 0; a semaphore has at least 1");
+        options_.permits = permits;
+        options_.shared = false;
+    }
+
+    // Waits without limit for a permit.
+    permit acquire() const { return client_->acquire(name_, acquire_options(options_).with_wait(forever)); }
+    // Waits until `c` is cancelled: then throws std::system_error with errc::cancelled.
+    permit acquire(const cancellation& c) const {
+        return client_->acquire(name_, acquire_options(options_).with_wait(forever).with_cancel(c));
+    }
+    // Tries once: nullopt when every permit is taken.
+    std::optional<permit> try_acquire() const { return try_for(std::chrono::nanoseconds::zero()); }
+    template <typename Rep, typename Period>
+    std::optional<permit> try_acquire_for(const std::chrono::duration<Rep, Period>& d) const {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(d));
+    }
+    template <typename Clock, typename Duration>
+    std::optional<permit> try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) const {
+        return try_for(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()));
+    }
+
+    const std::string& name() const noexcept { return name_; }
+    uint32_t permits() const noexcept { return options_.permits; }
+    // The current permit holders.
+    std::vector<holder_info> holders() const { return client_->holders(name_, true); }
+
+private:
+    std::optional<permit> try_for(std::chrono::nanoseconds d) const {
+        std::error_code ec;
+        permit p = client_->acquire(name_, acquire_options(options_).with_wait(std::chrono::milliseconds(detail::to_ms(d))), ec);
+        if (ec == make_error_code(errc::timeout)) return std::nullopt;
+        detail::throw_if(ec);
+        return std::optional<permit>(std::move(p));
+    }
+
+    client* client_;
+    std::string name_;
+    acquire_options options_;
 };
 
 }  // namespace dlock
