@@ -378,8 +378,8 @@ bool ensure_shared_tables(dlock_backend& b, session& s) {
         return true;
     } catch (const pqxx::sql_error& e) {
         if (b.host.log)
-            b.host.log(b.host.context, 2,
-                       fmt::format("sql backend: postgres {}: cannot add the holders table {} and the `readers` column of "
+            b.host.log(b.host.context, 1,
+                       fmt::format("postgres {}: cannot add the holders table {} and the `readers` column of "
                                    "{} ({}); semaphores, shared locks, list and break are off until an administrator "
                                    "adds them (docs/backends/sql.md, \"Semaphores and shared locks\")",
                                    b.config.server, b.sql.holders_table, b.sql.lease_table, sqlstate_of(e))
@@ -848,6 +848,7 @@ struct holder_attempt {
     uint64_t fence = 0;
     int64_t wait_ms = -1;  // until the first holder's expiry; -1: until a release (or the recheck)
     int64_t sent_ns = 0;
+    bool outcome_was_unknown = false;  // the connection dropped; the row read back was not ours
 };
 
 // One attempt at a shared hold or a permit (statements shared_acquire, permit_acquire). `admitted`:
@@ -914,8 +915,10 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
                                                 "reported held; if it committed, the hold expires after its ttl",
                                                 b->where(), h.name, e.what(), again.what()));
             }
-            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}); the "
-                                                "row read back shows it was not taken; retry", b->where(), h.name, e.what()));
+            // Not taken, as far as the server knows now. If the lost statement still commits, its
+            // row carries our owner token and expires after the ttl.
+            a.outcome_was_unknown = true;
+            return a;
         } catch (const std::exception& e) {
             // A reader's new slot number was taken by a reader that committed meanwhile: try again.
             if (sqlstate_of(e) == "23505" && collisions < 16) continue;
@@ -941,8 +944,16 @@ int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std
                       : fmt::format("all {} permits of semaphore `{}` are held on {}", req->permits, req->name, b->where());
     };
     holder_attempt a = try_holder_lease(b, *h, req, false, nullptr);
+    // A connection the server ended while it sat idle in the pool looks like one lost mid-statement;
+    // the read-back said "not taken", so one immediate retry on a fresh connection is safe.
+    if (!a.acquired && a.outcome_was_unknown) a = try_holder_lease(b, *h, req, false, nullptr);
     if (a.acquired) return finish(a);
-    if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message());
+    if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) {
+        if (a.outcome_was_unknown)
+            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}`; the "
+                                                "row read back shows it was not taken; retry", b->where(), req->name));
+        fail(DLOCK_TIMEOUT, held_message());
+    }
 
     const int64_t queue_key = shared ? b->turnstile_key_for(h->name) : b->semaphore_turnstile_key_for(h->name);
     std::unique_ptr<turnstile> admitted;
@@ -967,6 +978,7 @@ int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std
             admitted = std::make_unique<turnstile>(b, req, queue_key, shared);
             continue;
         }
+        if (a.outcome_was_unknown) continue;  // look again at once (the statement was given up)
         const int64_t wake_ns = a.wait_ms >= 0 ? now + (a.wait_ms + 1) * 1'000'000 : now + writer_queue_recheck_ns;
         waker.wait_change(h->channel, seen, std::min(req->deadline_ns, wake_ns));
     }
