@@ -1226,8 +1226,9 @@ int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock
     });
 }
 
-// Holders, list and break: lease mode with the holders table only (advisory and MySQL modes keep
-// their locks in the server's lock manager, whose entries carry hashed keys, not names).
+// Holders, list and break: lease mode with the holders table only (advisory and named modes keep
+// their locks in the server's lock manager, whose entries carry hashed keys, not names). The MySQL
+// dialect's lease mode lists its holders but has no break.
 void require_holder_tables(dlock_backend* b) {
     if (b->mysql || b->config.mode != lock_mode::lease || !b->shared_ready)
         fail(DLOCK_NOT_SUPPORTED, "sql backend: holders, list and break need lease mode with dlock's holders table "
@@ -1238,6 +1239,21 @@ void require_holder_tables(dlock_backend* b) {
 template <typename Wanted>
 int visit_holders(dlock_backend* b, const std::string& name_or_prefix, bool exact, Wanted&& wanted, dlock_holder_visitor visit,
                   void* user_data) {
+    if (b->mysql) {
+        for (const mysql::holder_row& row : b->mysql->holders(name_or_prefix, exact)) {
+            if (!wanted(row.kind)) continue;
+            dlock_holder_info info{};
+            info.struct_size = sizeof info;
+            info.name = row.name.c_str();
+            info.kind = row.kind;
+            info.permits = row.permits;
+            std::memcpy(info.holder, row.owner.data(), std::min(row.owner.size(), sizeof info.holder - 1));
+            info.fencing_token = row.fence;
+            info.ttl_left_ms = row.ttl_left_ms;
+            if (visit(&info, user_data) != 0) break;
+        }
+        return DLOCK_OK;
+    }
     require_holder_tables(b);
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
