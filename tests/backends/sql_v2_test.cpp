@@ -28,6 +28,8 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+dlock::acquire_options permits_of(uint32_t n) { return dlock::acquire_options().with_permits(n).with_wait(0ms); }
+
 int64_t ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
 }
@@ -388,10 +390,67 @@ TEST_F(SqlModes, AdvisorySharedHoldersTogetherAndAQueuedExclusiveStopsLaterOnes)
     EXPECT_EQ(ec, dlock::errc::not_supported) << "no semaphore in advisory mode";
 }
 
+// ---- the MySQL dialect (MariaDB) ----------------------------------------------------------------
+
+class MysqlModes : public ::testing::Test {
+protected:
+    void SetUp() override {
+        DLOCK_LAB_REQUIRE(backend::mariadb);
+        auto& env = dlock::lab::lab_environment::instance();
+        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: resets need a lab of our own";
+        lab_ = env.owned_lab();
+        env.reset(backend::mariadb, true);
+    }
+    dlock::client open(const std::string& mode = "lease") {
+        return dlock::client::from_yaml("backend: sql\noptions:\n  dsn: \"" + lab_->mariadb().dsn() + "\"\n  mode: " + mode + "\n",
+                                        "sql_v2_test");
+    }
+    int64_t scalar(const std::string& sql) { return std::stoll(lab_->mariadb().client().query_value(sql).value_or("-1")); }
+
+    dlock::lab::lab* lab_ = nullptr;
+};
+
+TEST_F(MysqlModes, LeaseModeHasSemaphoresAndListNamedModeNeither) {
+    const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    EXPECT_EQ(open("lease").capabilities() & v2, DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST);
+    EXPECT_EQ(open("named").capabilities() & v2, 0u) << "GET_LOCK has no shared mode; N GET_LOCK names cannot be waited on";
+}
+
+TEST_F(MysqlModes, PermitsAreAtMostNTheLimitIsCheckedAndAFailedAcquireLeavesNothing) {
+    auto client = open();
+    dlock::semaphore sem(client, "v2/my-stalls", 2);
+    auto p1 = sem.acquire();
+    auto p2 = sem.acquire();
+    EXPECT_GT(p2.fencing_token(), p1.fencing_token());
+    const auto start = clock_type::now();
+    EXPECT_FALSE(sem.try_acquire_for(300ms)) << "the 3rd of 2 permits";
+    EXPECT_GE(ms_since(start), 250);
+    std::error_code ec;
+    client.acquire("v2/my-stalls", permits_of(3), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("limit of 2"), std::string::npos) << message;
+    EXPECT_NE(message.find("asks for 3"), std::string::npos) << message;
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'v2/my-stalls' AND slot > 0"), 2)
+        << "no slot beyond the limit was created";
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE owner IS NOT NULL"), 2);
+    const auto held = client.holders("v2/my-stalls", true);
+    ASSERT_EQ(held.size(), 2u);
+    for (const auto& h : held) {
+        EXPECT_EQ(h.permits, 2u);
+        EXPECT_TRUE(h.holder == p1.owner() || h.holder == p2.owner()) << h.holder;
+    }
+    auto waiter = std::async(std::launch::async, [&] { return bool(sem.try_acquire_for(10s)); });
+    std::this_thread::sleep_for(100ms);
+    p1.release();
+    EXPECT_TRUE(waiter.get()) << "the released permit goes to the waiter";
+    EXPECT_EQ(p2.release(), dlock::release_outcome::released);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
-    dlock::lab::add_lab_environment({backend::sql});
+    dlock::lab::add_lab_environment({backend::sql, backend::mariadb});
     return RUN_ALL_TESTS();
 }
