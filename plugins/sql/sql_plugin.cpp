@@ -45,6 +45,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <limits>
@@ -124,10 +126,14 @@ const dlock_option_desc sql_options[] = {
      "Most connections a client opens; in advisory mode each held lease and each wait keeps one."},
     {"allow_session_pooler", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false",
      "Advisory mode only: accept a pooling proxy in SESSION mode (a transaction-mode pooler breaks session locks)."},
+    {"advisory_key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr,
+     "PostgreSQL advisory mode only: a name made of this prefix and a decimal 64-bit integer K (e.g. `pgkey:42`) is "
+     "the advisory lock K itself — the lock of an application's pg_advisory_lock(K) or pg_advisory_lock_shared(K). "
+     "Other names are hashed as usual."},
 };
 
 const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
-                                                   "pool_size", "allow_session_pooler", "dialect"};
+                                                   "pool_size", "allow_session_pooler", "dialect", "advisory_key_prefix"};
 
 }  // namespace
 
@@ -194,7 +200,24 @@ struct dlock_backend {
     int64_t turnstile_key_for(const std::string& name) const {
         return int64_t(hash64(std::string("turnstile") + '\0' + sql.lease_table + '\0' + name));
     }
-    int64_t key_for(const std::string& name) const { return int64_t(hash64(sql.advisory_table + '\0' + name)); }
+    // The advisory key of `name`: a hash of it (docs/backends/sql.md, "mode: advisory"), or with
+    // advisory_key_prefix the integer the name spells. Throws failure(DLOCK_INVALID_ARGUMENT) for a
+    // name with the prefix that spells no 64-bit integer (it would otherwise silently hash).
+    int64_t key_for(const std::string& name) const {
+        const std::string& prefix = config.advisory_key_prefix;
+        if (prefix.empty() || name.compare(0, prefix.size(), prefix) != 0) return int64_t(hash64(sql.advisory_table + '\0' + name));
+        const std::string digits = name.substr(prefix.size());
+        const char* begin = digits.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const long long key = std::strtoll(begin, &end, 10);
+        const bool well_formed = !digits.empty() && (std::isdigit(static_cast<unsigned char>(digits[0])) || digits[0] == '-') &&
+                                 end == begin + digits.size() && errno == 0;
+        if (!well_formed)
+            fail(DLOCK_INVALID_ARGUMENT, fmt::format("sql backend: name `{}` starts with advisory_key_prefix `{}`, but `{}` is not "
+                                                     "a decimal 64-bit integer (an advisory key)", name, prefix, digits));
+        return int64_t(key);
+    }
     // A semaphore's own channel and turnstile (a semaphore and a lock of one name are distinct).
     std::string semaphore_channel_for(const std::string& name) const {
         return fmt::format("dlock_{:016x}", hash64(std::string("semaphore") + '\0' + sql.holders_table + '\0' + name));
@@ -268,7 +291,10 @@ std::unique_ptr<mysql::backend> create_mysql(const dlock_option_value* values, s
     // refused when it differs from that default.
     const auto* grace = find_option(values, count, "handoff_grace");
     const auto* pooler = find_option(values, count, "allow_session_pooler");
-    const char* postgres_only = grace && grace->int_value != 50 ? "handoff_grace" : pooler && pooler->int_value != 0 ? "allow_session_pooler" : nullptr;
+    const char* postgres_only = grace && grace->int_value != 50         ? "handoff_grace"
+                                : pooler && pooler->int_value != 0      ? "allow_session_pooler"
+                                : find_option(values, count, "advisory_key_prefix") ? "advisory_key_prefix"
+                                                                        : nullptr;
     if (postgres_only)
         fail(DLOCK_CONFIG, fmt::format("sql backend: option `{}` applies to PostgreSQL only; remove it for MySQL", postgres_only));
     text("password", c.password);  // before the DSN's, which it overrides
@@ -461,6 +487,10 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
             fail(DLOCK_CONFIG, fmt::format("sql backend: `handoff_grace` is {} ms; use 0..60s", c.handoff_grace_ms));
         read_limits(values, count, c);
         if (const auto* v = find_option(values, count, "allow_session_pooler")) c.allow_session_pooler = v->int_value != 0;
+        text("advisory_key_prefix", c.advisory_key_prefix);
+        if (!c.advisory_key_prefix.empty() && c.mode != lock_mode::advisory)
+            fail(DLOCK_CONFIG, "sql backend: `advisory_key_prefix` applies to `mode: advisory` only (lease locks are rows, not "
+                               "advisory keys)");
         if (c.schema.empty() || c.schema.size() > 63)
             fail(DLOCK_CONFIG, fmt::format("sql backend: `schema` must be 1..63 bytes (it is {})", c.schema.size()));
         if (c.table.empty() || c.table.size() > 54)

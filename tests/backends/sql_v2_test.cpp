@@ -390,6 +390,45 @@ TEST_F(SqlModes, AdvisorySharedHoldersTogetherAndAQueuedExclusiveStopsLaterOnes)
     EXPECT_EQ(ec, dlock::errc::not_supported) << "no semaphore in advisory mode";
 }
 
+// ---- living beside applications that take advisory locks themselves ------------------------------
+
+// `advisory_key_prefix: "pgkey:"` makes the dlock name `pgkey:K` the application's
+// pg_advisory_lock(K): each excludes the other, both ways, and shared holds meet
+// pg_advisory_lock_shared(K).
+TEST_F(SqlModes, NameWithTheKeyPrefixIsTheApplicationsAdvisoryLock) {
+    const std::string prefix = "  advisory_key_prefix: \"pgkey:\"\n";
+    auto client = open("advisory", prefix);
+    auto app = raw();  // one session, as an application's connection
+    ASSERT_EQ(app.query_value("SELECT pg_try_advisory_lock(-4242)").value_or(""), "t");
+    std::error_code ec;
+    client.acquire("pgkey:-4242", dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the application holds key -4242";
+    client.acquire("pgkey:-4242", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "nor shared while the application holds it exclusively";
+    auto other = client.acquire("pgkey:4242", dlock::acquire_options().with_wait(0ms));
+    EXPECT_TRUE(other) << "another key is another lock";
+    ASSERT_EQ(app.query_value("SELECT pg_advisory_unlock(-4242)").value_or(""), "t");
+
+    auto lease = client.acquire("pgkey:-4242", dlock::acquire_options().with_wait(0ms));
+    EXPECT_EQ(app.query_value("SELECT pg_try_advisory_lock(-4242)").value_or(""), "f") << "dlock holds key -4242";
+    EXPECT_EQ(app.query_value("SELECT pg_try_advisory_lock_shared(-4242)").value_or(""), "f");
+    lease.release();
+    auto reader = client.acquire("pgkey:-4242", shared().with_wait(0ms));
+    EXPECT_EQ(app.query_value("SELECT pg_try_advisory_lock_shared(-4242)").value_or(""), "t") << "shared with dlock's reader";
+    EXPECT_EQ(app.query_value("SELECT pg_try_advisory_lock(-4242)").value_or(""), "f");
+
+    // A name with the prefix that is no 64-bit integer is refused, not hashed.
+    for (const char* bad : {"pgkey:", "pgkey:12x", "pgkey:99999999999999999999", "pgkey: 1", "pgkey:+1"}) {
+        client.acquire(bad, dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << bad;
+    }
+    // Only advisory mode has keys.
+    dlock_client* c = nullptr;
+    EXPECT_EQ(dlock_client_open_yaml(yaml("lease", prefix).c_str(), "sql_v2_test", &c), DLOCK_CONFIG);
+    EXPECT_NE(std::string(dlock_last_error()).find("advisory_key_prefix"), std::string::npos) << dlock_last_error();
+    dlock_client_close(c);
+}
+
 // ---- the MySQL dialect (MariaDB) ----------------------------------------------------------------
 
 class MysqlModes : public ::testing::Test {
@@ -445,6 +484,20 @@ TEST_F(MysqlModes, PermitsAreAtMostNTheLimitIsCheckedAndAFailedAcquireLeavesNoth
     p1.release();
     EXPECT_TRUE(waiter.get()) << "the released permit goes to the waiter";
     EXPECT_EQ(p2.release(), dlock::release_outcome::released);
+}
+
+// dlock's GET_LOCK name for a short lower-case name is `dlock:` + the name: an application's
+// GET_LOCK('dlock:orders') and dlock's `orders` in named mode are one lock.
+TEST_F(MysqlModes, NamedModeSharesGetLockNamesWithApplications) {
+    auto client = open("named");
+    auto app = lab_->mariadb().client();
+    ASSERT_EQ(app.query_value("SELECT GET_LOCK('dlock:v2/orders', 0)").value_or(""), "1");
+    std::error_code ec;
+    client.acquire("v2/orders", dlock::acquire_options().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the application holds GET_LOCK('dlock:v2/orders')";
+    ASSERT_EQ(app.query_value("SELECT RELEASE_LOCK('dlock:v2/orders')").value_or(""), "1");
+    auto lease = client.acquire("v2/orders", dlock::acquire_options().with_wait(0ms));
+    EXPECT_EQ(app.query_value("SELECT GET_LOCK('dlock:v2/orders', 0)").value_or(""), "0") << "dlock holds it";
 }
 
 }  // namespace
