@@ -359,7 +359,11 @@ bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms,
     try {
         result header = c.run("permit_header", {h.name}, deadline);
         if (header.rows.empty()) {
+            // Slot 0 is created outside the transaction: two transactions that both found it missing
+            // would each hold a gap lock the other's INSERT waits for (a deadlock).
+            c.query("ROLLBACK", deadline);
             c.run("permit_create", {h.name, n}, deadline);
+            c.query("START TRANSACTION", deadline);
             header = c.run("permit_header", {h.name}, deadline);
         }
         if (!header.rows.at(0).at(0)) {  // forgotten by a break: ours is the limit now
@@ -397,6 +401,7 @@ bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms,
 
 int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_grant* grant) {
     h.permit = true;
+    int deadlocks = 0;
     std::optional<std::minstd_rand> jitter;
     int64_t pause_ns = 1'000'000;
     for (;;) {
@@ -412,6 +417,9 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
             taken = try_permit(*c, h, req->permits, req->ttl_ms, deadline, fence, wait_ms);
         } catch (const error& e) {
             c->mark_broken();  // ends the session: an open transaction rolls back
+            // InnoDB chose this transaction as a deadlock's victim and rolled it back (a new slot's
+            // INSERT against a release's next-key locks): nothing was written, so try again.
+            if (!e.lost && e.code == 1213 && ++deadlocks <= 8) continue;
             if (!e.lost) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
             // The COMMIT may have been applied: only a permit row carrying our token proves it.
             connections_->give_back(c.detach());
