@@ -402,6 +402,7 @@ bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms,
 int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_grant* grant) {
     h.permit = true;
     int deadlocks = 0;
+    bool retried_unknown = false;
     std::optional<std::minstd_rand> jitter;
     int64_t pause_ns = 1'000'000;
     for (;;) {
@@ -426,12 +427,21 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
             auto again = connections_->borrow(statement_deadline());
             try {
                 const result back = again->run("permit_read_back", {h.name, h.owner}, statement_deadline());
-                if (back.rows.empty())
-                    fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit "
-                                                        "of `{}` ({}); the row read back shows it was not taken; retry",
-                                                        where(), h.name, e.message));
-                taken = true;
-                fence = as_u64(back.rows[0][0]);
+                if (!back.rows.empty()) {
+                    taken = true;
+                    fence = as_u64(back.rows[0][0]);
+                } else if (req->deadline_ns == 0 || (!retried_unknown && now_ns() < req->deadline_ns)) {
+                    // A try, or the first loss of a wait: a connection the server ended while idle
+                    // looks the same, so one immediate retry on a fresh connection is safe.
+                    if (req->deadline_ns == 0 && retried_unknown)
+                        fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of a "
+                                                            "permit of `{}` ({}); the row read back shows it was not taken; retry",
+                                                            where(), h.name, e.message));
+                    retried_unknown = true;
+                    continue;
+                }
+                // Else a wait whose transaction was given up at its deadline (queued behind slot 0's
+                // row lock), or lost again: not taken; the deadline decides below.
             } catch (const error& e2) {
                 again->mark_broken();
                 fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit of `{}` "
