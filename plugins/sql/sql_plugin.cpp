@@ -50,6 +50,7 @@
 #include <climits>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <sys/socket.h>
@@ -530,7 +531,7 @@ void sql_destroy(dlock_backend* b) { delete b; }
 uint64_t sql_capabilities(dlock_backend* b) {
     if (b && b->mysql) return b->mysql->capabilities();
     if (b && b->config.mode == lock_mode::advisory)
-        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_SHARED;
+        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_SHARED | DLOCK_CAP_LIST;
     const uint64_t lease = DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT;
     // Without a backend (the defaults): what a role that may create dlock's tables gets.
     if (!b || b->shared_ready) return lease | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
@@ -1256,13 +1257,58 @@ int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock
     });
 }
 
-// Holders, list and break: lease mode with the holders table only (advisory and named modes keep
-// their locks in the server's lock manager, whose entries carry hashed keys, not names). The MySQL
-// dialect's lease mode lists its holders but has no break.
+// Holders and list: lease mode with the holders table; advisory mode through its fence rows and
+// pg_locks; the MySQL dialect's lease mode. Break: PostgreSQL lease mode only (an advisory lock
+// ends only with its holder's session).
 void require_holder_tables(dlock_backend* b) {
     if (b->mysql || b->config.mode != lock_mode::lease || !b->shared_ready)
-        fail(DLOCK_NOT_SUPPORTED, "sql backend: holders, list and break need lease mode with dlock's holders table "
-                                  "(docs/backends/sql.md)");
+        fail(DLOCK_NOT_SUPPORTED, "sql backend: break needs lease mode with dlock's holders table (docs/backends/sql.md)");
+}
+
+// Advisory mode: the names come from the fence rows (one per name dlock ever granted), the holders
+// from pg_locks (every session granted the name's key). The owner token and fencing token are known
+// for the session that took the name last (the fence row's holder_pid); other shared holders show
+// neither. Keys hashed from two names that collide show both names held.
+template <typename Wanted>
+int visit_advisory_holders(dlock_backend* b, const std::string& name_or_prefix, bool exact, Wanted&& wanted,
+                           dlock_holder_visitor visit, void* user_data) {
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
+    pqxx::result names, granted;
+    try {
+        names = s->run_until(deadline, "fence_rows", name_or_prefix, exact);
+        granted = s->run_until(deadline, "granted_keys");
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        throw classify(b->config, e, exact ? fmt::format("reading the holders of `{}`", name_or_prefix) : "listing the holders", false);
+    }
+    std::multimap<int64_t, std::pair<int, bool>> sessions_by_key;  // key → (pid, shared)
+    for (const auto& row : granted) sessions_by_key.emplace(row[0].as<int64_t>(), std::make_pair(row[1].as<int>(), row[2].as<bool>()));
+    for (const auto& row : names) {
+        const std::string name = row[0].as<std::string>();
+        int64_t key = 0;
+        try {
+            key = b->key_for(name);
+        } catch (const failure&) {
+            continue;  // a name the current advisory_key_prefix cannot map: not this client's key
+        }
+        const auto [from, to] = sessions_by_key.equal_range(key);
+        for (auto it = from; it != to; ++it) {
+            const uint32_t kind = it->second.second ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
+            if (!wanted(kind)) continue;
+            const bool last = !row[3].is_null() && row[3].as<int>() == it->second.first;
+            const std::string owner = last && !row[1].is_null() ? row[1].as<std::string>() : "";
+            dlock_holder_info info{};
+            info.struct_size = sizeof info;
+            info.name = name.c_str();
+            info.kind = kind;
+            std::memcpy(info.holder, owner.data(), std::min(owner.size(), sizeof info.holder - 1));
+            info.fencing_token = last ? row[2].as<uint64_t>() : 0;
+            info.ttl_left_ms = -1;
+            if (visit(&info, user_data) != 0) return DLOCK_OK;
+        }
+    }
+    return DLOCK_OK;
 }
 
 // Runs statement `holders` and visits each row whose kind `wanted` accepts.
@@ -1284,6 +1330,7 @@ int visit_holders(dlock_backend* b, const std::string& name_or_prefix, bool exac
         }
         return DLOCK_OK;
     }
+    if (b->config.mode == lock_mode::advisory) return visit_advisory_holders(b, name_or_prefix, exact, wanted, visit, user_data);
     require_holder_tables(b);
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);

@@ -304,6 +304,14 @@ struct statements {
             {"unlock_shared", "SELECT pg_advisory_unlock_shared($1::bigint)"},
             {"unlock", "SELECT pg_advisory_unlock($1::bigint)"},
             {"unlock_all", "SELECT pg_advisory_unlock_all()"},
+            // $1 name or prefix, $2 one name only → name, owner, fence, holder_pid of each fence row
+            // (the last dlock grant of each name).
+            {"fence_rows", fmt::format("SELECT name, owner, fence, holder_pid FROM {} WHERE"
+                                       " CASE WHEN $2::bool THEN name = $1 ELSE left(name, length($1)) = $1 END", A)},
+            // → key, pid, shared of every advisory lock granted in this database.
+            {"granted_keys", "SELECT ((l.classid::bigint << 32) | l.objid::bigint), l.pid, l.mode = 'ShareLock' FROM pg_locks l"
+                             " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+                             " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"},
             // $1 key → 1 when this session holds it.
             {"check", fmt::format("SELECT count(*) FROM pg_locks l WHERE {} AND l.pid = pg_backend_pid()", key_match)},
             // $1 key, $2 name → owner, fence, held (by the session that last took it).

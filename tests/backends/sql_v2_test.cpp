@@ -82,9 +82,9 @@ protected:
 TEST_F(SqlModes, EachModeReportsWhatItOffers) {
     const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
     EXPECT_EQ(open("lease").capabilities() & v2, v2);
-    // Advisory mode: shared advisory locks only. No semaphore (no sound wait over N keys), no
-    // holders/list/break (pg_locks shows hashed keys, not names).
-    EXPECT_EQ(open("advisory").capabilities() & v2, DLOCK_CAP_SHARED);
+    // Advisory mode: shared advisory locks and list. No semaphore (no sound wait over N keys), no
+    // break (an advisory lock ends only with its holder's session).
+    EXPECT_EQ(open("advisory").capabilities() & v2, DLOCK_CAP_SHARED | DLOCK_CAP_LIST);
 }
 
 // ---- lease mode: semaphores ---------------------------------------------------------------------
@@ -388,6 +388,42 @@ TEST_F(SqlModes, AdvisorySharedHoldersTogetherAndAQueuedExclusiveStopsLaterOnes)
     EXPECT_NE(client.capabilities() & DLOCK_CAP_SHARED, 0u);
     client.acquire("v2/adv-sem", permits(2).with_wait(0ms), ec);
     EXPECT_EQ(ec, dlock::errc::not_supported) << "no semaphore in advisory mode";
+}
+
+// Advisory mode recovers names from its fence rows and holders from pg_locks: the session that took
+// a name last is reported with its owner and fencing token, other shared holders without them.
+TEST_F(SqlModes, AdvisoryHoldersAndListComeFromTheFenceRowsAndPgLocks) {
+    auto client = open("advisory");
+    auto x = client.acquire("v2/adv-list/x", dlock::acquire_options().with_wait(0ms));
+    auto s1 = client.acquire("v2/adv-list/s", shared().with_wait(0ms));
+    auto s2 = client.acquire("v2/adv-list/s", shared().with_wait(0ms));
+    { auto gone = client.acquire("v2/adv-list/released", dlock::acquire_options().with_wait(0ms)); }
+
+    const auto exclusive = client.holders("v2/adv-list/x");
+    ASSERT_EQ(exclusive.size(), 1u);
+    EXPECT_EQ(exclusive[0].kind, dlock::hold_kind::exclusive);
+    EXPECT_EQ(exclusive[0].holder, x.owner());
+    EXPECT_EQ(exclusive[0].fencing_token, x.fencing_token());
+    EXPECT_FALSE(exclusive[0].ttl_left) << "advisory holds have no ttl";
+
+    const auto readers = client.holders("v2/adv-list/s");
+    ASSERT_EQ(readers.size(), 2u);
+    int named = 0;
+    for (const auto& h : readers) {
+        EXPECT_EQ(h.kind, dlock::hold_kind::shared);
+        if (!h.holder.empty()) {
+            ++named;
+            EXPECT_EQ(h.holder, s2.owner()) << "the last shared grant is the one the fence row names";
+            EXPECT_EQ(h.fencing_token, s2.fencing_token());
+        }
+    }
+    EXPECT_EQ(named, 1);
+    EXPECT_TRUE(client.holders("v2/adv-list/released").empty());
+    EXPECT_TRUE(client.holders("v2/adv-list/x", true).empty()) << "no semaphores in advisory mode";
+    EXPECT_EQ(client.list("v2/adv-list/").size(), 3u);
+    EXPECT_TRUE(client.list("v2/adv-list_").empty());
+    size_t broken = 0;
+    EXPECT_EQ(dlock_break(client.handle(), "v2/adv-list/x", 0, &broken), DLOCK_NOT_SUPPORTED) << "an advisory lock ends with its session";
 }
 
 // ---- living beside applications that take advisory locks themselves ------------------------------
