@@ -290,7 +290,39 @@ bool backend::ensure_holders_table(connection& c) {
 uint64_t backend::capabilities() const {
     if (config_.mode == lock_mode::advisory)
         return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
-    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | (holders_ready_ ? DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST : 0);
+    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | (holders_ready_ ? DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST | DLOCK_CAP_BREAK : 0);
+}
+
+size_t backend::break_lock(const std::string& name, bool semaphore) {
+    if (!(capabilities() & DLOCK_CAP_BREAK))
+        fail(DLOCK_NOT_SUPPORTED, fmt::format("sql backend: mysql {}: break needs lease mode with dlock's holders table "
+                                              "(docs/backends/mysql.md)", config_.server));
+    const int64_t deadline = statement_deadline();
+    auto c = connections_->borrow(deadline);
+    try {
+        size_t broken = 0;
+        c->query("START TRANSACTION", deadline);
+        if (semaphore) {
+            broken = size_t(as_i64(c->run("break_permits_read", {name}, deadline).rows.at(0).at(0)));
+            c->run("break_permits_delete", {name}, deadline);
+            c->run("break_permits_forget", {name}, deadline);
+        } else {
+            c->run("break_lock_holders", {name}, deadline);
+            const result held = c->run("break_lock_read", {name}, deadline);
+            broken = !held.rows.empty() && as_i64(held.rows[0][0]) != 0 ? 1 : 0;
+            c->run("break_lock_free", {name}, deadline);
+        }
+        c->query("COMMIT", deadline);
+        return broken;
+    } catch (const error& e) {
+        c->mark_broken();  // ends the session: the transaction rolls back
+        if (e.code == 1142 /* ER_TABLEACCESS_DENIED_ERROR */)
+            fail(DLOCK_PERMISSION, fmt::format("sql backend: {}: this user may not break locks ({}): that needs DELETE on {} "
+                                               "(GRANT DELETE ON {} TO <user>)", where(), e.message, sql_.holders_table,
+                                               sql_.holders_table));
+        const failure f = classify(config_, e, fmt::format("breaking `{}`", name), true);
+        fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+    }
 }
 
 std::vector<holder_row> backend::holders(const std::string& name_or_prefix, bool exact) {

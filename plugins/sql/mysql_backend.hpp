@@ -107,6 +107,9 @@ public:
     // Lease mode with the holders table: every holder of the lock or semaphore `name` (exact) or of
     // every name starting with it. Throws failure (NOT_SUPPORTED without the table).
     std::vector<holder_row> holders(const std::string& name_or_prefix, bool exact);
+    // Lease mode: removes every holder of the lock or semaphore `name`, fenced; the number removed.
+    // Needs DELETE on the holders table (else failure DLOCK_PERMISSION).
+    size_t break_lock(const std::string& name, bool semaphore);
     void destroy_hold(hold* h);
     void interrupt();
 

@@ -130,6 +130,22 @@ struct statements {
                  " FROM {1} h JOIN {1} s ON s.kind = 'P' AND s.name = h.name AND s.slot = 0"
                  " WHERE h.kind = 'P' AND h.slot BETWEEN 1 AND s.permits AND h.owner IS NOT NULL AND h.expiry > UTC_TIMESTAMP(6)"
                  "  AND IF(?, h.name = ?, LEFT(h.name, LENGTH(?)) = ?)", lease_table, H)},
+            // Break, in one transaction. ? name → (held by a live exclusive holder); locks the lease row.
+            {"break_lock_read", fmt::format("SELECT owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6) FROM {} WHERE name = ? FOR UPDATE",
+                                            lease_table)},
+            // ? name: frees the lease row, its fence bumped.
+            {"break_lock_free", fmt::format("UPDATE {} SET owner = NULL, expiry = NULL, holder = NULL, fence = fence + 1 WHERE name = ?",
+                                            lease_table)},
+            // ? name: removes a lock's holder rows (none in this dialect, which has no shared locks);
+            // run so that breaking a lock needs DELETE, as breaking a semaphore does.
+            {"break_lock_holders", fmt::format("DELETE FROM {} WHERE kind = 'S' AND name = ?", H)},
+            // ? name → live permits; locks the semaphore's rows.
+            {"break_permits_read", fmt::format("SELECT COUNT(IF(owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6), 1, NULL)) FROM {}"
+                                               " WHERE kind = 'P' AND name = ? FOR UPDATE", H)},
+            // ? name: removes the permits.
+            {"break_permits_delete", fmt::format("DELETE FROM {} WHERE kind = 'P' AND name = ? AND slot > 0", H)},
+            // ? name: forgets the limit, bumps the fence.
+            {"break_permits_forget", fmt::format("UPDATE {} SET permits = NULL, fence = fence + 1 WHERE kind = 'P' AND name = ? AND slot = 0", H)},
             // ? name, owner → the fence when the permit row carries our token and has not expired.
             {"permit_read_back", fmt::format("SELECT fence FROM {} WHERE kind = 'P' AND name = ? AND slot > 0 AND owner = ?"
                                              " AND expiry > UTC_TIMESTAMP(6)", H)},

@@ -1257,9 +1257,8 @@ int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock
     });
 }
 
-// Holders and list: lease mode with the holders table; advisory mode through its fence rows and
-// pg_locks; the MySQL dialect's lease mode. Break: PostgreSQL lease mode only (an advisory lock
-// ends only with its holder's session).
+// Holders and list: lease mode with the holders table (both dialects); advisory mode through its
+// fence rows and pg_locks. Break: lease mode only (an advisory lock ends only with its session).
 void require_holder_tables(dlock_backend* b) {
     if (b->mysql || b->config.mode != lock_mode::lease || !b->shared_ready)
         fail(DLOCK_NOT_SUPPORTED, "sql backend: break needs lease mode with dlock's holders table (docs/backends/sql.md)");
@@ -1376,6 +1375,11 @@ int sql_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, v
 
 int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
     return guarded(error, "sql", [&]() -> int {
+        if (b->mysql) {
+            const size_t broken = b->mysql->break_lock(name, semaphore != 0);
+            if (out_broken) *out_broken = broken;
+            return DLOCK_OK;
+        }
         require_holder_tables(b);
         const int64_t deadline = b->statement_deadline();
         auto s = b->sessions->borrow(deadline);

@@ -6,6 +6,7 @@
 // layout gains, and the DELETE privilege that break needs.
 #include "backend_test.hpp"
 
+#include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/secured.hpp"
 
@@ -20,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using dlock::lab::backend;
@@ -485,9 +487,9 @@ protected:
     dlock::lab::lab* lab_ = nullptr;
 };
 
-TEST_F(MysqlModes, LeaseModeHasSemaphoresAndListNamedModeNeither) {
+TEST_F(MysqlModes, LeaseModeHasSemaphoresListAndBreakNamedModeNone) {
     const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
-    EXPECT_EQ(open("lease").capabilities() & v2, DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST);
+    EXPECT_EQ(open("lease").capabilities() & v2, DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST | DLOCK_CAP_BREAK) << "no shared locks";
     EXPECT_EQ(open("named").capabilities() & v2, 0u) << "GET_LOCK has no shared mode; N GET_LOCK names cannot be waited on";
 }
 
@@ -520,6 +522,41 @@ TEST_F(MysqlModes, PermitsAreAtMostNTheLimitIsCheckedAndAFailedAcquireLeavesNoth
     p1.release();
     EXPECT_TRUE(waiter.get()) << "the released permit goes to the waiter";
     EXPECT_EQ(p2.release(), dlock::release_outcome::released);
+}
+
+// A user with SELECT, INSERT, UPDATE and CREATE (what locking and semaphores need) but not DELETE
+// uses semaphores and is refused a break with DLOCK_PERMISSION naming the grant; the break removes
+// nothing.
+TEST_F(MysqlModes, BreakWithoutDeleteIsRefusedWithPermission) {
+    if (geteuid() != 0) GTEST_SKIP() << "creating accounts needs MariaDB's root, which only the OS root can be here";
+    const std::string socket = (lab_->mariadb().dir() / "data" / "mariadbd.sock").string();
+    auto as_root = [&](const std::string& sql) {
+        std::string output;
+        ASSERT_EQ(dlock::lab::run_command({"mariadb", "--no-defaults", "--socket=" + socket, "-u", "root", "-e", sql}, &output), 0)
+            << output;
+    };
+    as_root("DROP USER IF EXISTS 'dlock_locker'@'%'; CREATE USER 'dlock_locker'@'%' IDENTIFIED BY 'locker-pw-3'; "
+            "GRANT SELECT, INSERT, UPDATE, CREATE ON dlock.* TO 'dlock_locker'@'%'");
+    if (HasFatalFailure()) return;
+    const std::string port = std::to_string(lab_->mariadb().client_endpoint().port);
+    auto locker = dlock::client::from_yaml("backend: sql\noptions:\n  dsn: \"mysql://dlock_locker:locker-pw-3@127.0.0.1:" + port +
+                                               "/dlock\"\n", "sql_v2_test");
+    EXPECT_NE(locker.capabilities() & DLOCK_CAP_BREAK, 0u) << "the backend can break; this user may not";
+    auto permit = locker.acquire("v2/my-break", permits_of(2));
+    size_t broken = 99;
+    EXPECT_EQ(dlock_break(locker.handle(), "v2/my-break", 1, &broken), DLOCK_PERMISSION);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("GRANT DELETE"), std::string::npos) << message;
+    EXPECT_EQ(message.find("locker-pw-3"), std::string::npos) << message;
+    EXPECT_EQ(dlock_break(locker.handle(), "v2/my-break-lock", 0, &broken), DLOCK_PERMISSION) << "a lock's break too";
+    std::error_code ec;
+    permit.renew(ec);
+    EXPECT_FALSE(ec) << "the refused break removed nothing: " << ec.message();
+    EXPECT_EQ(open().break_lock("v2/my-break", true), 1u) << "the lab's user (ALL PRIVILEGES) may";
+    permit.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost);
+    locker.close();
+    as_root("DROP USER 'dlock_locker'@'%'");
 }
 
 // dlock's GET_LOCK name for a short lower-case name is `dlock:` + the name: an application's
