@@ -51,6 +51,9 @@ struct settings {
     int64_t peer_timeout_ms = 10000;
     size_t pool_size = 32;
     bool allow_session_pooler = false;
+    // Advisory mode: a name made of this prefix and a decimal 64-bit integer K locks the advisory
+    // key K itself (an application's pg_advisory_lock(K)); "" (the default): every name is hashed.
+    std::string advisory_key_prefix;
 
     // Filled by resolve(): the libpq keyword string every session connects with, and the server as
     // messages name it ("postgres 127.0.0.1:5432/postgres").
