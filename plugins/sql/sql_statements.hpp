@@ -314,10 +314,15 @@ struct statements {
                              " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"},
             // $1 key → 1 when this session holds it.
             {"check", fmt::format("SELECT count(*) FROM pg_locks l WHERE {} AND l.pid = pg_backend_pid()", key_match)},
-            // $1 key, $2 name → owner, fence, held (by the session that last took it).
-            {"inspect", fmt::format("SELECT f.owner, f.fence, EXISTS (SELECT 1 FROM pg_locks l WHERE {} AND l.pid = f.holder_pid"
-                                    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-                                    " FROM {} f WHERE f.name = $2", key_match, A)},
+            // $1 key, $2 name → owner (NULL unless the session that took it last still holds it),
+            // fence, held (by any session: earlier shared holders, or an application holding the key
+            // itself). The server's lock table decides, never the fence row alone.
+            {"inspect", fmt::format("WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()),"
+                                    " f AS (SELECT owner, fence, holder_pid FROM {1} WHERE name = $2),"
+                                    " g AS (SELECT l.pid FROM pg_locks l, db WHERE {0} AND l.database = db.oid)"
+                                    " SELECT CASE WHEN EXISTS (SELECT 1 FROM g, f WHERE g.pid = f.holder_pid) THEN f.owner END,"
+                                    " coalesce(f.fence, 0), EXISTS (SELECT 1 FROM g)"
+                                    " FROM (SELECT 1) one LEFT JOIN f ON true", key_match, A)},
         };
     }
 };

@@ -392,6 +392,24 @@ TEST_F(SqlModes, AdvisorySharedHoldersTogetherAndAQueuedExclusiveStopsLaterOnes)
     EXPECT_EQ(ec, dlock::errc::not_supported) << "no semaphore in advisory mode";
 }
 
+// Advisory mode's inspect asks the server's lock table, not the fence row: a lock that an earlier
+// shared holder still holds is held after the last shared acquirer let go, and so is a key an
+// application holds with pg_advisory_lock itself.
+TEST_F(SqlModes, AdvisoryInspectShowsALockHeldWhileAnyReaderHoldsIt) {
+    auto client = open("advisory");
+    auto first = client.acquire("v2/adv-inspect", shared().with_wait(0ms));
+    auto last = client.acquire("v2/adv-inspect", shared().with_wait(0ms));
+    auto info = client.inspect("v2/adv-inspect");
+    EXPECT_TRUE(info.held);
+    EXPECT_EQ(info.holder, last.owner()) << "the holder named is the last acquirer, while it holds";
+    last.release();
+    info = client.inspect("v2/adv-inspect");
+    EXPECT_TRUE(info.held) << "the first reader still holds the key";
+    EXPECT_EQ(info.holder, "") << "the fence row's owner let go: no holder is named";
+    first.release();
+    EXPECT_FALSE(client.inspect("v2/adv-inspect").held);
+}
+
 // Advisory mode recovers names from its fence rows and holders from pg_locks: the session that took
 // a name last is reported with its owner and fencing token, other shared holders without them.
 TEST_F(SqlModes, AdvisoryHoldersAndListComeFromTheFenceRowsAndPgLocks) {
