@@ -31,6 +31,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 
 using namespace dlock::redis_common;
 
@@ -71,15 +72,51 @@ struct dlock_backend {
     }
 };
 
+// One hold: an exclusive lock, a shared hold of a lock, or one permit of a semaphore.
 struct dlock_hold {
-    lock_keys keys;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
+    uint32_t permits = 0;                  // PERMIT: the semaphore's limit
+    lock_keys keys;                        // the lock's keys, or the semaphore's
+    std::string name;
     std::string owner;
+    std::string token;  // a shared hold's or permit's fencing token once granted: its member is owner:token
 
+    const script& acquire_script() const {
+        return kind == DLOCK_HOLD_SHARED ? shared_acquire_script
+               : kind == DLOCK_HOLD_PERMIT ? permit_acquire_script
+                                           : queue_acquire_script;
+    }
+    const script& release_script() const {
+        return kind == DLOCK_HOLD_SHARED ? shared_release_script
+               : kind == DLOCK_HOLD_PERMIT ? permit_release_script
+                                           : queue_release_script;
+    }
+    // Its entry in the waiter queue, and the suffix of the channel that wakes it there.
+    std::string queue_entry() const { return kind == DLOCK_HOLD_SHARED ? "s:" + owner : owner; }
     std::vector<std::string> acquire_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses}; }
+    std::vector<std::string> acquire_args(const dlock_backend* b, int64_t ttl_ms, int mode) const {
+        std::vector<std::string> args{owner, std::to_string(ttl_ms), std::to_string(mode), std::to_string(b->entry_grace_ms())};
+        if (kind == DLOCK_HOLD_SHARED) {
+            args.push_back(std::to_string(b->claim_ms()));
+            args.push_back(keys.waiter_channel_prefix);
+        } else if (kind == DLOCK_HOLD_PERMIT) {
+            args.push_back(std::to_string(permits));
+        }
+        return args;
+    }
     std::vector<std::string> release_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel}; }
     std::vector<std::string> release_args(const dlock_backend* b) const {
-        return {owner, std::to_string(b->claim_ms()), keys.waiter_channel_prefix};
+        std::vector<std::string> args{owner, std::to_string(b->claim_ms()), keys.waiter_channel_prefix};
+        if (kind != DLOCK_HOLD_EXCLUSIVE) args.push_back(token);  // "" before the grant: found by owner
+        return args;
     }
+    std::vector<std::string> leave_args(const dlock_backend* b) const {
+        return {queue_entry(), std::to_string(b->claim_ms()), keys.waiter_channel_prefix,
+                kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock"};
+    }
+    // What renew_holds_script compares: the exclusive holder's key value, or the member.
+    std::string renewal_member() const { return kind == DLOCK_HOLD_EXCLUSIVE ? owner : owner + ":" + token; }
+    char renewal_kind() const { return kind == DLOCK_HOLD_SHARED ? 's' : kind == DLOCK_HOLD_PERMIT ? 'p' : 'x'; }
 };
 
 namespace {
@@ -120,7 +157,10 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
 
 void redis_destroy(dlock_backend* b) { delete b; }
 
-uint64_t redis_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL; }
+uint64_t redis_capabilities(dlock_backend*) {
+    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED |
+           DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+}
 
 void redis_interrupt(dlock_backend* b) {
     std::lock_guard<std::mutex> lock(b->waker_mutex);
@@ -167,18 +207,22 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue
         }
         a.sent_ns = now_ns();
         try {
-            r = run_script(**c, queue_acquire_script, h.acquire_keys(),
-                           {h.owner, std::to_string(ttl_ms), std::to_string(int(mode)), std::to_string(b->entry_grace_ms())});
+            r = run_script(**c, h.acquire_script(), h.acquire_keys(), h.acquire_args(b, ttl_ms, int(mode)));
         } catch (const failure& f) {
             if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
             if (f.status != DLOCK_UNKNOWN) throw;
             if ((*c)->closed_by_server()) throw settled_failure{f, true};
-            (*c)->send_behind_pending(script_command(queue_release_script, true, h.release_keys(), h.release_args(b)));
+            (*c)->send_behind_pending(script_command(h.release_script(), true, h.release_keys(), h.release_args(b)));
             throw;
         }
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
         fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to the acquire script", b->where.text()));
+    if (r->element[0]->integer == -1)
+        fail(DLOCK_INVALID_ARGUMENT,
+             fmt::format("semaphore `{}` on redis {} has a limit of {} permits, and this acquire asks for {}: every "
+                         "client of one semaphore must give the same limit (it is stored while a permit or a waiter lasts)",
+                         h.name, b->where.text(), r->element[1]->integer, h.permits));
     a.acquired = r->element[0]->integer == 1;
     if (a.acquired) a.fence = uint64_t(r->element[1]->integer);
     else a.holder_ttl_ms = r->element[1]->integer;
@@ -200,7 +244,7 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
         try {
             if (release_first) {
                 auto c = b->connections->borrow(borrow_deadline);
-                run_script(*c, queue_release_script, h.release_keys(), h.release_args(b));
+                run_script(*c, h.release_script(), h.release_keys(), h.release_args(b));
                 release_first = false;
             }
             return try_acquire(b, h, ttl_ms, mode, borrow_deadline);
@@ -211,7 +255,7 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
                 if (release_first) {  // best effort: the key, if it was set, expires after ttl
                     try {
                         auto c = b->connections->borrow(after + busy_wait_ns);
-                        run_script(*c, queue_release_script, h.release_keys(), h.release_args(b));
+                        run_script(*c, h.release_script(), h.release_keys(), h.release_args(b));
                     } catch (const failure&) {
                     }
                 }
@@ -235,17 +279,33 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
     return guarded(error, "redis", [&] {
         if (b->interrupted) fail(DLOCK_CANCELLED, "redis: client is closing");
         auto h = std::make_unique<dlock_hold>();
-        h->keys = keys_for(b->config.key_prefix, req->name);
+        if (DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits)) {
+            h->kind = req->kind;
+            h->permits = req->permits;
+        }
+        if (h->kind > DLOCK_HOLD_PERMIT || (h->kind == DLOCK_HOLD_PERMIT) != (h->permits > 0))
+            fail(DLOCK_INVALID_ARGUMENT, fmt::format("redis: acquire of `{}` with kind {} and permits {}", req->name, h->kind, h->permits));
+        h->name = req->name;
+        h->keys = h->kind == DLOCK_HOLD_PERMIT ? semaphore_keys_for(b->config.key_prefix, req->name)
+                                               : keys_for(b->config.key_prefix, req->name);
         h->owner = req->owner;
 
         auto finish = [&](const attempt& a) {
             grant->fencing_token = a.fence;
+            if (h->kind != DLOCK_HOLD_EXCLUSIVE) h->token = std::to_string(a.fence);
             grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
             grant->ttl_ms = req->ttl_ms;
             *out_hold = h.release();
             return DLOCK_OK;
         };
         auto held_message = [&](const attempt& a) {
+            if (h->kind == DLOCK_HOLD_PERMIT)
+                return a.queued_behind
+                           ? fmt::format("the free permits of semaphore `{}` on redis {} go to the waiters queued before this one",
+                                         req->name, b->where.text())
+                           : fmt::format("all {} permits of semaphore `{}` are held on redis {} (the first expires in {} ms "
+                                         "unless renewed)",
+                                         h->permits, req->name, b->where.text(), a.holder_ttl_ms);
             if (a.queued_behind)
                 return fmt::format("lock `{}` on redis {} goes to the waiters queued before this one", req->name,
                                    b->where.text());
@@ -267,7 +327,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
                 if (!h || b->interrupted) return;
                 try {
                     auto c = b->connections->borrow();
-                    run_script(*c, leave_queue_script, h->acquire_keys(), h->release_args(b));
+                    run_script(*c, leave_queue_script, h->acquire_keys(), h->leave_args(b));
                 } catch (...) {  // a destructor: nothing may escape
                 }
             }
@@ -282,7 +342,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 
         // A fair waiter is woken on its own channel, by the release that makes it (one of) the next.
         const std::string channel =
-            mode == queue_mode::barging ? h->keys.channel : h->keys.waiter_channel_prefix + h->owner;
+            mode == queue_mode::barging ? h->keys.channel : h->keys.waiter_channel_prefix + h->queue_entry();
         subscriber& waker = b->subscriber_for_waits();
         struct unwatch_guard {
             subscriber& s;
@@ -324,7 +384,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
-        reply_ptr r = run_script(*c, queue_release_script, h->release_keys(), h->release_args(b));
+        reply_ptr r = run_script(*c, h->release_script(), h->release_keys(), h->release_args(b));
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
         return r->integer == 1 ? DLOCK_OK : DLOCK_LOST;
     });
@@ -336,8 +396,10 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
     return guarded(error, "redis", [&] {
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
-            keys.push_back(renewals[i].hold->keys.lock);
-            args.push_back(renewals[i].hold->owner);
+            const dlock_hold* h = renewals[i].hold;
+            keys.push_back(h->keys.lock);
+            args.push_back(std::string(1, h->renewal_kind()));
+            args.push_back(h->renewal_member());
             args.push_back(std::to_string(renewals[i].ttl_ms));
         }
         // Renewal is idempotent: a failure on a connection the server closed is retried once on a
@@ -348,7 +410,7 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
             auto c = b->connections->borrow();
             sent = now_ns();
             try {
-                r = run_script(*c, renew_script, keys, args);
+                r = run_script(*c, renew_holds_script, keys, args);
             } catch (const failure& f) {
                 if (f.status != DLOCK_UNKNOWN || !c->closed_by_server() || tries > 0) throw;
             }
@@ -383,9 +445,116 @@ int redis_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlo
     });
 }
 
-const dlock_plugin redis_plugin = {
+// A reply element that is a string or an integer, as text.
+std::string element_text(const redisReply* e) {
+    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
+    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
+    return std::string();
+}
+
+// Visits every live holder of the lock or semaphore `name`; false when the visitor asked to stop.
+bool visit_holders(dlock_backend* b, connection& c, const std::string& name, bool semaphore, dlock_holder_visitor visit,
+                   void* user_data) {
+    const lock_keys keys =
+        semaphore ? semaphore_keys_for(b->config.key_prefix, name) : keys_for(b->config.key_prefix, name);
+    reply_ptr r = run_script(c, holders_script, {keys.lock, keys.fence}, {semaphore ? "semaphore" : "lock"});
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 5 != 0)
+        fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to the holders script", b->where.text()));
+    for (size_t i = 0; i < r->elements; i += 5) {
+        dlock_holder_info info{};
+        info.struct_size = sizeof info;
+        info.name = name.c_str();
+        const std::string kind = element_text(r->element[i]);
+        info.kind = kind == "x" ? DLOCK_HOLD_EXCLUSIVE : kind == "s" ? DLOCK_HOLD_SHARED : DLOCK_HOLD_PERMIT;
+        const std::string owner = element_text(r->element[i + 1]);
+        std::memcpy(info.holder, owner.data(), std::min(owner.size(), sizeof info.holder - 1));
+        info.fencing_token = std::strtoull(element_text(r->element[i + 2]).c_str(), nullptr, 10);
+        const int64_t left = std::strtoll(element_text(r->element[i + 3]).c_str(), nullptr, 10);
+        info.ttl_left_ms = left >= 0 ? left : -1;
+        info.permits = uint32_t(std::strtoul(element_text(r->element[i + 4]).c_str(), nullptr, 10));
+        if (visit(&info, user_data) != 0) return false;
+    }
+    return true;
+}
+
+int redis_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data,
+                  dlock_plugin_error* error) {
+    return guarded(error, "redis", [&] {
+        auto c = b->connections->borrow();
+        visit_holders(b, *c, name, semaphore != 0, visit, user_data);
+        return DLOCK_OK;
+    });
+}
+
+// `text` as a SCAN MATCH pattern that matches only itself.
+std::string glob_literal(const std::string& text) {
+    std::string out;
+    for (char ch : text) {
+        if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') out += '\\';
+        out += ch;
+    }
+    return out;
+}
+
+// SCAN MATCH over the keys of names that start with `prefix` (never KEYS, which blocks the server
+// for the whole keyspace), then each name's holders. Key names carry the dlock name (%XX-escaped),
+// so every name is recovered from its key.
+int redis_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "redis", [&] {
+        const std::string lock_key = keys_for(b->config.key_prefix, prefix).lock;  // <key_prefix>{<tag>}:lock
+        const std::string pattern = glob_literal(lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) + "*";
+        auto c = b->connections->borrow();
+        std::set<std::pair<std::string, bool>> found;  // (name, semaphore); SCAN may return a key twice
+        std::string cursor = "0";
+        do {
+            reply_ptr r = c->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+            if (r->type == REDIS_REPLY_ERROR) {
+                const failure f = classify_error_reply(b->where.text(), std::string(r->str, r->len));
+                if (f.status != DLOCK_PERMISSION) throw f;
+                fail(DLOCK_PERMISSION, fmt::format("redis {}: ACL user `{}` may not list locks ({}); listing needs `+scan` "
+                                                   "(it reveals every key name of the database: grant it to operators only)",
+                                                   b->where.text(), b->config.username.empty() ? "default" : b->config.username,
+                                                   std::string(r->str, r->len)));
+            }
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY)
+                fail(DLOCK_BACKEND, fmt::format("redis {}: unexpected reply to SCAN", b->where.text()));
+            cursor = element_text(r->element[0]);
+            for (size_t i = 0; i < r->element[1]->elements; ++i) {
+                auto named = name_of_key(b->config.key_prefix, element_text(r->element[1]->element[i]));
+                if (named && named->first.compare(0, std::strlen(prefix), prefix) == 0) found.insert(*named);
+            }
+        } while (cursor != "0");
+        for (const auto& [name, semaphore] : found)
+            if (!visit_holders(b, *c, name, semaphore, visit, user_data)) break;
+        return DLOCK_OK;
+    });
+}
+
+int redis_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
+    return guarded(error, "redis", [&] {
+        const lock_keys keys =
+            semaphore ? semaphore_keys_for(b->config.key_prefix, name) : keys_for(b->config.key_prefix, name);
+        auto c = b->connections->borrow();
+        reply_ptr r;
+        try {
+            r = run_script(*c, break_script, {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel},
+                           {semaphore ? "semaphore" : "lock", std::to_string(b->claim_ms()), keys.waiter_channel_prefix});
+        } catch (const failure& f) {
+            if (f.status != DLOCK_PERMISSION) throw;
+            fail(DLOCK_PERMISSION, fmt::format("redis {}: ACL user `{}` may not break `{}`: breaking needs `+unlink` on dlock's "
+                                               "keys, an administrator's right (docs/backends/redis.md); {}",
+                                               b->where.text(), b->config.username.empty() ? "default" : b->config.username, name,
+                                               f.message));
+        }
+        if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the break script");
+        if (out_broken) *out_broken = size_t(r->integer);
+        return DLOCK_OK;
+    });
+}
+
+constexpr dlock_plugin redis_plugin = {
     sizeof(dlock_plugin),
-    1,
+    2,
     "redis",
     "One Redis server: SET NX PX + INCR fence in one Lua script; pub/sub wake-ups; TTL leases renewed by the keeper.",
     redis_options,
@@ -399,11 +568,15 @@ const dlock_plugin redis_plugin = {
     redis_hold_destroy,
     redis_renew,
     redis_inspect,
+    redis_holders,
+    redis_list,
+    redis_break,
 };
+constexpr dlock_plugin redis_plugin_v1_view = dlock::plugin_kit::as_version_1(redis_plugin);
 
 }  // namespace
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_kit::negotiate_v1(host_max_version, &redis_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v2(host_max_version, &redis_plugin, &redis_plugin_v1_view, out, out_min_version);
 }

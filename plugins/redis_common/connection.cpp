@@ -121,7 +121,9 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
     if (s.database != 0) expect_ok({"SELECT", std::to_string(s.database)}, "SELECT");
     // Load every script, so EVALSHA works on this server from the first call.
     for (const script* sc : {&acquire_script, &release_script, &renew_script, &inspect_script, &queue_acquire_script,
-                              &queue_release_script, &leave_queue_script}) {
+                              &queue_release_script, &leave_queue_script, &shared_acquire_script, &shared_release_script,
+                              &permit_acquire_script, &permit_release_script, &renew_holds_script, &holders_script,
+                              &break_script}) {
         reply_ptr r = expect_ok({"SCRIPT", "LOAD", sc->source()}, "SCRIPT LOAD");
         if (r->type == REDIS_REPLY_STRING) sc->learn_sha1(std::string(r->str, r->len));
     }

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -187,6 +188,30 @@ extern const script queue_acquire_script;
 extern const script queue_release_script;
 extern const script leave_queue_script;
 
+// Semaphores and shared locks (the layout is described in scripts.cpp and docs/backends/redis.md).
+// A shared hold or a permit is the member "<owner>:<fencing token>" of a sorted set scored by the
+// server time its lease ends: for a shared hold the set is at the lock key itself (so the
+// exclusive scripts find the lock held), for a permit at the semaphore's key.
+// shared_acquire_script: KEYS lock, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
+//   entry_grace_ms, claim_ms, waiter_channel_prefix -> as queue_acquire_script (a shared waiter's
+//   queue entry and channel suffix is "s:<owner>").
+// permit_acquire_script: KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
+//   entry_grace_ms, limit -> as queue_acquire_script, or {-1, stored limit} when it differs.
+// shared_release_script, permit_release_script: KEYS key, fence, queue, queue_lapses, channel;
+//   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 | 0.
+// renew_holds_script: KEYS the leases' keys; ARGV kind ('x', 's', 'p'), owner or member, ttl_ms
+//   per lease -> {1|0 ...}.
+// holders_script: KEYS key, fence; ARGV 'lock' | 'semaphore' -> flat {kind, owner, fence, ms left, limit}...
+// break_script: KEYS key, fence, queue, queue_lapses, channel; ARGV 'lock' | 'semaphore',
+//   claim_ms, waiter_channel_prefix -> holders removed; NOPERM unless the user may run UNLINK.
+extern const script shared_acquire_script;
+extern const script shared_release_script;
+extern const script permit_acquire_script;
+extern const script permit_release_script;
+extern const script renew_holds_script;
+extern const script holders_script;
+extern const script break_script;
+
 // EVALSHA with NOSCRIPT fallback on one connection. Error replies are thrown as classified failures.
 reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
                      const std::vector<std::string>& args);
@@ -214,6 +239,12 @@ struct lock_keys {
     std::string waiter_channel_prefix;   // + owner token: the channel that wakes one queued waiter
 };
 lock_keys keys_for(const std::string& prefix, const std::string& name);
+// Keys of the semaphore `name` (another object than the lock `name`, in the same hash tag):
+// `:permits` (the set of permits and the limit), `:permits-fence`, `:permits-queue`, ...
+lock_keys semaphore_keys_for(const std::string& prefix, const std::string& name);
+// The dlock name a lock key (`<prefix>{<tag>}:lock`) or semaphore key (`...:permits`) belongs to,
+// and whether it is a semaphore's; nullopt for any other key.
+std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefix, const std::string& key);
 
 // Checks that the connection's user may run everything dlock does on keys and channels under
 // `prefix` (Redis 7 ACLs: `~<prefix>*` keys, `&<prefix>*` channels, and the commands), by asking

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstring>
 
 namespace dlock::redis_common {
@@ -34,19 +35,24 @@ namespace {
 // was taken since the previous seed. Starting again at 1 would let a resource that saw the old
 // tokens accept a stale holder's writes (docs/design/faults.md §6, restart delayed past the ttl).
 const char* const grant_lua = R"lua(
-local function grant(before_set)
-  local fence = redis.call('GET', KEYS[2])
-  local function corrupt(why)
-    return redis.error_reply('WRONGTYPE dlock fence key ' .. KEYS[2] .. ' does not hold a token (' .. why .. ')')
-  end
+local function corrupt_fence(key, why)
+  return redis.error_reply('WRONGTYPE dlock fence key ' .. key .. ' does not hold a token (' .. why .. ')')
+end
+local function next_token(key)
+  local fence = redis.call('GET', key)
   if fence then
-    if not string.match(fence, '^%d+$') then return corrupt('not a decimal integer') end
+    if not string.match(fence, '^%d+$') then return nil, 'not a decimal integer' end
   else
     local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+    redis.call('SET', key, now[1] .. string.format('%06d', tonumber(now[2])))
   end
-  local token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' and token.err then return corrupt(token.err) end
+  local token = redis.pcall('INCR', key)
+  if type(token) == 'table' and token.err then return nil, token.err end
+  return token
+end
+local function grant(before_set)
+  local token, why = next_token(KEYS[2])
+  if not token then return corrupt_fence(KEYS[2], why) end
   if before_set then before_set() end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, token}
@@ -94,6 +100,108 @@ local function wake_next(now, now_us, claim_ms, prefix)
     redis.call('ZREM', KEYS[4], first[1])
   end
 end
+local function enqueue(member, now, now_us, wait_ms, grace_ms)
+  local keep = math.max(wait_ms, 0) + grace_ms
+  redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+  redis.call('ZADD', KEYS[4], now + keep, member)
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+local function first_lapses_in(now)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local lapses = first and tonumber(redis.call('ZSCORE', KEYS[4], first))
+  return lapses and math.max(0, lapses - now) or 0
+end
+local function wake_first(n, now, now_us, claim_ms, prefix)
+  local rank, dropped = 0, 0
+  n = math.min(n, 100)
+  while rank < n and dropped < 10 do
+    local entry = redis.call('ZRANGE', KEYS[3], rank, rank, 'WITHSCORES')
+    if #entry == 0 then return end
+    local heard = redis.call('PUBLISH', prefix .. entry[1], 'next') > 0
+    if heard or now_us - tonumber(entry[2]) < claim_ms * 1000 then
+      local lapses = tonumber(redis.call('ZSCORE', KEYS[4], entry[1]))
+      if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, entry[1]) end
+      rank = rank + 1
+      if not heard then n = n + 1 end
+    else
+      redis.call('ZREM', KEYS[3], entry[1])
+      redis.call('ZREM', KEYS[4], entry[1])
+      dropped = dropped + 1
+    end
+  end
+end
+)lua";
+
+// The lock key KEYS[1] holds the exclusive holder's owner token (a string), or the shared holders
+// (a sorted set of "<owner>:<fencing token>" scored by the server time, ms, each lease ends); the
+// key expires with its longest-lived holder. A shared holder is queued as "s:<owner>". GET on the
+// set fails with WRONGTYPE: the exclusive scripts read the key with pcall, so the check they always
+// made finds it held, at no extra command.
+// A token goes into a member through string.format('%d'): Lua's own number-to-text keeps only 14
+// significant digits, and tokens (seeded with the server time in µs) have 16.
+// lock_holder(now): the owner token, true when live shared holders exist, false when free (a set
+// of expired holders only is deleted). writer_ahead(member): an exclusive waiter queues before
+// `member` (the whole queue when `member` is not queued), among the first 100 entries.
+// wake_reader_at_head: a shared waiter first in the queue is woken (it can join the holders).
+const char* const shared_lua = R"lua(
+local function lock_holder(now)
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) ~= 'table' then return v end
+  if #redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, 1) > 0 then return true end
+  redis.call('DEL', KEYS[1])
+  return false
+end
+local function writer_ahead(member)
+  local mine = redis.call('ZSCORE', KEYS[3], member)
+  local ahead
+  if mine then
+    ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine, 'LIMIT', 0, 100)
+  else
+    ahead = redis.call('ZRANGE', KEYS[3], 0, 99)
+  end
+  for _, m in ipairs(ahead) do
+    if string.sub(m, 1, 2) ~= 's:' then return true end
+  end
+  return false
+end
+local function wake_reader_at_head(now, now_us, claim_ms, prefix)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if first and string.sub(first, 1, 2) == 's:' then wake_first(1, now, now_us, claim_ms, prefix) end
+end
+local function drop_expired_members(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '(-inf', now, 'LIMIT', 0, 100)
+  if #expired > 0 then redis.call('ZREM', KEYS[1], unpack(expired)) end
+end
+-- The key lives as long as its longest-lived member, and at least `floor_ms`; gone when nothing is left.
+local function expire_with_members(now, floor_ms)
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local keep = floor_ms
+  if last[1] and string.sub(last[1], 1, 6) ~= 'limit:' then keep = math.max(keep, tonumber(last[2]) - now) end
+  if keep > 0 and #last > 0 then redis.call('PEXPIRE', KEYS[1], math.ceil(keep))
+  else redis.call('DEL', KEYS[1]) end
+end
+)lua";
+
+// A semaphore's key KEYS[1] is a sorted set of its permits, "<owner>:<fencing token>" scored by the
+// server time (ms) each lease ends, and of its limit, the member "limit:<N>" scored -inf (so the
+// limit lives exactly as long as the set: while a permit or a waiter lasts). KEYS[2..5] are the
+// semaphore's fence, waiter queue, queue lapses and channel, as a lock's.
+const char* const semaphore_lua = R"lua(
+local function stored_limit()
+  local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '-inf', 'LIMIT', 0, 1)[1]
+  return m and tonumber(string.sub(m, 7))
+end
+local function live_members(now)
+  return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+end
+local function permits_free(now)
+  local limit = stored_limit()
+  if not limit then return 0 end
+  return limit - #live_members(now)
+end
 )lua";
 
 }  // namespace
@@ -112,7 +220,7 @@ const script acquire_script(acquire_source.c_str());
 // expires (-1: it has no expiry), or until the first waiter's entry lapses when the lock is free,
 // 1 when held | 0 when free but others queue first}.
 // The queue's keys expire with their longest-lived entry, so a queue nobody visits again vanishes.
-static const std::string queue_acquire_source = std::string(grant_lua) + queue_lua + R"lua(
+static const std::string queue_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
 local mode = tonumber(ARGV[3])
 local now, now_us = server_time()
 local first
@@ -120,7 +228,7 @@ if mode > 0 then
   drop_lapsed(now)
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
-local held = redis.call('GET', KEYS[1])
+local held = lock_holder(now)
 if not held and (mode == 0 or first == nil or first == ARGV[1]) then
   return grant(function()
     if first == ARGV[1] then
@@ -133,17 +241,9 @@ local wait_ms
 if held then
   wait_ms = redis.call('PTTL', KEYS[1])
 else
-  wait_ms = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], first)) - now)
+  wait_ms = first_lapses_in(now)
 end
-if mode == 2 then
-  local keep = math.max(wait_ms, 0) + tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[1])
-  redis.call('ZADD', KEYS[4], now + keep, ARGV[1])
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-end
+if mode == 2 then enqueue(ARGV[1], now, now_us, wait_ms, tonumber(ARGV[4])) end
 return {0, wait_ms, held and 1 or 0}
 )lua";
 const script queue_acquire_script(queue_acquire_source.c_str());
@@ -163,7 +263,7 @@ return 0
 // As release_script (the broadcast channel, KEYS[5], still wakes barging waiters), and wakes the
 // first queued waiter (wake_next). DEL last: see release_script.
 static const std::string queue_release_source = std::string(queue_lua) + R"lua(
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end  -- a set (shared holders) is not ours either
 redis.call('PUBLISH', KEYS[5], 'released')
 local now, now_us = server_time()
 drop_lapsed(now)
@@ -173,19 +273,274 @@ return 1
 )lua";
 const script queue_release_script(queue_release_source.c_str());
 
-// A queued waiter leaves without the lock; when the lock is free, the waiter now first is woken
-// (the one leaving may have been woken for it). -> 1 when the entry was there, else 0.
-static const std::string leave_queue_source = std::string(queue_lua) + R"lua(
+// A queued waiter (ARGV[1] its queue entry) leaves without the lock; the waiters it held up are
+// woken: of a lock, the first waiter when the lock is free, or a shared waiter now first while
+// shared holders hold it; of a semaphore (ARGV[4] == 'semaphore'), as many as there are free
+// permits. (The one leaving may have been woken for them.) -> 1 when the entry was there, else 0.
+static const std::string leave_queue_source = std::string(queue_lua) + shared_lua + semaphore_lua + R"lua(
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-if not redis.call('GET', KEYS[1]) then
-  local now, now_us = server_time()
+local now, now_us = server_time()
+local claim_ms = tonumber(ARGV[2])
+if ARGV[4] == 'semaphore' then
   drop_lapsed(now)
-  wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
+  wake_first(permits_free(now), now, now_us, claim_ms, ARGV[3])
+else
+  local holder = lock_holder(now)
+  if not holder then
+    drop_lapsed(now)
+    wake_next(now, now_us, claim_ms, ARGV[3])
+  elseif holder == true then
+    wake_reader_at_head(now, now_us, claim_ms, ARGV[3])
+  end
 end
 return removed
 )lua";
 const script leave_queue_script(leave_queue_source.c_str());
+
+// A shared hold of the lock. KEYS lock, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode (as
+// queue_acquire_script), entry_grace_ms, claim_ms, waiter_channel_prefix. Granted when nobody
+// holds the lock exclusively and (mode 0) or no exclusive waiter queues before this one (FIFO
+// between shared and exclusive waiters: a queued writer stops new readers; readers in a row are
+// admitted together, each granted one waking the next). -> {1, fence} | {0, ms to wait at most,
+// 1 held | 0 free but others queue first}.
+static const std::string shared_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
+local mode = tonumber(ARGV[3])
+local me = 's:' .. ARGV[1]
+local ttl = tonumber(ARGV[2])
+local now, now_us = server_time()
+if mode > 0 then drop_lapsed(now) end
+local holder = lock_holder(now)
+local blocked = holder and holder ~= true
+if not blocked and mode > 0 then blocked = writer_ahead(me) end
+if not blocked then
+  local token, why = next_token(KEYS[2])
+  if not token then return corrupt_fence(KEYS[2], why) end
+  if holder == true then drop_expired_members(now) end
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. string.format('%d', token))
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if redis.call('ZREM', KEYS[3], me) == 1 then
+    redis.call('ZREM', KEYS[4], me)
+    wake_reader_at_head(now, now_us, tonumber(ARGV[5]), ARGV[6])
+  end
+  return {1, token}
+end
+local wait_ms
+if holder then wait_ms = redis.call('PTTL', KEYS[1]) else wait_ms = first_lapses_in(now) end
+if mode == 2 then enqueue(me, now, now_us, wait_ms, tonumber(ARGV[4])) end
+return {0, wait_ms, holder and 1 or 0}
+)lua";
+const script shared_acquire_script(shared_acquire_source.c_str());
+
+// The member of a shared hold or a permit: ARGV[1] owner, ARGV[4] its fencing token, or "" when
+// the grant's reply was lost (then found by owner among the members).
+const char* const member_lua = R"lua(
+local function find_member(owner, token)
+  if token ~= '' then return owner .. ':' .. token end
+  local all = redis.call('ZRANGE', KEYS[1], 0, -1)
+  for _, m in ipairs(all) do
+    if string.sub(m, 1, #owner + 1) == owner .. ':' then return m end
+  end
+  return nil
+end
+)lua";
+
+// Releases a shared hold. KEYS lock, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
+// waiter_channel_prefix, fencing token. -> 1 released | 0 not ours (expired, broken; an expired
+// entry of ours is removed). The last shared holder out wakes the first waiter.
+static const std::string shared_release_source = std::string(queue_lua) + shared_lua + member_lua + R"lua(
+local now, now_us = server_time()
+local probe = redis.pcall('ZRANGE', KEYS[1], 0, 0)
+if probe.err then return 0 end  -- a string: an exclusive holder's key now
+local member = find_member(ARGV[1], ARGV[4])
+local score = member and redis.call('ZSCORE', KEYS[1], member)
+if not score then return 0 end
+redis.call('PUBLISH', KEYS[5], 'released')
+redis.call('ZREM', KEYS[1], member)
+if lock_holder(now) then
+  expire_with_members(now, 0)
+else
+  drop_lapsed(now)
+  wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
+end
+return tonumber(score) > now and 1 or 0
+)lua";
+const script shared_release_script(shared_release_source.c_str());
+
+// One permit of a semaphore. KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode
+// (as queue_acquire_script), entry_grace_ms, the limit N. Granted while fewer than N permits are
+// live and (mode 0) or fewer waiters than free permits queue, or this one is among the first
+// `free` of the queue. -> {1, fence} | {0, ms to wait at most, 1 all permits held | 0 free ones
+// go to waiters queued first} | {-1, the stored limit} when another limit stands.
+static const std::string permit_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + semaphore_lua + R"lua(
+local mode = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[2])
+local limit = tonumber(ARGV[5])
+local now, now_us = server_time()
+local stored = stored_limit()
+if stored and stored ~= limit then return {-1, stored} end
+drop_expired_members(now)
+local free = limit - #live_members(now)
+local ahead = {}
+if mode > 0 then
+  drop_lapsed(now)
+  if free > 0 then ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1) end
+end
+local admitted = free > 0 and (mode == 0 or #ahead < free)
+if free > 0 and not admitted then
+  for _, m in ipairs(ahead) do
+    if m == ARGV[1] then admitted = true end
+  end
+end
+if admitted then
+  local token, why = next_token(KEYS[2])
+  if not token then return corrupt_fence(KEYS[2], why) end
+  redis.call('ZADD', KEYS[1], '-inf', 'limit:' .. limit)
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. string.format('%d', token))
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then redis.call('ZREM', KEYS[4], ARGV[1]) end
+  return {1, token}
+end
+local wait_ms
+if free <= 0 then
+  local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  wait_ms = math.ceil(tonumber(soonest[2]) - now)
+else
+  wait_ms = first_lapses_in(now)
+end
+if mode == 2 then
+  enqueue(ARGV[1], now, now_us, wait_ms, tonumber(ARGV[4]))
+  redis.call('ZADD', KEYS[1], '-inf', 'limit:' .. limit)
+  local keep = math.max(wait_ms, 0) + tonumber(ARGV[4])
+  if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+end
+return {0, wait_ms, free <= 0 and 1 or 0}
+)lua";
+const script permit_acquire_script(permit_acquire_source.c_str());
+
+// Releases a permit. KEYS permits, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
+// waiter_channel_prefix, fencing token. -> 1 released | 0 not ours (expired, broken; an expired
+// entry of ours is removed). Wakes as many waiters as permits are free.
+static const std::string permit_release_source = std::string(queue_lua) + shared_lua + semaphore_lua + member_lua + R"lua(
+local now, now_us = server_time()
+local member = find_member(ARGV[1], ARGV[4])
+local score = member and redis.call('ZSCORE', KEYS[1], member)
+if not score then return 0 end
+redis.call('PUBLISH', KEYS[5], 'released')
+redis.call('ZREM', KEYS[1], member)
+drop_lapsed(now)
+wake_first(permits_free(now), now, now_us, tonumber(ARGV[2]), ARGV[3])
+expire_with_members(now, redis.call('PTTL', KEYS[3]))
+return tonumber(score) > now and 1 or 0
+)lua";
+const script permit_release_script(permit_release_source.c_str());
+
+// Renews leases of every kind in one call. KEYS: each lease's key (a lock's or a semaphore's);
+// ARGV per lease: kind ('x' exclusive: the owner token is the key's value; 's' shared or 'p'
+// permit: the member is in the key's set), owner token or member, ttl_ms. -> {1|0 ...}; a lease
+// that ended (expired, broken, taken) is 0, and an expired member of ours is removed.
+const script renew_holds_script(R"lua(
+local now
+local result = {}
+for i, key in ipairs(KEYS) do
+  local kind, member, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])
+  result[i] = 0
+  if kind == 'x' then
+    if redis.pcall('GET', key) == member then
+      redis.call('PEXPIRE', key, ttl)
+      result[i] = 1
+    end
+  else
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local score = redis.pcall('ZSCORE', key, member)
+    if type(score) == 'string' then
+      if tonumber(score) > now then
+        redis.call('ZADD', key, 'XX', now + ttl, member)
+        if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+        result[i] = 1
+      else
+        redis.call('ZREM', key, member)
+      end
+    end
+  end
+end
+return result
+)lua");
+
+// Every live holder of a lock (ARGV[1] 'lock': KEYS lock, fence) or of a semaphore ('semaphore':
+// KEYS permits) -> a flat list of {kind 'x'|'s'|'p', owner, fencing token, ms left, limit} per holder.
+static const std::string holders_source = std::string(queue_lua) + R"lua(
+local now = server_time()
+local kind = 'p'
+if ARGV[1] == 'lock' then
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'string' then
+    return {'x', v, redis.call('GET', KEYS[2]) or '0', redis.call('PTTL', KEYS[1]), 0}
+  elseif not v then
+    return {}
+  end
+  kind = 's'
+end
+local out = {}
+local limit = 0
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #members, 2 do
+  local m = members[i]
+  if string.sub(m, 1, 6) == 'limit:' then
+    limit = tonumber(string.sub(m, 7))
+  elseif tonumber(members[i + 1]) > now then
+    local owner, token = string.match(m, '^(.*):(%d+)$')
+    if owner then
+      for _, x in ipairs({kind, owner, token, math.floor(tonumber(members[i + 1]) - now), limit}) do table.insert(out, x) end
+    end
+  end
+end
+return out
+)lua";
+const script holders_script(holders_source.c_str());
+
+// An administrator's break: removes every holder of a lock (ARGV[1] 'lock') or every permit of a
+// semaphore ('semaphore'). KEYS key, fence, queue, queue_lapses, channel; ARGV what, claim_ms,
+// waiter_channel_prefix. Needs UNLINK on the key, a command dlock's tenants are not granted (see
+// docs/backends/redis.md, "Listing and breaking locks"): refused with NOPERM before any write.
+// Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
+// holder's token. -> the number of holders removed.
+static const std::string break_source = std::string(queue_lua) + shared_lua + semaphore_lua + R"lua(
+if redis.acl_check_cmd and not redis.acl_check_cmd('UNLINK', KEYS[1]) then
+  return redis.error_reply('NOPERM this user may not break dlock locks: it may not run UNLINK on ' .. KEYS[1])
+end
+local now, now_us = server_time()
+local count = 0
+local limit
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' then
+  count = 1
+elseif v then
+  limit = stored_limit()
+  count = #live_members(now)
+end
+if v then
+  redis.call('PUBLISH', KEYS[5], 'released')
+  redis.call('UNLINK', KEYS[1])
+end
+drop_lapsed(now)
+if ARGV[1] == 'semaphore' then
+  local queued = redis.call('PTTL', KEYS[3])
+  if limit and queued > 0 then
+    redis.call('ZADD', KEYS[1], '-inf', 'limit:' .. limit)
+    redis.call('PEXPIRE', KEYS[1], queued)
+    wake_first(limit, now, now_us, tonumber(ARGV[2]), ARGV[3])
+  end
+else
+  wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
+end
+return count
+)lua";
+const script break_script(break_source.c_str());
+
 
 const script renew_script(R"lua(
 local result = {}
@@ -200,8 +555,14 @@ end
 return result
 )lua");
 
+// A lock held shared reports its longest-lived shared holder.
 const script inspect_script(R"lua(
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+  holder = last and string.match(last, '^(.*):%d+$') or false
+end
+return {holder, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 )lua");
 
 std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,
@@ -240,6 +601,35 @@ lock_keys keys_for(const std::string& prefix, const std::string& name) {
     }
     const std::string base = prefix + "{" + tag + "}";
     return {base + ":lock", base + ":fence", base + ":released", base + ":queue", base + ":queue-lapses", base + ":waiter:"};
+}
+
+lock_keys semaphore_keys_for(const std::string& prefix, const std::string& name) {
+    const lock_keys lock = keys_for(prefix, name);
+    const std::string base = lock.lock.substr(0, lock.lock.size() - std::strlen(":lock"));
+    return {base + ":permits", base + ":permits-fence", base + ":permits-released", base + ":permits-queue",
+            base + ":permits-queue-lapses", base + ":permits-waiter:"};
+}
+
+std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefix, const std::string& key) {
+    if (key.size() < prefix.size() + 2 || key.compare(0, prefix.size(), prefix) != 0 || key[prefix.size()] != '{')
+        return std::nullopt;
+    const size_t close = key.find('}', prefix.size() + 1);
+    if (close == std::string::npos) return std::nullopt;
+    const std::string suffix = key.substr(close + 1);
+    if (suffix != ":lock" && suffix != ":permits") return std::nullopt;
+    std::string name;
+    for (size_t i = prefix.size() + 1; i < close; ++i) {
+        if (key[i] != '%') {
+            name += key[i];
+            continue;
+        }
+        if (i + 2 >= close) return std::nullopt;
+        const int hi = std::isxdigit(static_cast<unsigned char>(key[i + 1])) ? std::stoi(key.substr(i + 1, 2), nullptr, 16) : -1;
+        if (hi < 0 || !std::isxdigit(static_cast<unsigned char>(key[i + 2]))) return std::nullopt;
+        name += char(hi);
+        i += 2;
+    }
+    return std::make_pair(name, suffix == ":permits");
 }
 
 namespace {

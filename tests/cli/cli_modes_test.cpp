@@ -171,45 +171,61 @@ TEST_F(CliModes, InspectShowsEveryPermitHolder) {
     auto first = hold_in_background("cli/sem", {"--permits", "3"}, {"--semaphore"});
     auto second = std::make_unique<child_process>(
         std::vector<std::string>{DLOCK_CLI, "--config", config_, "run", "--permits", "3", "cli/sem", "--", "sleep", "30"});
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    auto count_permits = [](const std::string& out) {
+        size_t n = 0;
+        for (size_t at = out.find("\"kind\":\"permit\""); at != std::string::npos; at = out.find("\"kind\":\"permit\"", at + 1)) ++n;
+        return n;
+    };
+    size_t permits = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 20s;  // until the second holder is in
     do {
         r = dlock({"--json", "inspect", "--semaphore", "cli/sem"});
-        const size_t first_permit = r.out.find("\"kind\":\"permit\"");  // not "permits", which each holder has
-        if (first_permit != std::string::npos && r.out.find("\"kind\":\"permit\"", first_permit + 1) != std::string::npos) break;
+        permits = count_permits(r.out);
+        if (permits >= 2) break;
         std::this_thread::sleep_for(50ms);
     } while (std::chrono::steady_clock::now() < deadline);
     EXPECT_EQ(r.status, 0) << describe(r);
-    size_t permits = 0;
-    for (size_t at = r.out.find("\"kind\":\"permit\""); at != std::string::npos; at = r.out.find("\"kind\":\"permit\"", at + 1)) ++permits;
     EXPECT_EQ(permits, 2u) << describe(r);
     r = dlock({"inspect", "--semaphore", "cli/sem"});
     EXPECT_NE(r.out.find("holders:       2"), std::string::npos) << describe(r);
 }
 
-TEST_F(CliModes, ListShowsHoldersAndBreakSaysHowManyItRemoved) {
+TEST_F(CliModes, ListShowsTheHoldersUnderThePrefix) {
     if (!has("LIST")) {
         expect_not_supported(dlock({"list"}), "cannot list");
+        GTEST_SKIP() << "the file backend has no LIST capability: only the refusal was checked";
     }
-    if (!has("BREAK")) {
-        expect_not_supported(dlock({"break", "cli/held"}), "cannot break");
-    }
-    if (!has("LIST") || !has("BREAK")) GTEST_SKIP() << "the file backend lacks LIST or BREAK: only the refusals were checked";
     auto holder = hold_in_background("cli/list/held", {});
     cli_result r = dlock({"--json", "list", "cli/list/"});
     EXPECT_EQ(r.status, 0) << describe(r);
     EXPECT_NE(r.out.find("\"name\":\"cli/list/held\""), std::string::npos) << describe(r);
+    EXPECT_NE(r.out.find("\"kind\":\"exclusive\""), std::string::npos) << describe(r);
     r = dlock({"list", "cli/other/"});
     EXPECT_EQ(r.status, 0) << describe(r);
     EXPECT_EQ(r.out.find("cli/list/held"), std::string::npos) << "the prefix filters: " << describe(r);
+    EXPECT_NE(r.out.find("nothing is held under `cli/other/`"), std::string::npos) << describe(r);
     r = dlock({"list"});
-    EXPECT_NE(r.out.find("cli/list/held"), std::string::npos) << describe(r);
-
-    r = dlock({"break", "cli/list/held"});
     EXPECT_EQ(r.status, 0) << describe(r);
-    EXPECT_NE(r.out.find("broke 1 hold of lock `cli/list/held`"), std::string::npos) << describe(r);
-    r = dlock({"run", "--wait", "5s", "cli/list/held", "--", "true"});
+    EXPECT_NE(r.out.find("cli/list/held"), std::string::npos) << describe(r);
+    EXPECT_NE(r.out.find("exclusive"), std::string::npos) << describe(r);
+    holder->kill(SIGKILL);
+    holder->wait();
+    r = dlock({"--json", "list", "cli/list/"});
+    EXPECT_EQ(r.out.find("cli/list/held"), std::string::npos) << "a released lock disappears: " << describe(r);
+}
+
+TEST_F(CliModes, BreakSaysHowManyHoldsItRemoved) {
+    if (!has("BREAK")) {
+        expect_not_supported(dlock({"break", "cli/held"}), "cannot break");
+        GTEST_SKIP() << "the file backend has no BREAK capability: only the refusal was checked";
+    }
+    auto holder = hold_in_background("cli/break/held", {});
+    cli_result r = dlock({"break", "cli/break/held"});
+    EXPECT_EQ(r.status, 0) << describe(r);
+    EXPECT_NE(r.out.find("broke 1 hold of lock `cli/break/held`"), std::string::npos) << describe(r);
+    r = dlock({"run", "--wait", "5s", "cli/break/held", "--", "true"});
     EXPECT_EQ(r.status, 0) << "the broken lock is free for the next holder: " << describe(r);
-    r = dlock({"--json", "break", "cli/list/never"});
+    r = dlock({"--json", "break", "cli/break/never"});
     EXPECT_EQ(r.status, 0) << describe(r);
     EXPECT_NE(r.out.find("\"broken\":0"), std::string::npos) << describe(r);
 }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -504,7 +505,8 @@ TEST_P(Modes, BreakRemovesTheHolderFencedAndItsLeaseBecomesLost) {
     broken.renew(ec);
     EXPECT_EQ(ec, dlock::errc::lost) << "the broken lease's next renewal: " << ec.message() << ": " << dlock_last_error();
     EXPECT_EQ(broken.state(), dlock::lease_state::lost);
-    auto next = open().acquire(n, dlock::acquire_options().with_wait(5s));
+    auto next_client = open();  // outlives its lease: a closed client releases its leases
+    auto next = next_client.acquire(n, dlock::acquire_options().with_wait(5s));
     ASSERT_TRUE(next);
     if (has(DLOCK_CAP_FENCING)) {
         EXPECT_GT(next.fencing_token(), broken.fencing_token()) << "the next holder's token is above the broken one's";

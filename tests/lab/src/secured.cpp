@@ -69,7 +69,9 @@ std::string yaml_quoted(const std::string& text) {
 const std::vector<std::string> redis_dlock_commands = {"+eval",   "+evalsha", "+script|load", "+get",        "+set",
                                                        "+incr",   "+pttl",    "+pexpire",     "+del",        "+publish",
                                                        "+subscribe", "+unsubscribe", "+time", "+zadd",
-                                                       "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+ping"};
+                                                       "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+ping",
+                                                       // list (SCAN) and break (UNLINK): docs/backends/redis.md
+                                                       "+scan", "+unlink"};
 
 // etcd with client-certificate TLS on its client port, and its /health on a plain-HTTP metrics
 // port for the lab's readiness probe (the lab's HTTP client speaks no TLS).

@@ -1,0 +1,472 @@
+// The `redis` backend's semaphores, shared locks, holders, list and break (docs/backends/redis.md,
+// "Semaphores and shared locks" and "Listing and breaking locks"), on real servers from the lab:
+// what the conformance tiers check for every backend, and what is particular to this layout — the
+// keys it leaves (and does not leave), the waiter queue shared by readers and writers, the stored
+// limit, and the ACL right that separates breaking from locking.
+#include "backend_test.hpp"
+#include "support.hpp"
+
+#include "dlock/lab/gtest.hpp"
+#include "dlock/lab/redis_server.hpp"
+#include "dlock/lab/secured.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+using dlock::test::child_process;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+const dlock::acquire_options try_once = dlock::acquire_options().with_wait(0ms);
+dlock::acquire_options shared_for(std::chrono::milliseconds wait) {
+    return dlock::acquire_options().with_shared(true).with_wait(wait);
+}
+dlock::acquire_options permit_of(uint32_t n, std::chrono::milliseconds wait) {
+    return dlock::acquire_options().with_permits(n).with_wait(wait);
+}
+
+std::chrono::milliseconds since(clock_type::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t);
+}
+
+class RedisModes : public dlock::test::lab_backend_test {
+protected:
+    RedisModes() : lab_backend_test({backend::redis}) {}
+
+    dlock::client open() const { return dlock::client::open(config(backend::redis)); }
+    dlock::lab::redis_client redis() { return lab_->redis().client(); }
+    // The server's reply as text lines (arrays flattened), for assertions on the raw layout.
+    std::vector<std::string> raw(const std::vector<std::string>& command) {
+        std::vector<std::string> out;
+        flatten(redis().checked(command), out);
+        return out;
+    }
+    std::vector<std::string> keys_of(const std::string& name) {
+        return raw({"KEYS", "dlock:{" + name + "}*"});  // a test on its own server: KEYS is fine here
+    }
+
+private:
+    static void flatten(const dlock::lab::redis_reply& r, std::vector<std::string>& out) {
+        using kind = dlock::lab::redis_reply::kind;
+        switch (r.type) {
+            case kind::array:
+                for (const auto& e : r.elements) flatten(e, out);
+                break;
+            case kind::integer: out.push_back(std::to_string(r.integer)); break;
+            case kind::nil: out.push_back("(nil)"); break;
+            default: out.push_back(r.text);
+        }
+    }
+};
+
+// ---- the exclusive path ------------------------------------------------------------------------
+
+// Shared holders live at the lock key so that the exclusive scripts' existing read of that key
+// finds them: an uncontended exclusive acquire + release still sends 2 scripts and runs the same
+// 13 commands inside them as before shared holds existed (counted by the server's commandstats).
+TEST_F(RedisModes, UncontendedExclusiveCycleRunsTheSameCommandsAsBefore) {
+    auto c = open();
+    c.acquire("cycle/x", try_once).release();  // scripts loaded, connection made, fence key seeded
+    auto stats = [&] {
+        std::map<std::string, long> calls;
+        const auto text = redis().checked({"INFO", "commandstats"}).text;
+        size_t at = 0;
+        while ((at = text.find("cmdstat_", at)) != std::string::npos) {
+            const size_t colon = text.find(':', at), eq = text.find("calls=", at);
+            calls[text.substr(at + 8, colon - at - 8)] = std::stol(text.substr(eq + 6));
+            at = colon;
+        }
+        return calls;
+    };
+    const auto before = stats();
+    {
+        auto lease = c.acquire("cycle/x", dlock::acquire_options().with_wait(5s));
+        lease.release();
+    }
+    auto after = stats();
+    std::map<std::string, long> ran;
+    for (const auto& [command, n] : after)
+        if (command != "info" && n != (before.count(command) ? before.at(command) : 0))
+            ran[command] = n - (before.count(command) ? before.at(command) : 0);
+    // acquire: TIME, ZRANGEBYSCORE (lapsed waiters), ZRANGE (first waiter), GET lock, GET fence,
+    // INCR, SET; release: GET, PUBLISH, TIME, ZRANGEBYSCORE, ZRANGE (next waiter), DEL.
+    const std::map<std::string, long> expected{{"evalsha", 2}, {"time", 2}, {"zrangebyscore", 2}, {"zrange", 2},
+                                               {"get", 3},     {"incr", 1}, {"set", 1},           {"publish", 1},
+                                               {"del", 1}};
+    EXPECT_EQ(ran, expected);
+}
+
+// ---- semaphores ----------------------------------------------------------------------------------
+
+// N permits at once, the N+1st waits and is woken by a release (not by a timer: well before the
+// holders' ttl), and the freed permit is not handed out twice.
+TEST_F(RedisModes, SemaphoreNPermitsAtOnceAndTheNextIsWokenByARelease) {
+    auto a = open(), b = open(), c = open(), d = open();
+    const auto ttl = dlock::acquire_options().with_permits(2).with_wait(0ms).with_ttl(20s);
+    auto pa = a.acquire("sem/wake", ttl);
+    auto pb = b.acquire("sem/wake", ttl);
+    std::error_code ec;
+    c.acquire("sem/wake", permit_of(2, 0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a third permit of two";
+    std::promise<clock_type::time_point> got;
+    std::thread waiter([&] {
+        auto p = c.acquire("sem/wake", permit_of(2, 15s));
+        got.set_value(clock_type::now());
+        p.release();
+    });
+    std::this_thread::sleep_for(300ms);
+    const auto released = clock_type::now();
+    EXPECT_EQ(pa.release(), dlock::release_outcome::released);
+    auto fut = got.get_future();
+    ASSERT_EQ(fut.wait_for(10s), std::future_status::ready) << "the waiter was not woken by the release";
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(fut.get() - released);
+    waiter.join();
+    std::cout << "[redis] permit handed to the waiter " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, 5s) << "woken by the release, not at the holders' expiry (20 s)";
+    d.acquire("sem/wake", permit_of(2, 0ms), ec);
+    EXPECT_TRUE(!ec) << "the waiter's permit was released, one is free: " << ec.message();
+}
+
+// The layout: one sorted set holds the permits ("<owner>:<token>" by expiry) and the limit; a
+// released last permit leaves nothing behind, and a waiter that times out leaves no queue entry.
+TEST_F(RedisModes, SemaphoreKeysHoldPermitsAndLimitAndNothingIsLeftBehind) {
+    auto a = open(), b = open();
+    auto p = a.acquire("sem/layout", permit_of(3, 0ms));
+    const auto members = raw({"ZRANGE", "dlock:{sem/layout}:permits", "0", "-1"});
+    ASSERT_EQ(members.size(), 2u);
+    EXPECT_EQ(members[0], "limit:3");
+    EXPECT_EQ(members[1], std::string(p.owner()) + ":" + std::to_string(p.fencing_token()));
+    EXPECT_TRUE(raw({"EXISTS", "dlock:{sem/layout}:lock"}) == std::vector<std::string>{"0"})
+        << "a semaphore and a lock of one name are different objects";
+    p.release();
+    EXPECT_TRUE(keys_of("sem/layout").size() == 1u && keys_of("sem/layout")[0] == "dlock:{sem/layout}:permits-fence")
+        << "only the fence counter outlives the last permit";
+
+    auto one = a.acquire("sem/left", permit_of(1, 0ms));
+    std::error_code ec;
+    b.acquire("sem/left", permit_of(1, 400ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_EQ(raw({"ZCARD", "dlock:{sem/left}:permits-queue"}), std::vector<std::string>{"0"})
+        << "a waiter that timed out left the queue";
+    EXPECT_EQ(raw({"ZCARD", "dlock:{sem/left}:permits"}), std::vector<std::string>{"2"})
+        << "the timed-out waiter left no permit: only the holder's and the limit";
+}
+
+
+// Two clients using N=3 and N=5: refused while the stored limit stands, with both numbers and the
+// name; forgotten with the last permit (and waiter), after which another limit is accepted.
+TEST_F(RedisModes, SemaphoreMismatchedLimitIsRefusedWhileItIsStored) {
+    auto a = open(), b = open();
+    auto p = a.acquire("sem/limit", permit_of(3, 0ms));
+    std::error_code ec;
+    b.acquire("sem/limit", permit_of(5, 0ms), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument) << ec.message();
+    const std::string why = dlock_last_error();
+    EXPECT_NE(why.find("limit of 3"), std::string::npos) << why;
+    EXPECT_NE(why.find("asks for 5"), std::string::npos) << why;
+    EXPECT_NE(why.find("sem/limit"), std::string::npos) << why;
+    EXPECT_EQ(raw({"ZRANGE", "dlock:{sem/limit}:permits", "0", "0"}), std::vector<std::string>{"limit:3"})
+        << "the refused acquire changed nothing";
+    p.release();
+    auto q = b.acquire("sem/limit", permit_of(5, 0ms));
+    EXPECT_EQ(raw({"ZRANGE", "dlock:{sem/limit}:permits", "0", "0"}), std::vector<std::string>{"limit:5"});
+}
+
+// A SIGKILLed holder's permit comes back when its lease expires (the ttl), not later.
+TEST_F(RedisModes, SemaphoreKilledHoldersPermitReturnsAfterItsTtl) {
+    const auto ttl = 1500ms;
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redis), "sem/killed", std::to_string(ttl.count()),
+                          "permits:1"},
+                         true);
+    std::string line;
+    ASSERT_TRUE(holder.read_line(line, 10000));
+    ASSERT_EQ(line.rfind("held", 0), 0u) << line;
+    auto c = open();
+    std::error_code ec;
+    c.acquire("sem/killed", permit_of(1, 0ms), ec);
+    ASSERT_EQ(ec, dlock::errc::timeout);
+    const auto killed = clock_type::now();
+    holder.kill(SIGKILL);
+    holder.wait();
+    auto p = c.acquire("sem/killed", permit_of(1, 10s));
+    const auto back = since(killed);
+    std::cout << "[redis] permit back " << back.count() << " ms after its holder's SIGKILL (ttl " << ttl.count() << " ms)\n";
+    EXPECT_LT(back, ttl + 1500ms) << "a waiter retries at the dead holder's expiry";
+    EXPECT_GT(p.fencing_token(), std::stoull(line.substr(5)));
+}
+
+// ---- shared locks ------------------------------------------------------------------------------
+
+// Readers live in a sorted set AT the lock key: the exclusive acquire (the same script as before,
+// no extra command) finds the lock held; shared holders run together; a writer excludes readers.
+// Shared and exclusive grants draw from one fence counter.
+TEST_F(RedisModes, SharedHoldersSitAtTheLockKeyAndExcludeTheExclusivePath) {
+    auto a = open(), b = open(), w = open();
+    auto r1 = a.acquire("rw/key", shared_for(0ms));
+    auto r2 = b.acquire("rw/key", shared_for(0ms));
+    EXPECT_GT(r2.fencing_token(), r1.fencing_token());
+    EXPECT_EQ(raw({"TYPE", "dlock:{rw/key}:lock"}), std::vector<std::string>{"zset"});
+    EXPECT_EQ(raw({"ZCARD", "dlock:{rw/key}:lock"}), std::vector<std::string>{"2"});
+    std::error_code ec;
+    w.acquire("rw/key", try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "exclusive beside shared: " << ec.message();
+    w.acquire("rw/key", dlock::acquire_options().with_wait(0ms).with_fair(false), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the barging path too: " << ec.message();
+    const auto info = w.inspect("rw/key");
+    EXPECT_TRUE(info.held);
+    r1.release();
+    w.acquire("rw/key", try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "one reader still holds it";
+    r2.release();
+    EXPECT_TRUE(keys_of("rw/key") == std::vector<std::string>{"dlock:{rw/key}:fence"}) << "the last reader left nothing";
+    auto x = w.acquire("rw/key", try_once);
+    EXPECT_GT(x.fencing_token(), r2.fencing_token()) << "one counter for shared and exclusive grants";
+    a.acquire("rw/key", shared_for(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "shared beside exclusive";
+    EXPECT_EQ(raw({"TYPE", "dlock:{rw/key}:lock"}), std::vector<std::string>{"string"});
+}
+
+// FIFO between readers and writers: a queued writer stops new readers (no writer starvation), and
+// the readers queued behind it are admitted together once it releases.
+TEST_F(RedisModes, QueuedWriterStopsNewReadersAndQueuedReadersEnterTogether) {
+    auto r = open(), w = open(), late1 = open(), late2 = open();
+    auto first_reader = r.acquire("rw/fifo", shared_for(0ms));
+    std::promise<void> writer_in;
+    std::promise<void> writer_may_release;
+    std::thread writer([&] {
+        auto x = w.acquire("rw/fifo", dlock::acquire_options().with_wait(20s));
+        writer_in.set_value();
+        writer_may_release.get_future().wait();
+        x.release();
+    });
+    // The writer queues behind the reader.
+    const auto queued_by = clock_type::now() + 5s;
+    while (raw({"ZCARD", "dlock:{rw/fifo}:queue"}) != std::vector<std::string>{"1"} && clock_type::now() < queued_by)
+        std::this_thread::sleep_for(10ms);
+    std::error_code ec;
+    late1.acquire("rw/fifo", shared_for(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a new reader passed the queued writer";
+    std::atomic<int> readers_in{0}, together{0};
+    std::vector<std::thread> readers;
+    std::vector<clock_type::time_point> entered(2);
+    for (int i = 0; i < 2; ++i)
+        readers.emplace_back([&, i] {
+            auto s = (i == 0 ? late1 : late2).acquire("rw/fifo", shared_for(20s));
+            entered[size_t(i)] = clock_type::now();
+            ++readers_in;
+            const auto until = clock_type::now() + 5s;  // both hold at once (else the count below fails)
+            while (readers_in < 2 && clock_type::now() < until) std::this_thread::sleep_for(5ms);
+            if (readers_in == 2) ++together;
+            std::this_thread::sleep_for(100ms);
+        });
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(readers_in.load(), 0) << "readers queued behind the writer entered before it";
+    first_reader.release();
+    auto in = writer_in.get_future();
+    ASSERT_EQ(in.wait_for(5s), std::future_status::ready) << "the writer was not woken when the reader left";
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(readers_in.load(), 0) << "readers entered beside the writer";
+    const auto released = clock_type::now();
+    writer_may_release.set_value();
+    for (auto& t : readers) t.join();
+    writer.join();
+    EXPECT_EQ(readers_in.load(), 2);
+    EXPECT_EQ(together.load(), 2) << "the two queued readers did not hold the lock together";
+    for (const auto& t : entered) EXPECT_LT(t - released, 3s) << "a queued reader waited for a timer, not a wake";
+}
+
+// A shared acquire that times out (waiting or trying once) leaves no member and no queue entry
+// behind (a permit's: SemaphoreKeysHoldPermitsAndLimitAndNothingIsLeftBehind).
+TEST_F(RedisModes, FailedSharedAcquireLeavesNothing) {
+    auto a = open(), b = open();
+    auto x = a.acquire("rw/none", try_once);
+    std::error_code ec;
+    b.acquire("rw/none", shared_for(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    b.acquire("rw/none", shared_for(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_EQ(raw({"EXISTS", "dlock:{rw/none}:queue"}), std::vector<std::string>{"0"});
+    EXPECT_EQ(raw({"GET", "dlock:{rw/none}:lock"}), std::vector<std::string>{std::string(x.owner())});
+    x.release();
+    EXPECT_TRUE(keys_of("rw/none") == std::vector<std::string>{"dlock:{rw/none}:fence"});
+}
+
+// A shared hold is a lease: unrenewed it expires, its release is then ALREADY_LOST and touches
+// nothing of the holder after it; renewed it stays.
+TEST_F(RedisModes, SharedHoldIsALeaseRenewedOrLost) {
+    auto a = open(), b = open();
+    auto kept = a.acquire("rw/lease", shared_for(0ms).with_ttl(600ms));
+    auto stale = b.acquire("rw/lease", shared_for(0ms).with_ttl(600ms).with_renew(false));
+    std::this_thread::sleep_for(1200ms);
+    EXPECT_EQ(kept.state(), dlock::lease_state::held) << "renewed by the keeper";
+    std::error_code ec;
+    stale.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost);
+    EXPECT_EQ(stale.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(a.holders("rw/lease").size(), 1u);
+    EXPECT_EQ(kept.release(), dlock::release_outcome::released);
+}
+
+// ---- holders, list, break ----------------------------------------------------------------------
+
+TEST_F(RedisModes, HoldersAndListReportEveryHolderWithItsTokens) {
+    auto a = open(), b = open(), c = open();
+    auto x = a.acquire("adm/x", try_once);
+    auto s1 = a.acquire("adm/rw", shared_for(0ms));
+    auto s2 = b.acquire("adm/rw", shared_for(0ms));
+    auto p1 = c.acquire("adm/sem", permit_of(4, 0ms));
+    auto odd = c.acquire("adm/{odd}%name*", try_once);  // escaped in its key, recovered by list
+    std::map<std::string, uint64_t> expected{{std::string(x.owner()), x.fencing_token()},
+                                             {std::string(s1.owner()), s1.fencing_token()},
+                                             {std::string(s2.owner()), s2.fencing_token()},
+                                             {std::string(p1.owner()), p1.fencing_token()},
+                                             {std::string(odd.owner()), odd.fencing_token()}};
+    const auto rw = c.holders("adm/rw");
+    ASSERT_EQ(rw.size(), 2u);
+    for (const auto& h : rw) {
+        EXPECT_EQ(h.kind, dlock::hold_kind::shared);
+        EXPECT_EQ(h.fencing_token, expected[h.holder]);
+        ASSERT_TRUE(h.ttl_left);
+        EXPECT_GT(h.ttl_left->count(), 0);
+    }
+    const auto sem = a.holders("adm/sem", true);
+    ASSERT_EQ(sem.size(), 1u);
+    EXPECT_EQ(sem[0].permits, 4u);
+    EXPECT_EQ(sem[0].holder, p1.owner());
+    const auto listed = c.list("adm/");
+    EXPECT_EQ(listed.size(), 5u);
+    std::set<std::string> names;
+    for (const auto& h : listed) {
+        names.insert(h.name);
+        EXPECT_EQ(h.fencing_token, expected[h.holder]) << h.name;
+    }
+    EXPECT_EQ(names, (std::set<std::string>{"adm/x", "adm/rw", "adm/sem", "adm/{odd}%name*"}));
+    EXPECT_EQ(c.list("adm/{").size(), 1u) << "a prefix with glob and hash-tag bytes matches literally";
+    EXPECT_TRUE(c.list("adm/zzz").empty());
+}
+
+// Break removes every holder (exclusive, shared, permits), says how many, the broken leases are
+// LOST at their next renewal, and the next grant's token is above theirs.
+TEST_F(RedisModes, BreakRemovesEveryHolderFencedAndTheirLeasesBecomeLost) {
+    auto a = open(), b = open(), admin = open();
+    auto s1 = a.acquire("brk/rw", shared_for(0ms).with_ttl(30s));
+    auto s2 = b.acquire("brk/rw", shared_for(0ms).with_ttl(30s));
+    auto p1 = a.acquire("brk/sem", permit_of(2, 0ms).with_ttl(30s));
+    auto p2 = b.acquire("brk/sem", permit_of(2, 0ms).with_ttl(30s));
+    EXPECT_EQ(admin.break_lock("brk/rw"), 2u);
+    EXPECT_EQ(admin.break_lock("brk/sem", true), 2u);
+    EXPECT_EQ(admin.break_lock("brk/free"), 0u);
+    for (auto* l : {&s1, &s2, &p1, &p2}) {
+        std::error_code ec;
+        l->renew(ec);
+        EXPECT_EQ(ec, dlock::errc::lost);
+        EXPECT_EQ(l->state(), dlock::lease_state::lost);
+    }
+    auto x = admin.acquire("brk/rw", try_once);
+    EXPECT_GT(x.fencing_token(), std::max(s1.fencing_token(), s2.fencing_token()));
+    auto p = admin.acquire("brk/sem", permit_of(2, 0ms));
+    EXPECT_GT(p.fencing_token(), std::max(p1.fencing_token(), p2.fencing_token()));
+    EXPECT_EQ(s1.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(admin.holders("brk/rw").size(), 1u) << "the broken reader's release left the writer alone";
+}
+
+// ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
+
+// The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
+// `ops:`: a tenant may take, renew and release every kind of hold but is refused a break (and a
+// list) with DLOCK_PERMISSION, and nothing is touched; an operator, whose line adds `+unlink
+// +scan`, lists and breaks.
+TEST(RedisAcl, BreakIsRefusedToATenantAndAllowedToAnOperator) {
+    dlock::lab::secured_server* server = nullptr;
+    try {
+        server = &dlock::lab::shared_secured_server(dlock::lab::secured_backend::redis_acl);
+    } catch (const std::exception& e) {
+        FAIL() << "the secured Redis did not start: " << e.what();
+    }
+    // The lab's administrator (every tenant's password carries the lab's secret tag, as the
+    // administrator's does: secured.cpp).
+    const std::string& tenant_password = server->tenant_a().password;
+    const std::string tag = tenant_password.substr(std::string("pw-tenant-a-").size());
+    auto admin = static_cast<dlock::lab::redis_server&>(server->process()).client();
+    admin.checked({"AUTH", "lab-admin", "admin-" + tag});
+    const std::vector<std::string> tenant_line = {
+        "~ops:*", "&ops:*", "+eval", "+evalsha", "+script|load", "+get", "+set", "+incr", "+pttl", "+pexpire", "+del",
+        "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+unsubscribe", "+ping"};
+    auto set_user = [&](const std::string& user, const std::vector<std::string>& extra) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", user, "reset", "on", ">pw-" + user + "-" + tag};
+        cmd.insert(cmd.end(), tenant_line.begin(), tenant_line.end());
+        cmd.insert(cmd.end(), extra.begin(), extra.end());
+        admin.checked(cmd);
+        return server->config_text(server->tenant_a(), {{"username", user},
+                                                        {"password", "\"pw-" + user + "-" + tag + "\""},
+                                                        {"key_prefix", "\"ops:\""}});
+    };
+    auto tenant = dlock::client::from_yaml(set_user("ops-tenant", {}), "ops-tenant");
+    auto operator_ = dlock::client::from_yaml(set_user("ops-operator", {"+unlink", "+scan"}), "ops-operator");
+
+    auto x = tenant.acquire("acl/x", try_once);
+    auto s = tenant.acquire("acl/rw", shared_for(0ms));
+    auto p = tenant.acquire("acl/sem", permit_of(2, 0ms));
+    for (auto* l : {&x, &s, &p}) {
+        std::error_code ec;
+        l->renew(ec);
+        EXPECT_FALSE(ec) << "a tenant renews every kind of hold: " << ec.message();
+    }
+    EXPECT_EQ(tenant.holders("acl/rw").size(), 1u);
+    std::error_code ec;
+    try {
+        tenant.break_lock("acl/x");
+        ADD_FAILURE() << "a tenant broke a lock";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::permission) << e.what();
+        const std::string why = dlock_last_error();
+        EXPECT_NE(why.find("ops-tenant"), std::string::npos) << why;
+        EXPECT_NE(why.find("+unlink"), std::string::npos) << "the message says what to grant: " << why;
+        EXPECT_EQ(why.find(tag), std::string::npos) << "no secret in the message: " << why;
+    }
+    try {
+        tenant.list("acl/");
+        ADD_FAILURE() << "a tenant without +scan listed";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::permission) << e.what();
+        EXPECT_NE(std::string(dlock_last_error()).find("+scan"), std::string::npos) << dlock_last_error();
+    }
+    EXPECT_EQ(x.state(), dlock::lease_state::held) << "the refused break touched nothing";
+    EXPECT_EQ(operator_.inspect("acl/x").holder, x.owner());
+
+    EXPECT_EQ(operator_.list("acl/").size(), 3u);
+    EXPECT_EQ(operator_.break_lock("acl/x"), 1u);
+    EXPECT_EQ(operator_.break_lock("acl/rw"), 1u);
+    EXPECT_EQ(operator_.break_lock("acl/sem", true), 1u);
+    for (auto* l : {&x, &s, &p}) {
+        l->renew(ec);
+        EXPECT_EQ(ec, dlock::errc::lost) << "broken by the operator";
+    }
+    admin.checked({"ACL", "DELUSER", "ops-tenant", "ops-operator"});
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::redis, backend::redlock});
+    return RUN_ALL_TESTS();
+}
