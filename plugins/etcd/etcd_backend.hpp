@@ -4,6 +4,7 @@
 //   lock_queue.cpp   the queue algorithm: enqueue, wait for the predecessor, hold, release, renew,
 //                    inspect, and the session events that end holds and waits
 //   janitor.cpp      the janitor thread: expired holds, keys left behind, own-key watches
+//   admin.cpp        holders, list, break_lock, and forgetting an idle semaphore's limit
 //
 // The `etcd` backend: etcd v3 over gRPC, with the algorithm of etcd's own concurrency mutex.
 //
@@ -38,10 +39,45 @@
 // operator). A waiter watches its own key from the start (its wait ends with an error if the key
 // goes); a holder that never waited gets that watch from the janitor thread after min(TTL/10,
 // 100 ms), from its key's creation revision, so a short critical section costs no watch and a
-// deletion in between is still reported. `renew` makes no RPC of its own: it reports the lease's deadline, confirmed by a fresh
-// keepalive on the stream when the last one is older than a quarter of the TTL. A hold the keeper
+// deletion in between is still reported. `renew` reads the batch's keys in one Txn (a key gone is
+// LOST at that renewal: a break is seen by the next renewal at the latest) and reports the lease's
+// deadline, confirmed by a fresh keepalive on the stream when the last one is older than a quarter
+// of the TTL. A hold the keeper
 // does not renew (renew: false) has its key deleted by the janitor thread when its validity ends,
 // since the session lease outlives it.
+//
+// Shared holds. A shared acquisition's key is `<dir>shared-<lease hex>-<attempt hex>` in the
+// lock's own directory, so the exclusive path above is unchanged: a shared key before an
+// exclusive one is a key before it, and the exclusive waits. Every other key of the directory
+// (`<lease hex>…`, etcd's mutex's keys too) is exclusive, and all of them sort before `<dir>s`: a
+// shared acquisition holds when no key of [dir, dir + "s") has a lower create_revision, and
+// otherwise waits for the deletion of the newest such key before its own (then reads again).
+// Order is FIFO by create_revision: a waiting exclusive acquirer stops every later shared one, so
+// writers do not starve. A release wakes the one exclusive waiter behind it, or the shared waiters
+// whose newest earlier exclusive key it was (all of whom then hold).
+//
+// Semaphores. The permits of semaphore `name` are keys `<key_prefix>%semaphores/<escaped
+// name>/<lease hex>-<attempt hex>` (no lock directory holds them: `%` then a lowercase letter);
+// the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
+// name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
+// again, same value, which moves its mod_revision); when it is absent, one Txn creates it, and a
+// different value is refused (INVALID_ARGUMENT). A release that leaves the directory empty
+// deletes the limit if its mod_revision is what it read: no enqueue came in between.
+// Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
+// go in any order, so no single holder's key tells a waiter its turn came; instead:
+//   - the first waiter (exactly N keys before its own) watches the whole directory for a deletion,
+//     then reads again;
+//   - a later waiter (more than N before it) watches the key just before its own, P, for a
+//     deletion or a put. Its count is P's count + 1, so it can reach N only when P leaves (a
+//     deletion) or P is admitted (P's count < N); a waiter that is admitted after waiting puts
+//     its key again (touch_own_key: same value and lease, so the same create_revision), which
+//     wakes the one behind it, which reads again and becomes the first waiter (or holds, and
+//     touches in turn).
+// A release thus wakes the first waiter, and each admission the next one: no herd. (Watching the
+// key N places ahead instead is not enough: with N = 2 and keys A B C W, W watches B; A goes and
+// C is admitted; C goes, and W, with only B before it, should hold, but B is still there.) If the
+// touch fails, the next waiter is woken when that holder's key goes instead (logged).
+// Fencing token: the key's create_revision, like a lock's.
 //
 // Every request is idempotent (unique keys, revision-guarded deletes), so a request that got no
 // answer is repeated on the next member.
@@ -68,6 +104,12 @@ namespace dlock::etcd {
 struct acquisition {
     std::shared_ptr<session> s;
     std::string name, dir, key, owner;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
+    uint32_t permits = 0;                  // PERMIT: the semaphore's limit N
+    // The keys [dir, blockers_end) created before ours keep us waiting: every key of the directory
+    // for an exclusive hold and a permit, the exclusive (writer) keys only for a shared hold.
+    std::string blockers_end;
+    std::string limit_key;  // PERMIT: the key that stores N
     std::string tombstone;  // the key a clean-up puts when a put of `key` may still land (see retire_key)
     void* host_lease = nullptr;
     int64_t revision = 0;  // our key's create_revision: the fencing token
@@ -173,6 +215,13 @@ struct dlock_backend final : session_listener {
     }
 
     std::string dir_of(const char* name) const;
+
+    // Where semaphores live: `<key_prefix>%semaphores/<escaped name>/` (see above).
+    static constexpr const char* semaphores_part = "%semaphores/";
+    // The mark of a shared key in a lock's directory; sorts after every exclusive key.
+    static inline const std::string shared_mark = "shared-";
+    std::string semaphore_dir_of(const char* name) const;
+    static std::string escape(const char* name);
 
     // The tombstone of queue key `<dir><lease>-<attempt>`: `<key_prefix>%abandoned/<lease>-<attempt>`.
     // No name's directory holds it: escaped names never contain `%` followed by a lowercase letter.
@@ -280,6 +329,10 @@ struct dlock_backend final : session_listener {
 
     int become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant);
 
+    // A permit waiter that now holds puts its key again (same value, lease and create_revision):
+    // the waiter just behind it watches it for that put (see above). Best effort.
+    void touch_own_key(const std::shared_ptr<acquisition>& a);
+
     // ---- release, renew, inspect -------------------------------------------------------------
 
     int release(dlock_hold* h, dlock_plugin_error* error);
@@ -288,9 +341,25 @@ struct dlock_backend final : session_listener {
 
     int renew(dlock_renewal* renewals, size_t count);
 
+    // One read of the batch's keys: a hold whose key is gone or another's (broken, deleted by an
+    // operator) is marked gone, so its renewal answers LOST even before its own-key watch tells.
+    void check_keys_still_ours(dlock_renewal* renewals, size_t count);
+
     int inspect(const char* name, dlock_lock_info* info);
 
     void interrupt();
+
+    // ---- holders, list, break (admin.cpp) -----------------------------------------------------
+
+    int holders(const char* name, int semaphore, dlock_holder_visitor visit, void* user_data);
+
+    int list(const char* prefix, dlock_holder_visitor visit, void* user_data);
+
+    int break_lock(const char* name, int semaphore, size_t* out_broken);
+
+    // Deletes semaphore directory `dir`'s limit `limit_key` when no permit key is left, unless an
+    // enqueue touched it meanwhile. Best effort: a failure is logged, the limit stays.
+    void forget_idle_limit(const std::string& dir, const std::string& limit_key);
 
     // Revokes the session lease (every key of this client goes at once) and joins every thread.
     void shut_down();

@@ -165,7 +165,8 @@ void etcd_destroy(dlock_backend* b) {
 }
 
 uint64_t etcd_capabilities(dlock_backend* b) {
-    uint64_t caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL;
+    uint64_t caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_SEMAPHORE |
+                    DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
     if (b && b->config.endpoints.size() > 1) caps |= DLOCK_CAP_QUORUM;
     return caps;
 }
@@ -201,12 +202,26 @@ int etcd_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dloc
     return guarded(error, "etcd", [&] { return b->inspect(name, info); });
 }
 
+int etcd_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data,
+                 dlock_plugin_error* error) {
+    return guarded(error, "etcd", [&] { return b->holders(name, semaphore, visit, user_data); });
+}
+
+int etcd_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "etcd", [&] { return b->list(prefix, visit, user_data); });
+}
+
+int etcd_break_lock(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
+    return guarded(error, "etcd", [&] { return b->break_lock(name, semaphore, out_broken); });
+}
+
 const dlock_plugin etcd_plugin = {
     sizeof(dlock_plugin),
-    1,
+    2,
     "etcd",
     "etcd v3 over gRPC: one session lease per client on one keepalive stream; the etcd mutex algorithm (lowest "
-    "create_revision holds, each waiter watches its predecessor); fencing token = the key's create_revision.",
+    "create_revision holds, each waiter watches its predecessor); fencing token = the key's create_revision. "
+    "Semaphores (the lowest N create_revisions hold) and shared locks (shared keys in the lock's queue).",
     etcd_options,
     sizeof etcd_options / sizeof etcd_options[0],
     etcd_create,
@@ -218,11 +233,16 @@ const dlock_plugin etcd_plugin = {
     etcd_hold_destroy,
     etcd_renew,
     etcd_inspect,
+    etcd_holders,
+    etcd_list,
+    etcd_break_lock,
 };
+
+const dlock_plugin etcd_plugin_v1_view = dlock::plugin_kit::as_version_1(etcd_plugin);
 
 }  // namespace
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_kit::negotiate_v1(host_max_version, &etcd_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v2(host_max_version, &etcd_plugin, &etcd_plugin_v1_view, out, out_min_version);
 }

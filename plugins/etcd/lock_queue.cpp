@@ -27,10 +27,11 @@ std::string escape_name(const char* name) {
     return out;
 }
 
-// The directory's keys created before `revision` (all of them with 0), newest first, keys only.
-void fill_queue_range(pb::RangeRequest& range, const std::string& dir, int64_t before_revision, int64_t limit) {
+// The keys [dir, end) created before `revision` (all of them with 0), newest first, keys only.
+void fill_queue_range(pb::RangeRequest& range, const std::string& dir, const std::string& end, int64_t before_revision,
+                      int64_t limit) {
     range.set_key(dir);
-    range.set_range_end(prefix_end(dir));
+    range.set_range_end(end);
     range.set_sort_target(pb::RangeRequest::CREATE);
     range.set_sort_order(pb::RangeRequest::DESCEND);
     range.set_limit(limit);
@@ -49,6 +50,12 @@ void compare_create_revision(pb::TxnRequest& txn, const std::string& key, int64_
 }  // namespace
 
 std::string dlock_backend::dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
+
+std::string dlock_backend::semaphore_dir_of(const char* name) const {
+    return config.key_prefix + semaphores_part + escape_name(name) + "/";
+}
+
+std::string dlock_backend::escape(const char* name) { return escape_name(name); }
 
 void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
     std::lock_guard<std::mutex> notifying(notify_mutex);
@@ -133,8 +140,9 @@ void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_
         }
     }
     if (lost) {
-        log(2, fmt::format("etcd: lock `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
-                           "the server, or deleted by someone else)", a->name, a->key));
+        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
+                           "the server, or deleted by someone else)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock",
+                           a->name, a->key));
         push(a, DLOCK_LEASE_LOST, 0);
     }
 }
@@ -204,8 +212,16 @@ int dlock_backend::acquire(const dlock_acquire_request& request, dlock_hold** ou
         a->out_of_time_status = out_of_time_status;
         a->s = sessions->obtain(request.ttl_ms, acquire_call(*a));
         a->name = request.name;
-        a->dir = dir_of(request.name);
-        a->key = fmt::format("{}{}-{:x}", a->dir, lease_hex(a->s->id), ++attempts);
+        if (request.struct_size >= DLOCK_ACQUIRE_REQUEST_V2_SIZE) {
+            a->kind = request.kind;
+            a->permits = request.kind == DLOCK_HOLD_PERMIT ? request.permits : 0;
+        }
+        a->dir = a->kind == DLOCK_HOLD_PERMIT ? semaphore_dir_of(request.name) : dir_of(request.name);
+        a->blockers_end = prefix_end(a->dir);
+        if (a->kind == DLOCK_HOLD_SHARED) a->blockers_end = a->dir + shared_mark.substr(0, 1);
+        if (a->kind == DLOCK_HOLD_PERMIT) a->limit_key = a->dir.substr(0, a->dir.size() - 1);
+        a->key = fmt::format("{}{}{}-{:x}", a->dir, a->kind == DLOCK_HOLD_SHARED ? shared_mark : std::string(),
+                             lease_hex(a->s->id), ++attempts);
         a->tombstone = tombstone_of(a->key);
         a->owner = request.owner;
         a->host_lease = request.host_lease;
@@ -243,17 +259,61 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
     pb::TxnRequest enqueue;
     compare_create_revision(enqueue, a->key, 0);
     compare_create_revision(enqueue, a->tombstone, 0);  // never after a clean-up (see retire_key)
+    const std::string limit_text = std::to_string(a->permits);
+    if (a->kind == DLOCK_HOLD_PERMIT) {
+        pb::Compare* c = enqueue.add_compare();
+        c->set_result(pb::Compare::EQUAL);
+        c->set_target(pb::Compare::VALUE);
+        c->set_key(a->limit_key);
+        c->set_value(limit_text);
+    }
     pb::PutRequest* put = enqueue.add_success()->mutable_request_put();
     put->set_key(a->key);
     put->set_value(a->owner);
     put->set_lease(a->s->id);
-    fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, 0, 2);
+    // The keys that decide whether we hold: the one just before ours (exclusive: ours and the
+    // newest before it; shared: the newest exclusive key, ours not among them), or for a permit
+    // ours and up to N + 1 before it (whether N are before ours, and which is just before it).
+    const int64_t queue_limit = a->kind == DLOCK_HOLD_PERMIT ? int64_t(a->permits) + 2 : a->kind == DLOCK_HOLD_SHARED ? 1 : 2;
+    fill_queue_range(*enqueue.add_success()->mutable_request_range(), a->dir, a->blockers_end, 0, queue_limit);
+    if (a->kind == DLOCK_HOLD_PERMIT) {
+        // Touch the limit (same value): a release that found the semaphore idle deletes the limit
+        // only if nobody touched it since (see forget_idle_limit).
+        pb::PutRequest* touch = enqueue.add_success()->mutable_request_put();
+        touch->set_key(a->limit_key);
+        touch->set_value(limit_text);
+    }
     enqueue.add_failure()->mutable_request_range()->set_key(a->key);
+    if (a->kind == DLOCK_HOLD_PERMIT) enqueue.add_failure()->mutable_request_range()->set_key(a->limit_key);
     pb::TxnResponse response;
     int64_t unanswered = 0;
     try {
-        conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
-                   acquire_call(*a, &unanswered));
+        for (int limit_puts = 0;; ++limit_puts) {
+            conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
+                       acquire_call(*a, &unanswered));
+            if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0)
+                break;
+            // Nothing put: the semaphore's limit is absent or another. Store ours when absent, then
+            // enqueue again; refuse a different one.
+            const auto& stored = response.responses(1).response_range().kvs();
+            if (!stored.empty() && stored[0].value() != limit_text)
+                fail(DLOCK_INVALID_ARGUMENT,
+                     fmt::format("etcd: semaphore `{}` has the limit {} stored (key `{}`); this acquire asked for {} "
+                                 "permits: every client of a semaphore must use the same limit", a->name,
+                                 stored[0].value(), a->limit_key, a->permits));
+            if (limit_puts == 3)
+                fail(DLOCK_BACKEND, fmt::format("etcd: semaphore `{}`: its permit could not be enqueued (the limit key `{}` "
+                                                "keeps vanishing)", a->name, a->limit_key));
+            pb::TxnRequest store;
+            compare_create_revision(store, a->limit_key, 0);
+            pb::PutRequest* limit = store.add_success()->mutable_request_put();
+            limit->set_key(a->limit_key);
+            limit->set_value(limit_text);
+            pb::TxnResponse stored_response;
+            conn->call("store the semaphore's limit",
+                       [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, store, &stored_response); },
+                       acquire_call(*a));
+        }
     } catch (...) {
         try {
             throw;
@@ -293,7 +353,16 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
     if (response.succeeded()) {
         a->revision = response.header().revision();
         const auto& queue = response.responses(1).response_range().kvs();
-        if (queue.size() >= 2 && queue[0].create_revision() == a->revision) predecessor = queue[1].key();
+        if (a->kind == DLOCK_HOLD_PERMIT) {
+            // Ours (first) and up to N + 1 keys before it.
+            const int64_t before = int64_t(queue.size()) - 1, n = int64_t(a->permits);
+            if (before == n) predecessor = a->dir;
+            else if (before > n) predecessor = queue[1].key();
+        } else if (a->kind == DLOCK_HOLD_SHARED) {
+            if (!queue.empty()) predecessor = queue[0].key();  // the newest exclusive key, created before ours
+        } else if (queue.size() >= 2 && queue[0].create_revision() == a->revision) {
+            predecessor = queue[1].key();
+        }
     } else {
         // A repeated request: the key exists; learn its revision, then what is before it.
         const auto& mine = response.responses(0).response_range().kvs();
@@ -304,7 +373,11 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
             fail(DLOCK_BACKEND, fmt::format("etcd: queue key `{}` of lock `{}` vanished while acquiring", a->key, a->name));
         }
     }
-    if (predecessor.empty()) return become_holder(a, out_hold, grant);
+    if (predecessor.empty()) {
+        // A repeated request's key may have had a permit waiter behind it already: wake it.
+        if (!response.succeeded() && a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
+        return become_holder(a, out_hold, grant);
+    }
     if (request.deadline_ns == 0) {
         abandon(a, 0);
         fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` is taken (queue `{}`)", a->name, a->dir));
@@ -326,13 +399,22 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
 bool dlock_backend::next_in_queue(const std::shared_ptr<acquisition>& a, std::string& predecessor, int64_t& seen_at) {
     pb::TxnRequest check;
     compare_create_revision(check, a->key, a->revision);
-    fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->revision, 1);
+    const bool permit = a->kind == DLOCK_HOLD_PERMIT;
+    fill_queue_range(*check.add_success()->mutable_request_range(), a->dir, a->blockers_end, a->revision,
+                     permit ? int64_t(a->permits) + 1 : 1);
     pb::TxnResponse response;
     conn->call("check the lock queue", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, check, &response); },
                acquire_call(*a));
     if (!response.succeeded()) return false;
     const auto& before = response.responses(0).response_range().kvs();
-    predecessor = before.empty() ? std::string() : before[0].key();
+    if (permit) {
+        // Fewer than N keys before ours: we hold; exactly N: the first waiter, woken by any
+        // deletion in the directory; more: woken by the key just before ours (see etcd_backend.hpp).
+        const int64_t count = before.size(), n = a->permits;
+        predecessor = count < n ? std::string() : count == n ? a->dir : before[0].key();
+    } else {
+        predecessor = before.empty() ? std::string() : before[0].key();
+    }
     seen_at = response.header().revision();
     return true;
 }
@@ -359,10 +441,15 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
             locked->cv.notify_all();
         }
     };
+    // A permit's first waiter waits for a deletion anywhere in the semaphore's directory; a later
+    // one for the deletion of the key just before its own, or its touch (see etcd_backend.hpp).
+    const bool permit = a->kind == DLOCK_HOLD_PERMIT;
+    const std::string range_end = permit && predecessor == a->dir ? prefix_end(a->dir) : std::string();
+    const bool with_puts = permit && predecessor != a->dir;
     return watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
-            tell_waiter(false, [e](acquisition& w) { (e == watch_event::deleted ? w.predecessor_gone : w.predecessor_reset) = true; });
+            tell_waiter(false, [e](acquisition& w) { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
         },
         [tell_waiter](int64_t revision) {
             tell_waiter(true, [revision](acquisition& w) {
@@ -375,7 +462,8 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                 w.watch_progress = true;
                 w.watch_progress_at = revision;
             });
-        });
+        },
+        range_end, with_puts);
 }
 
 int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
@@ -461,12 +549,33 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
             }
             if (rewatch_own) watch_own_key(a, seen_at + 1);
             if (predecessor != watched) cancel_watches();
-            if (predecessor.empty()) return become_holder(a, out_hold, grant);
+            if (predecessor.empty()) {
+                if (a->kind == DLOCK_HOLD_PERMIT) touch_own_key(a);
+                return become_holder(a, out_hold, grant);
+            }
         }
     } catch (...) {
         // A call failed (or was cancelled) mid-wait: acquire_with deletes our key.
         cancel_watches();
         throw;
+    }
+}
+
+void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
+    pb::TxnRequest touch;
+    compare_create_revision(touch, a->key, a->revision);
+    pb::PutRequest* put = touch.add_success()->mutable_request_put();
+    put->set_key(a->key);
+    put->set_value(a->owner);
+    put->set_lease(a->s->id);
+    pb::TxnResponse response;
+    try {
+        conn->call("wake the next permit waiter", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, touch, &response); },
+                   acquire_call(*a));
+    } catch (const failure& f) {
+        // Not a failure of ours: the next waiter is woken by our key's deletion instead.
+        log(2, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken ({}); it "
+                           "waits for a release", a->name, f.message));
     }
 }
 
@@ -546,7 +655,10 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
         // the watcher ends it on the server then (one message either way, off the release path).
         a->own_watch = 0;
     }
-    if (deleted) return DLOCK_OK;
+    if (deleted) {
+        if (a->kind == DLOCK_HOLD_PERMIT) forget_idle_limit(a->dir, a->limit_key);
+        return DLOCK_OK;
+    }
     const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;
     if (first_unanswered != 0 && first_unanswered < valid_until) {
         // An attempt that got no answer (in this call, or in an earlier one that returned
@@ -582,6 +694,50 @@ void dlock_backend::hold_destroy(dlock_hold* h) {
     if (own) watches->cancel(own);
 }
 
+void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count) {
+    pb::TxnRequest read;
+    std::vector<std::shared_ptr<acquisition>> checked;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (size_t i = 0; i < count; ++i) {
+            const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
+            if (a->gone || a->releasing) continue;
+            pb::RangeRequest* range = read.add_success()->mutable_request_range();
+            range->set_key(a->key);
+            range->set_keys_only(true);
+            checked.push_back(a);
+        }
+    }
+    if (checked.empty()) return;
+    pb::TxnResponse response;
+    try {
+        // One request_timeout in all, whatever the members do: the session's confirmation that
+        // follows has its own bound, and a renewal must not stall the keeper for longer.
+        conn->call("check that the renewed holds' keys exist",
+                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); },
+                   call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
+    } catch (const failure& f) {
+        // Unconfirmed, not lost: the session's confirmation below decides the status.
+        log(2, fmt::format("etcd: {}", f.message));
+        return;
+    }
+    std::vector<std::shared_ptr<acquisition>> lost;
+    {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        for (size_t i = 0; i < checked.size() && int(i) < response.responses_size(); ++i) {
+            const auto& a = checked[i];
+            const auto& kvs = response.responses(int(i)).response_range().kvs();
+            if (a->gone || a->releasing || (!kvs.empty() && kvs[0].create_revision() == a->revision)) continue;
+            a->gone = true;
+            a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
+            if (!a->released_unanswered) lost.push_back(a);
+        }
+    }
+    for (const auto& a : lost)
+        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` is gone (deleted by a break or an operator, or its "
+                           "session lease ended)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock", a->name, a->key));
+}
+
 int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
     struct confirmed {
         std::shared_ptr<session> s;
@@ -589,6 +745,7 @@ int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
         int64_t deadline;
     };
     std::vector<confirmed> done;  // one confirmation per session in the batch
+    check_keys_still_ours(renewals, count);
     for (size_t i = 0; i < count; ++i) {
         const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
         {

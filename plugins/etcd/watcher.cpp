@@ -24,8 +24,9 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
     pb::WatchRequest request;
     pb::WatchCreateRequest* create = request.mutable_create_request();
     create->set_key(w.key);
+    if (!w.range_end.empty()) create->set_range_end(w.range_end);
     create->set_start_revision(w.start_revision);
-    create->add_filters(pb::WatchCreateRequest::NOPUT);  // deletions only
+    if (!w.with_puts) create->add_filters(pb::WatchCreateRequest::NOPUT);  // deletions only
     create->set_watch_id(id);
     // A failed write means the stream broke: the reader reopens it and creates every live watch again.
     stream_->Write(request);
@@ -37,11 +38,11 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
 }
 
 int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created,
-                                progress_callback on_progress) {
+                                progress_callback on_progress, const std::string& range_end, bool with_puts) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t id = next_id_++;
     const watch& w =
-        watches_.emplace(id, watch{key, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
+        watches_.emplace(id, watch{key, range_end, with_puts, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
     if (!started_) {
         started_ = true;
         reader_ = std::thread([this] { reader_loop(); });
@@ -153,10 +154,11 @@ void watcher::reader_loop() {
                     context.TryCancel();
             } else {
                 for (const auto& event : response.events()) {
-                    if (event.type() != mvccpb::Event::DELETE) continue;
+                    const bool deleted = event.type() == mvccpb::Event::DELETE;
                     auto it = watches_.find(response.watch_id());
+                    if (!deleted && (it == watches_.end() || !it->second.with_puts)) continue;
                     if (it != watches_.end()) {
-                        due.emplace_back(std::move(it->second.on_event), watch_event::deleted);
+                        due.emplace_back(std::move(it->second.on_event), deleted ? watch_event::deleted : watch_event::put);
                         watches_.erase(it);
                         // One event is all we wait for: end the watch on the server too, or it would
                         // stay there until the stream closes.

@@ -1,5 +1,6 @@
 // watcher.hpp — the etcd plugin's watches: every watch of a client on ONE Watch stream, each
-// waiting for the deletion of one key from a given revision on.
+// waiting for the deletion of one key (or of any key of a range, or a put of the key) from a given
+// revision on.
 //
 // No event is missed: a watch starts at a revision at which the key was seen to exist (inclusive),
 // so its deletion, whenever it happens, is at or after that revision and is delivered. When the
@@ -39,6 +40,7 @@ namespace dlock::etcd {
 
 enum class watch_event {
     deleted,  // a DELETE event for the key
+    put,      // a PUT event for the key (watches made with_puts only)
     reset,    // the watch ended without telling: re-read the key
 };
 
@@ -62,9 +64,11 @@ public:
     // the server has when it creates the watch, which `on_created` is told (a synced watch, above);
     // should the stream break, the watch is created again from just after that revision.
     // `on_progress` (with start revision 0): a progress request follows the create, and its answer
-    // is told; not told when the stream breaks before it comes.
+    // is told; not told when the stream breaks before it comes. With a `range_end`, the watch covers
+    // the keys [key, range_end) and fires at the first deletion of any of them. `with_puts`: a put
+    // of the key fires it too (watch_event::put).
     int64_t watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created = {},
-                           progress_callback on_progress = {});
+                           progress_callback on_progress = {}, const std::string& range_end = {}, bool with_puts = false);
     // Stops a watch (no effect for an unknown id, e.g. one that fired: the reader ended that one on
     // the server already). Its callback is not called after this returns, unless it is running on
     // the reader thread right now.
@@ -77,6 +81,8 @@ public:
 private:
     struct watch {
         std::string key;
+        std::string range_end;   // empty: `key` alone
+        bool with_puts;          // a PUT fires it too
         int64_t start_revision;  // 0: from the server's current revision, until the created answer tells it
         callback on_event;
         created_callback on_created;

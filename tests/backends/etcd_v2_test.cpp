@@ -1,0 +1,521 @@
+// The `etcd` backend's semaphores, shared locks, holders, list and break (plugin ABI version 2), on
+// the lab's real etcd: N permits at once and the N+1st waits; a killed holder's permit returns
+// after about its ttl; a mismatched limit is refused, and forgotten once the semaphore is idle;
+// shared holders together, exclusive and shared exclude each other, a waiting writer is not
+// starved; holders and list report kinds, owners and tokens (names with `/` recovered); break
+// fences and the broken holder becomes LOST; a failed acquire leaves no key; and `etcdctl lock`
+// (etcd's own concurrency mutex) and dlock exclude each other on one name.
+#include "backend_test.hpp"
+#include "support.hpp"
+
+#include "dlock/lab/gtest.hpp"
+#include "dlock/lab/secured.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <set>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+using dlock::test::child_process;
+using dlock::test::expect_line;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+    const auto end = clock_type::now() + timeout;
+    while (!condition()) {
+        if (clock_type::now() >= end) return false;
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+// Runs etcdctl (v3 API) against `endpoint` and returns its stdout lines; fails the test on a
+// non-zero exit.
+std::vector<std::string> etcdctl(const std::string& endpoint, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"etcdctl", "--endpoints=" + endpoint, "--dial-timeout=2s", "--command-timeout=5s"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_process p(argv, true, {"ETCDCTL_API=3"});
+    std::vector<std::string> lines;
+    for (std::string line; p.read_line(line, 10000);) lines.push_back(line);
+    EXPECT_EQ(p.wait(), 0) << "etcdctl " << args.front();
+    return lines;
+}
+
+// GET /metrics from an etcd member and sums the samples of `metric` whose labels contain every
+// fragment of `filters` (as in etcd_test.cpp).
+double metric_sum(const dlock::lab::endpoint& member, const std::string& metric, const std::vector<std::string>& filters = {}) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(member.port);
+    inet_pton(AF_INET, member.host.c_str(), &address.sin_addr);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        if (fd >= 0) close(fd);
+        ADD_FAILURE() << "cannot connect to " << member.to_string() << " for /metrics";
+        return -1;
+    }
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: " + member.to_string() + "\r\n\r\n";
+    if (write(fd, request.data(), request.size()) != ssize_t(request.size())) ADD_FAILURE() << "short write";
+    std::string body;
+    char buffer[65536];
+    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) body.append(buffer, size_t(n));
+    close(fd);
+    double sum = 0;
+    std::istringstream lines(body);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind(metric + "{", 0) != 0) continue;
+        bool match = true;
+        for (const auto& f : filters) match = match && line.find(f) != std::string::npos;
+        if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return sum;
+}
+
+dlock::acquire_options permits(uint32_t n, std::chrono::milliseconds wait = 0ms) {
+    return dlock::acquire_options().with_permits(n).with_wait(wait);
+}
+
+dlock::acquire_options shared(std::chrono::milliseconds wait = 0ms) { return dlock::acquire_options().with_shared(true).with_wait(wait); }
+
+dlock::acquire_options exclusive(std::chrono::milliseconds wait = 0ms) { return dlock::acquire_options().with_wait(wait); }
+
+class EtcdModes : public dlock::test::lab_backend_test {
+protected:
+    EtcdModes() : lab_backend_test({backend::etcd}) {}
+
+    std::string endpoint() { return lab_->etcd().client_endpoint().to_string(); }
+
+    // Every key under `prefix` on the server.
+    std::vector<std::string> keys_under(const std::string& prefix) {
+        std::vector<std::string> keys;
+        for (const auto& k : etcdctl(endpoint(), {"get", "--prefix", prefix, "--keys-only"}))
+            if (!k.empty()) keys.push_back(k);
+        return keys;
+    }
+
+    dlock::client open() { return dlock::client::open(config(backend::etcd)); }
+};
+
+// ---- semaphores --------------------------------------------------------------------------------
+
+TEST_F(EtcdModes, SemaphoreNPermitsHeldAtOnceAndTheNextWaitsForARelease) {
+    auto c = open();
+    ASSERT_TRUE(c.capabilities() & DLOCK_CAP_SEMAPHORE);
+    std::vector<dlock::lease> held;
+    std::set<uint64_t> tokens;
+    for (int i = 0; i < 3; ++i) {
+        held.push_back(c.acquire("v2/stalls", permits(3)));
+        tokens.insert(held.back().fencing_token());
+    }
+    EXPECT_EQ(tokens.size(), 3u) << "each permit has its own fencing token";
+    std::error_code ec;
+    auto fourth = c.acquire("v2/stalls", permits(3), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the 4th permit of 3 is not free";
+    EXPECT_FALSE(fourth);
+    // A lock of the same name is another object.
+    EXPECT_TRUE(c.acquire("v2/stalls", exclusive()));
+
+    auto waiter = std::async(std::launch::async, [&] { return c.acquire("v2/stalls", permits(3, 20s)); });
+    EXPECT_EQ(waiter.wait_for(500ms), std::future_status::timeout) << "no permit is free yet";
+    const auto released = clock_type::now();
+    held[1].release();
+    auto next = waiter.get();
+    const auto handoff = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - released);
+    std::cout << "[etcd] permit handed over " << handoff.count() << " ms after a release\n";
+    EXPECT_GT(next.fencing_token(), *tokens.rbegin());
+    // Pushed by a watch, not by a poll or etcd's 100 ms catch-up loop; generous under load.
+    EXPECT_LT(handoff, 2000ms);
+}
+
+// Holders leave in any order. N = 2, holders A and B, waiters C then W: A goes, C holds; C goes,
+// and W must hold though B, the key two places ahead of it, is still there.
+TEST_F(EtcdModes, SemaphoreWaiterIsAdmittedWhateverOrderHoldersLeaveIn) {
+    auto c = open();
+    auto a = c.acquire("v2/order", permits(2));
+    auto b = c.acquire("v2/order", permits(2));
+    std::promise<dlock::lease> c_held;
+    std::promise<void> c_release;
+    std::thread third([&] {
+        auto lease = c.acquire("v2/order", permits(2, 20s));
+        c_held.set_value(std::move(lease));
+        c_release.get_future().wait();
+    });
+    std::this_thread::sleep_for(200ms);  // C queues before W
+    auto w = std::async(std::launch::async, [&] { return c.acquire("v2/order", permits(2, 20s)); });
+    EXPECT_EQ(w.wait_for(300ms), std::future_status::timeout);
+    a.release();
+    auto c_lease = c_held.get_future().get();
+    EXPECT_EQ(w.wait_for(300ms), std::future_status::timeout) << "B and C hold";
+    c_lease.release();
+    c_release.set_value();
+    third.join();
+    ASSERT_EQ(w.wait_for(5s), std::future_status::ready) << "W waits though only B holds";
+    EXPECT_GT(w.get().fencing_token(), c_lease.fencing_token());
+}
+
+// A release wakes the first waiter only, and each admission the next one: with 16 waiters a
+// release costs a handful of Txns on the server, not one per waiter.
+TEST_F(EtcdModes, SemaphoreReleaseWakesOneWaiterNotAll) {
+    auto c = open();
+    auto a = c.acquire("v2/herd", permits(2));
+    auto b = c.acquire("v2/herd", permits(2));
+    constexpr int waiters = 16;
+    std::atomic<int> admitted{0};
+    std::promise<void> go;
+    std::shared_future<void> released_all = go.get_future().share();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < waiters; ++i)
+        threads.emplace_back([&, released_all] {
+            auto lease = c.acquire("v2/herd", permits(2, 60s));
+            ++admitted;
+            released_all.wait();  // hold until the measurement is over
+        });
+    ASSERT_TRUE(eventually([&] { return keys_under("dlock/%semaphores/v2%2Fherd/").size() == waiters + 2; }, 10s));
+    std::this_thread::sleep_for(500ms);  // every waiter's watch is in place
+    const auto member = lab_->etcd().client_endpoint();
+    const std::vector<std::string> txn = {"grpc_method=\"Txn\""};
+    const double before = metric_sum(member, "grpc_server_handled_total", txn);
+    a.release();
+    ASSERT_TRUE(eventually([&] { return admitted.load() >= 1; }, 5s));
+    std::this_thread::sleep_for(500ms);  // any other waiter woken would have read by now
+    const double spent = metric_sum(member, "grpc_server_handled_total", txn) - before;
+    std::cout << "[etcd] one permit release with " << waiters << " waiters: " << spent << " Txn on the server\n";
+    // The release and its idle check, the first waiter's read and its touch, the next waiter's
+    // read after that touch: about 5, against one read per waiter (16) if all were woken.
+    EXPECT_EQ(admitted.load(), 1);
+    EXPECT_LE(spent, 9) << "a release woke more than the waiters it can admit";
+    go.set_value();
+    b.release();
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(admitted.load(), waiters);
+}
+
+TEST_F(EtcdModes, SemaphoreKilledHoldersPermitReturnsAfterAboutTheTtl) {
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::etcd), "v2/killed", "2000", "permits:1"}, true);
+    const std::string line = expect_line(holder);
+    ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+    auto c = open();
+    std::error_code ec;
+    c.acquire("v2/killed", permits(1), ec);
+    ASSERT_EQ(ec, dlock::errc::timeout);
+    const auto killed = clock_type::now();
+    holder.kill(SIGKILL);
+    holder.wait();
+    auto lease = c.acquire("v2/killed", permits(1, 15s));
+    const auto recovery = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - killed);
+    std::cout << "[etcd] permit back " << recovery.count() << " ms after the holder's SIGKILL (ttl 2000 ms)\n";
+    EXPECT_GE(recovery, 1000ms) << "the permit was free before the dead holder's lease expired";
+    EXPECT_LE(recovery, 2000ms + 1500ms + 2000ms);  // ttl, etcd's 500 ms expiry sweep, load
+    EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+}
+
+TEST_F(EtcdModes, SemaphoreWithAnotherLimitIsRefusedAndTheLimitIsForgottenWhenIdle) {
+    auto c = open();
+    auto first = c.acquire("v2/limit", permits(3));
+    std::error_code ec;
+    auto other = c.acquire("v2/limit", permits(5), ec);
+    const std::string message = dlock_last_error();
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_FALSE(other);
+    for (const char* part : {"v2/limit", "3", "5"}) EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_EQ(keys_under("dlock/%semaphores/v2%2Flimit/").size(), 1u) << "the refused acquire left a key";
+    first.release();
+    EXPECT_TRUE(keys_under("dlock/%semaphores/v2%2Flimit").empty()) << "the idle semaphore's limit is forgotten";
+    auto now_five = c.acquire("v2/limit", permits(5), ec);
+    EXPECT_FALSE(ec) << dlock_last_error();
+}
+
+// ---- shared locks ------------------------------------------------------------------------------
+
+TEST_F(EtcdModes, SharedHoldersTogetherExclusiveExcludesThemAndTheyExcludeIt) {
+    auto c = open();
+    ASSERT_TRUE(c.capabilities() & DLOCK_CAP_SHARED);
+    auto r1 = c.acquire("v2/rw", shared());
+    auto r2 = c.acquire("v2/rw", shared());
+    EXPECT_LT(r1.fencing_token(), r2.fencing_token());
+    std::error_code ec;
+    c.acquire("v2/rw", exclusive(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "an exclusive acquire must not pass shared holders";
+    r1.release();
+    c.acquire("v2/rw", exclusive(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "one shared holder is left";
+    r2.release();
+    auto w = c.acquire("v2/rw", exclusive());
+    EXPECT_GT(w.fencing_token(), r2.fencing_token()) << "shared and exclusive holds share the token counter";
+    c.acquire("v2/rw", shared(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a shared acquire must not pass the exclusive holder";
+    auto reader = std::async(std::launch::async, [&] { return c.acquire("v2/rw", shared(20s)); });
+    EXPECT_EQ(reader.wait_for(300ms), std::future_status::timeout);
+    w.release();
+    EXPECT_GT(reader.get().fencing_token(), w.fencing_token());
+}
+
+TEST_F(EtcdModes, WaitingWriterIsNotStarvedByLaterReaders) {
+    auto c = open();
+    auto r1 = c.acquire("v2/starve", shared());
+    auto writer = std::async(std::launch::async, [&] { return c.acquire("v2/starve", exclusive(20s)); });
+    EXPECT_EQ(writer.wait_for(300ms), std::future_status::timeout);
+    std::error_code ec;
+    auto late = c.acquire("v2/starve", shared(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a shared acquire after a waiting writer must queue behind it";
+    auto late_waiting = std::async(std::launch::async, [&] { return c.acquire("v2/starve", shared(20s)); });
+    EXPECT_EQ(late_waiting.wait_for(300ms), std::future_status::timeout);
+    r1.release();
+    auto w = writer.get();
+    EXPECT_EQ(late_waiting.wait_for(300ms), std::future_status::timeout) << "the writer holds: the late reader waits";
+    w.release();
+    auto late_holder = late_waiting.get();
+    EXPECT_GT(late_holder.fencing_token(), 0u);
+}
+
+// ---- holders, list, break ----------------------------------------------------------------------
+
+TEST_F(EtcdModes, HoldersAndListReportKindsOwnersAndTokens) {
+    auto c = open();
+    ASSERT_TRUE(c.capabilities() & DLOCK_CAP_LIST);
+    auto x = c.acquire("v2/list/x", exclusive());
+    auto s1 = c.acquire("v2/list/s", shared());
+    auto s2 = c.acquire("v2/list/s", shared());
+    auto p1 = c.acquire("v2/list/p", permits(2));
+    // Waiters are not holders.
+    auto xw = std::async(std::launch::async, [&] { return c.acquire("v2/list/x", exclusive(3s)); });
+    auto pw1 = c.acquire("v2/list/p", permits(2));
+    auto pw = std::async(std::launch::async, [&] { return c.acquire("v2/list/p", permits(2, 3s)); });
+    std::this_thread::sleep_for(300ms);
+
+    auto hx = c.holders("v2/list/x");
+    ASSERT_EQ(hx.size(), 1u);
+    EXPECT_EQ(hx[0].kind, dlock::hold_kind::exclusive);
+    EXPECT_EQ(hx[0].holder, x.owner());
+    EXPECT_EQ(hx[0].fencing_token, x.fencing_token());
+    EXPECT_EQ(hx[0].name, "v2/list/x");
+    ASSERT_TRUE(hx[0].ttl_left.has_value());
+    EXPECT_GT(hx[0].ttl_left->count(), 0);
+
+    auto hs = c.holders("v2/list/s");
+    ASSERT_EQ(hs.size(), 2u);
+    for (const auto& h : hs) EXPECT_EQ(h.kind, dlock::hold_kind::shared);
+    EXPECT_EQ(hs[0].fencing_token, s1.fencing_token());
+    EXPECT_EQ(hs[1].fencing_token, s2.fencing_token());
+    EXPECT_EQ(hs[1].holder, s2.owner());
+
+    auto hp = c.holders("v2/list/p", true);
+    ASSERT_EQ(hp.size(), 2u);
+    for (const auto& h : hp) {
+        EXPECT_EQ(h.kind, dlock::hold_kind::permit);
+        EXPECT_EQ(h.permits, 2u);
+    }
+    EXPECT_EQ(hp[0].holder, p1.owner());
+    EXPECT_EQ(hp[1].holder, pw1.owner());
+    EXPECT_TRUE(c.holders("v2/list/p").empty()) << "the lock `v2/list/p` is not the semaphore";
+
+    auto all = c.list("v2/list/");
+    EXPECT_EQ(all.size(), 5u);
+    std::multiset<std::string> names;
+    for (const auto& h : all) names.insert(h.name);
+    EXPECT_EQ(names, (std::multiset<std::string>{"v2/list/x", "v2/list/s", "v2/list/s", "v2/list/p", "v2/list/p"}));
+    EXPECT_EQ(c.list("v2/list/s").size(), 2u);
+    EXPECT_TRUE(c.list("v2/nothing").empty());
+    EXPECT_GE(c.list("").size(), 5u);
+
+    x.release();
+    p1.release();
+    EXPECT_TRUE(xw.get());
+    EXPECT_TRUE(pw.get());
+}
+
+TEST_F(EtcdModes, BreakFencesTheNextHolderAndTheBrokenHolderIsLost) {
+    auto c = open();
+    ASSERT_TRUE(c.capabilities() & DLOCK_CAP_BREAK);
+    auto other = open();
+    auto victim = other.acquire("v2/break", exclusive());
+    auto waiter = std::async(std::launch::async, [&] { return c.acquire("v2/break", exclusive(20s)); });
+    EXPECT_EQ(waiter.wait_for(200ms), std::future_status::timeout);
+    EXPECT_EQ(c.break_lock("v2/break"), 1u);
+    std::error_code lost;
+    victim.renew(lost);
+    EXPECT_EQ(lost, dlock::errc::lost) << "the broken hold's very next renewal answers LOST: " << dlock_last_error();
+    auto next = waiter.get();
+    EXPECT_GT(next.fencing_token(), victim.fencing_token());
+    EXPECT_TRUE(eventually([&] { return victim.state() == dlock::lease_state::lost; }, 5s)) << "the broken holder learns it";
+    EXPECT_EQ(victim.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(c.holders("v2/break").at(0).holder, next.owner()) << "the broken holder's release touched nothing";
+
+    // Shared holders and permits are broken all at once.
+    next.release();
+    auto s1 = other.acquire("v2/break", shared());
+    auto s2 = other.acquire("v2/break", shared());
+    EXPECT_EQ(c.break_lock("v2/break"), 2u);
+    auto p1 = other.acquire("v2/break", permits(2));
+    auto p2 = other.acquire("v2/break", permits(2));
+    EXPECT_EQ(c.break_lock("v2/break", true), 2u);
+    EXPECT_TRUE(eventually([&] {
+        return s1.state() == dlock::lease_state::lost && s2.state() == dlock::lease_state::lost &&
+               p1.state() == dlock::lease_state::lost && p2.state() == dlock::lease_state::lost;
+    }, 5s));
+    auto p3 = c.acquire("v2/break", permits(2));
+    EXPECT_GT(p3.fencing_token(), p2.fencing_token());
+    EXPECT_EQ(c.break_lock("v2/free-one"), 0u);
+}
+
+// ---- nothing left behind -----------------------------------------------------------------------
+
+TEST_F(EtcdModes, FailedAndTimedOutAcquiresLeaveNoKey) {
+    auto c = open();
+    auto p = c.acquire("v2/left", permits(1));
+    auto w = c.acquire("v2/left", exclusive());
+    std::error_code ec;
+    c.acquire("v2/left", permits(1), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    c.acquire("v2/left", permits(1, 300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    c.acquire("v2/left", shared(), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    c.acquire("v2/left", shared(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_TRUE(eventually([&] { return keys_under("dlock/%semaphores/v2%2Fleft/").size() == 1u; }, 3s));
+    EXPECT_TRUE(eventually([&] { return keys_under("dlock/v2%2Fleft/").size() == 1u; }, 3s));
+}
+
+// ---- living beside etcd's own mutex (`etcdctl lock`, Go's clientv3/concurrency) -----------------
+
+// With the default key_prefix `dlock/`, the dlock lock `NAME` (no `/`, `%` or control byte in it)
+// and `etcdctl lock dlock/NAME` are one lock: both put a key under `dlock/NAME/` and the lowest
+// create_revision holds.
+TEST_F(EtcdModes, EtcdctlLockAndDlockExcludeEachOther) {
+    auto c = open();
+    {
+        // etcdctl holds: dlock waits until it lets go.
+        child_process holder({"etcdctl", "--endpoints=" + endpoint(), "lock", "dlock/interop"}, true, {"ETCDCTL_API=3"});
+        std::string key;
+        ASSERT_TRUE(holder.read_line(key, 10000)) << "etcdctl lock did not get the lock";
+        EXPECT_EQ(key.rfind("dlock/interop/", 0), 0u) << key;
+        std::error_code ec;
+        c.acquire("interop", exclusive(), ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << "dlock passed etcdctl's lock";
+        c.acquire("interop", shared(), ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << "a shared dlock hold passed etcdctl's lock";
+        EXPECT_EQ(c.holders("interop").size(), 1u) << "etcdctl's key is listed as the holder";
+        auto waiter = std::async(std::launch::async, [&] { return c.acquire("interop", exclusive(20s)); });
+        EXPECT_EQ(waiter.wait_for(300ms), std::future_status::timeout);
+        holder.kill(SIGINT);  // etcdctl revokes its session lease on SIGINT
+        holder.wait();
+        EXPECT_TRUE(waiter.get());
+    }
+    {
+        // dlock holds: `etcdctl lock` waits until dlock releases.
+        auto lease = c.acquire("interop", exclusive());
+        child_process waiter({"etcdctl", "--endpoints=" + endpoint(), "lock", "dlock/interop", "echo", "got-it"}, true,
+                             {"ETCDCTL_API=3"});
+        std::string line;
+        EXPECT_FALSE(waiter.read_line(line, 1000)) << "etcdctl got the lock while dlock held it: " << line;
+        lease.release();
+        ASSERT_TRUE(waiter.read_line(line, 10000)) << "etcdctl did not get the lock after dlock's release";
+        EXPECT_EQ(line, "got-it");
+        EXPECT_EQ(waiter.wait(), 0);
+    }
+}
+
+// With `key_prefix: ""` the dlock lock `NAME` is `etcdctl lock NAME`, and list("") finds it (the
+// whole keyspace is read; keys that are no queue keys are skipped).
+TEST_F(EtcdModes, EmptyKeyPrefixMeetsEtcdctlLockUnderTheSameNameAndListsIt) {
+    etcdctl(endpoint(), {"put", "unrelated/config", "x"});
+    auto c = dlock::client::from_yaml("backend: etcd\noptions:\n  endpoints: [\"" + endpoint() + "\"]\n  key_prefix: \"\"\n");
+    auto lease = c.acquire("plain", exclusive());
+    auto permit = c.acquire("plain", permits(1));
+    child_process waiter({"etcdctl", "--endpoints=" + endpoint(), "lock", "plain", "echo", "got-it"}, true, {"ETCDCTL_API=3"});
+    std::string line;
+    EXPECT_FALSE(waiter.read_line(line, 1000)) << "etcdctl got `plain` while dlock held it: " << line;
+    auto all = c.list("");
+    ASSERT_EQ(all.size(), 2u);
+    std::multiset<std::string> names;
+    for (const auto& h : all) names.insert(h.name);
+    EXPECT_EQ(names, (std::multiset<std::string>{"plain", "plain"}));
+    lease.release();
+    ASSERT_TRUE(waiter.read_line(line, 10000)) << "etcdctl did not get the lock after dlock's release";
+    EXPECT_EQ(line, "got-it");
+    EXPECT_EQ(waiter.wait(), 0);
+}
+
+// ---- the privilege to break -----------------------------------------------------------------
+
+// On the secured etcd (client-certificate TLS, RBAC): an identity whose role may only read the
+// prefix sees the holders but may not break them (PERMISSION, the holder untouched); a role with
+// readwrite on the prefix may. A server that cannot start fails the test (never a skip).
+TEST(EtcdModesSecured, BreakNeedsWriteOnThePrefixReadIsEnoughToList) {
+    auto& server = dlock::lab::shared_secured_server(dlock::lab::secured_backend::etcd);
+    const auto& owner = server.tenant_a();  // readwrite on `dlock/`
+    const auto& pki = server.certificates();
+    const auto auditor_cert = pki.issue("etcd-auditor", "auditor", {});
+    const std::string password = "auditor-pw-not-a-secret";
+    // The lab's root certificate (CN root) authenticates as root over client-certificate TLS.
+    auto as_root = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {"--cacert=" + pki.ca_cert().string(), "--cert=" + (pki.dir() / "etcd-root.crt").string(),
+                                         "--key=" + (pki.dir() / "etcd-root.key").string()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        etcdctl("https://" + server.client_endpoint().to_string(), argv);
+    };
+    as_root({"role", "add", "auditor"});
+    as_root({"role", "grant-permission", "auditor", "--prefix=true", "read", owner.territory});
+    as_root({"user", "add", "auditor:" + password});
+    as_root({"user", "grant-role", "auditor", "auditor"});
+
+    auto holder_client = dlock::client::open(owner.config.string());
+    auto held = holder_client.acquire("v2/guarded", exclusive());
+    auto auditor = dlock::client::from_yaml(server.config_text(
+        owner, {{"username", std::string("auditor")}, {"password", password},
+                {"cert_file", "\"" + auditor_cert.cert.string() + "\""}, {"key_file", "\"" + auditor_cert.key.string() + "\""}}));
+    const auto seen = auditor.holders("v2/guarded");
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].fencing_token, held.fencing_token());
+    EXPECT_FALSE(auditor.list("v2/").empty());
+    std::error_code ec;
+    std::string message;
+    try {
+        auditor.break_lock("v2/guarded");
+    } catch (const std::system_error& e) {
+        ec = e.code();
+        message = e.what();
+    }
+    EXPECT_EQ(ec, dlock::errc::permission) << message;
+    EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
+    EXPECT_NE(message.find("auditor"), std::string::npos) << "the message names the user: " << message;
+    std::cout << "[etcd] break without write: " << message << "\n";
+    std::error_code renewed;
+    held.renew(renewed);
+    EXPECT_FALSE(renewed) << "the refused break touched the holder: " << dlock_last_error();
+
+    // The tenant's own readwrite role is the administrator's role for its prefix.
+    auto admin = dlock::client::open(owner.config.string());
+    EXPECT_EQ(admin.break_lock("v2/guarded"), 1u);
+    held.renew(renewed);
+    EXPECT_EQ(renewed, dlock::errc::lost);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::etcd});
+    return RUN_ALL_TESTS();
+}
