@@ -102,8 +102,9 @@ void on_stat(int rc, const Stat* stat, const void* data) {
     complete(data, rc);
 }
 
-void on_data(int rc, const char*, int, const Stat* stat, const void* data) {
+void on_data(int rc, const char* value, int length, const Stat* stat, const void* data) {
     if (rc == ZOK && stat) take(data)->c->stat = *stat;
+    if (rc == ZOK && value && length > 0) take(data)->c->text.assign(value, size_t(length));
     complete(data, rc);
 }
 
@@ -465,10 +466,20 @@ std::shared_ptr<session> dlock_backend::connected_session(waiter& w, int64_t unt
 
 // ---- requests ---------------------------------------------------------------------------------------
 
-call_ptr dlock_backend::create(session& s, const std::string& path, int mode) {
+call_ptr dlock_backend::create(session& s, const std::string& path, int mode, const std::string& value) {
     const ACL_vector* a = acl();
     return issue(*this, s, true, [&](zhandle_t* zh, pending* data) {
-        return zoo_acreate2(zh, path.c_str(), "", 0, a, mode, on_string_stat, data);
+        return zoo_acreate2(zh, path.c_str(), value.data(), int(value.size()), a, mode, on_string_stat, data);
+    });
+}
+
+call_ptr dlock_backend::get(session& s, const std::string& path) {
+    return issue(*this, s, false, [&](zhandle_t* zh, pending* data) { return zoo_aget(zh, path.c_str(), 0, on_data, data); });
+}
+
+call_ptr dlock_backend::set_data(session& s, const std::string& path, const std::string& value) {
+    return issue(*this, s, true, [&](zhandle_t* zh, pending* data) {
+        return zoo_aset(zh, path.c_str(), value.data(), int(value.size()), -1, on_stat, data);
     });
 }
 

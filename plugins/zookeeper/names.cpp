@@ -56,19 +56,58 @@ std::string join_path(const std::string& parent, const std::string& child) {
     return parent == "/" ? "/" + child : parent + "/" + child;
 }
 
-std::string queue_node_prefix(const std::string& guid) { return "_c_" + guid + "-lock-"; }
+std::optional<std::string> unescape_name(std::string_view element) {
+    auto hex_value = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::string out;
+    out.reserve(element.size());
+    for (size_t i = 0; i < element.size(); ++i) {
+        const auto c = static_cast<unsigned char>(element[i]);
+        if (c == '%') {
+            if (i + 2 >= element.size()) return std::nullopt;
+            const int high = hex_value(element[i + 1]), low = hex_value(element[i + 2]);
+            if (high < 0 || low < 0) return std::nullopt;
+            out += static_cast<char>(high * 16 + low);
+            i += 2;
+        } else if (kept_as_is(c, i == 0)) {
+            out += static_cast<char>(c);
+        } else {
+            return std::nullopt;
+        }
+    }
+    // Only the exact output of escape_name is accepted, so one node never stands for two names.
+    if (out.empty() || escape_name(out) != element) return std::nullopt;
+    return out;
+}
+
+namespace {
+
+// The node name markers, each followed by the 10-digit sequence: dlock's (and Curator's
+// InterProcessMutex's) exclusive nodes, and Curator's InterProcessReadWriteLock's writer and reader
+// nodes. Writers of either spelling exclude each other and every reader.
+struct marker {
+    const char* text;
+    bool shared;
+};
+const marker markers[] = {{"-lock-", false}, {"-__WRIT__", false}, {"-__READ__", true}};
+
+}  // namespace
+
+std::string queue_node_prefix(const std::string& guid, bool shared) { return "_c_" + guid + (shared ? "-__READ__" : "-lock-"); }
 
 std::optional<queue_entry> parse_queue_node(const std::string& node) {
-    static const std::string marker = "-lock-";
     if (node.rfind("_c_", 0) != 0) return std::nullopt;
-    const size_t at = node.rfind(marker);
-    if (at == std::string::npos || at < 3) return std::nullopt;
-    const std::string digits = node.substr(at + marker.size());
-    if (digits.empty()) return std::nullopt;
-    char* end = nullptr;
-    const long long sequence = std::strtoll(digits.c_str(), &end, 10);
-    if (*end) return std::nullopt;
-    return queue_entry{node, node.substr(3, at - 3), sequence};
+    for (const marker& m : markers) {
+        const size_t at = node.rfind(m.text);
+        if (at == std::string::npos || at < 3) continue;
+        const std::string digits = node.substr(at + std::strlen(m.text));
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        return queue_entry{node, node.substr(3, at - 3), std::strtoll(digits.c_str(), nullptr, 10), m.shared};
+    }
+    return std::nullopt;
 }
 
 std::vector<queue_entry> queue_of(const std::vector<std::string>& children) {

@@ -53,6 +53,14 @@ using namespace plugin_kit;
 // would still be reserved, `zookeeper`, becomes `%7Aookeeper`. The mapping is a function whose
 // result can be decoded back (a literal `%` is always escaped), so distinct names never share a node.
 std::string escape_name(std::string_view name);
+// The name escape_name mapped to `element`, or nullopt when no name maps to it (a node dlock did
+// not create).
+std::optional<std::string> unescape_name(std::string_view element);
+
+// The child of base_path under which semaphores live, one node per semaphore name (escaped as
+// above). No lock name escapes to it (a leading `.` is always escaped), so the two keyspaces never
+// meet.
+inline constexpr const char* semaphores_node = ".semaphores";
 
 // Why `path` is not a valid absolute ZooKeeper path ("" when it is): it must start with `/`, have no
 // empty, `.` or `..` element, no trailing `/` (except the root) and no control character.
@@ -61,14 +69,17 @@ std::string path_problem(const std::string& path);
 // "parent/child" without doubling the `/` of the root.
 std::string join_path(const std::string& parent, const std::string& child);
 
-// One entry of a lock's queue: a child named "_c_<guid>-lock-<sequence>" (the same shape Curator
-// uses; the guid is the acquisition's owner token).
+// One entry of a lock's (or a semaphore's) queue: a child named "_c_<guid>-lock-<sequence>" for an
+// exclusive holder or a permit, "_c_<guid>-__READ__<sequence>" for a shared holder (the shapes of
+// Curator's InterProcessMutex and InterProcessReadWriteLock; "-__WRIT__" is read as exclusive too).
+// The guid is the acquisition's owner token.
 struct queue_entry {
     std::string node;  // the child's name
     std::string guid;
     int64_t sequence = 0;
+    bool shared = false;  // a reader
 };
-std::string queue_node_prefix(const std::string& guid);  // "_c_<guid>-lock-"
+std::string queue_node_prefix(const std::string& guid, bool shared = false);  // "_c_<guid>-lock-" or "-__READ__"
 std::optional<queue_entry> parse_queue_node(const std::string& node);
 // The queue in sequence order; children of other shapes are ignored.
 std::vector<queue_entry> queue_of(const std::vector<std::string>& children);
@@ -123,7 +134,7 @@ struct call {
     bool relayed = false;             // a write or a sync: answered only after the leader took part
     bool wakes_monitor = false;       // its completion wakes the session monitor
     int rc = ZSYSTEMERROR;
-    std::string text;                 // create: the created path
+    std::string text;                 // create: the created path; get: the node's data
     Stat stat{};                      // create2, exists, get: the node's stat
     std::vector<std::string> names;   // get_children: the children; get_acl: "scheme:id perms"
     // guarded by dlock_backend::mutex
@@ -189,7 +200,10 @@ struct dlock_backend {
     bool alive(const dlock::zk::session& s);
 
     // Requests (asynchronous; a call whose API call failed at once is returned done).
-    dlock::zk::call_ptr create(dlock::zk::session& s, const std::string& path, int mode);
+    dlock::zk::call_ptr create(dlock::zk::session& s, const std::string& path, int mode, const std::string& data = "");
+    // Reads a node (its data in `text`, its stat) without leaving a watch.
+    dlock::zk::call_ptr get(dlock::zk::session& s, const std::string& path);
+    dlock::zk::call_ptr set_data(dlock::zk::session& s, const std::string& path, const std::string& data);
     // With `watch`, leaves a watch on the node's children (fires once, on any child created or deleted).
     dlock::zk::call_ptr children(dlock::zk::session& s, const std::string& path, bool watch = false);
     dlock::zk::call_ptr remove(dlock::zk::session& s, const std::string& path);

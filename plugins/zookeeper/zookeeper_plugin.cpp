@@ -131,7 +131,8 @@ void zk_destroy(dlock_backend* b) {
 // QUORUM only with several servers in `connect`: a lone server survives no loss.
 uint64_t zk_capabilities(dlock_backend* b) {
     const bool ensemble = b && b->config().hosts.find(',') != std::string::npos;
-    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | (ensemble ? DLOCK_CAP_QUORUM : 0);
+    return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED |
+           DLOCK_CAP_LIST | DLOCK_CAP_BREAK | (ensemble ? DLOCK_CAP_QUORUM : 0);
 }
 
 void zk_interrupt(dlock_backend* b) {
@@ -143,20 +144,77 @@ void zk_interrupt(dlock_backend* b) {
 
 // ---- acquire: the recipe -------------------------------------------------------------------------
 
+// The node of the lock `name` (semaphore = false) or of the semaphore `name`.
+std::string node_of(const settings& config, const std::string& name, bool semaphore) {
+    return semaphore ? join_path(join_path(config.base_path, semaphores_node), escape_name(name))
+                     : join_path(config.base_path, escape_name(name));
+}
+
+uint32_t kind_of(const dlock_acquire_request& req) {
+    return req.struct_size >= DLOCK_ACQUIRE_REQUEST_V2_SIZE ? req.kind : uint32_t(DLOCK_HOLD_EXCLUSIVE);
+}
+
+// Where a node stands in its queue (sorted by sequence), by the recipe of its kind:
+//   exclusive: it holds when it is the lowest of all (readers included); else it waits for the
+//     node just before it;
+//   shared: it holds when no writer has a lower sequence; else it waits for the nearest writer
+//     before it (readers between do not matter to it);
+//   permit (limit N): it holds when fewer than N nodes are before it; the first waiter (N before
+//     it) waits on the semaphore node's children, as any holder's departure admits it; a later
+//     waiter waits for the node just before it, which signals (a write to its data) when it is
+//     admitted, so that each waiter wakes only when it becomes the first.
+struct standing {
+    bool admitted = false;
+    const queue_entry* wait_on = nullptr;  // not admitted: the node to watch (null: the children)
+    bool alone = false;                    // that node's deletion by itself admits us
+    size_t ahead = 0;                      // nodes before ours
+};
+
+standing standing_in(const std::vector<queue_entry>& queue, size_t mine, uint32_t kind, uint32_t permits) {
+    standing at;
+    at.ahead = mine;
+    if (kind == DLOCK_HOLD_PERMIT) {
+        at.admitted = mine < permits;
+        if (!at.admitted && mine > permits) at.wait_on = &queue[mine - 1];
+        return at;
+    }
+    if (kind == DLOCK_HOLD_SHARED) {
+        size_t writers = 0;
+        for (size_t i = 0; i < mine; ++i)
+            if (!queue[i].shared) {
+                ++writers;
+                at.wait_on = &queue[i];
+            }
+        at.admitted = writers == 0;
+        at.alone = writers == 1;
+        return at;
+    }
+    at.admitted = mine == 0;
+    if (!at.admitted) {
+        at.wait_on = &queue[mine - 1];
+        at.alone = mine == 1;
+    }
+    return at;
+}
+
 class acquisition {
 public:
     acquisition(dlock_backend& b, const dlock_acquire_request& req)
-        : b_(b), req_(req), w_(b), lock_path_(join_path(b.config().base_path, escape_name(req.name))), guid_(req.owner) {}
+        : b_(b), req_(req), kind_(kind_of(req)), permits_(kind_ == DLOCK_HOLD_PERMIT ? req.permits : 0), w_(b),
+          lock_path_(node_of(b.config(), req.name, kind_ == DLOCK_HOLD_PERMIT)), guid_(req.owner) {}
 
     int run(dlock_hold** out_hold, dlock_grant* grant);
 
 private:
     bool enqueue(std::vector<queue_entry>& queue);
+    void check_limit(const call& read);
+    bool signal_admission();
     bool find_by_guid(std::vector<queue_entry>& queue);
     bool keep_one_of_ours(const std::vector<queue_entry>& queue);
     bool list(std::vector<queue_entry>& queue);
     void ensure_lock_node();
-    bool wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head);
+    bool wait_for(const standing& at, int64_t deadline_ns);
+    bool wait_for_children(int64_t deadline_ns);
     int grant_hold(dlock_hold** out_hold, dlock_grant* grant);
     void give_back() noexcept;
     bool retryable(int rc, const char* doing, const std::string& path);
@@ -172,6 +230,8 @@ private:
 
     dlock_backend& b_;
     const dlock_acquire_request& req_;
+    const uint32_t kind_;     // dlock_hold_kind
+    const uint32_t permits_;  // a permit's limit N, else 0
     scoped_waiter w_;
     const std::string lock_path_, guid_;
     std::shared_ptr<session> s_;
@@ -231,15 +291,22 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: nodes of ours under `{}` could not be reduced to one", b_.where(s_.get()), lock_path_));
                 continue;
             }
-            if (mine == queue.begin()) return grant_hold(out_hold, grant);
+            const standing at = standing_in(queue, size_t(mine - queue.begin()), kind_, permits_);
+            if (at.admitted) {
+                // A permit with a node after it may be the node a later waiter watches.
+                if (kind_ == DLOCK_HOLD_PERMIT && mine + 1 != queue.end() && !signal_admission()) continue;
+                return grant_hold(out_hold, grant);
+            }
             holder_ = queue.front().guid;
             if (deadline == 0) {
-                const size_t others = size_t(mine - queue.begin()) - 1;
                 give_back();
-                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (holder {}; {} other waiter(s) ahead)", req_.name,
-                                                b_.where(s_.get()), holder_, others));
+                if (kind_ == DLOCK_HOLD_PERMIT)
+                    fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}`: all {} permits are taken on {} ({} other waiter(s) ahead)", req_.name,
+                                                    permits_, b_.where(s_.get()), at.ahead - permits_));
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (holder {}; {} node(s) ahead)", req_.name, b_.where(s_.get()),
+                                                holder_, at.ahead));
             }
-            if (wait_for(*(mine - 1), deadline, mine - 1 == queue.begin())) return grant_hold(out_hold, grant);
+            if (at.wait_on ? wait_for(at, deadline) : wait_for_children(deadline)) return grant_hold(out_hold, grant);
         }
     } catch (const failure&) {
         give_back();
@@ -270,18 +337,21 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         if (!own_.empty()) return true;
     }
     maybe_created_ = true;  // from here until the reply tells
-    auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_)), ZOO_EPHEMERAL_SEQUENTIAL);
+    auto created = b_.create(*s_, join_path(lock_path_, queue_node_prefix(guid_, kind_ == DLOCK_HOLD_SHARED)), ZOO_EPHEMERAL_SEQUENTIAL);
     // Pipelined behind the create: one session's requests run in order, so it lists our node too.
     // Its watch on the children tells a holder that its node was deleted, at no extra request.
     children_watched_ = 0;
     b_.watching_children(w_, *s_, lock_path_);
     auto listed = b_.children(*s_, lock_path_, true);
-    if (!b_.await(w_, {created.get(), listed.get()}, request_bound(), true)) return false;
+    // A semaphore's limit is the data of its node: read in the same round trip.
+    auto limit = kind_ == DLOCK_HOLD_PERMIT ? b_.get(*s_, lock_path_) : listed;
+    if (!b_.await(w_, {created.get(), listed.get(), limit.get()}, request_bound(), true)) return false;
     if (created->rc == ZOK) {
         maybe_created_ = false;
         const size_t slash = created->text.rfind('/');
         own_ = created->text.substr(slash + 1);
         fence_ = uint64_t(created->stat.czxid);
+        if (kind_ == DLOCK_HOLD_PERMIT && limit->rc == ZOK) check_limit(*limit);  // a refusal deletes our node (give_back)
         if (listed->rc == ZOK) {
             children_watched_ = listed->done_order;
             queue = queue_of(listed->names);
@@ -295,6 +365,32 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         return false;
     }
     return retryable(created->rc, "creating a queue node under", lock_path_);
+}
+
+// A semaphore node stores its limit N as decimal text from its creation until the server deletes it
+// (a container, deleted once empty): an acquire asking for another N is refused.
+void acquisition::check_limit(const call& read) {
+    if (read.text.empty()) return;  // not created by dlock: no limit stored
+    char* end = nullptr;
+    const unsigned long long stored = std::strtoull(read.text.c_str(), &end, 10);
+    if (*end || stored == 0 || stored > UINT32_MAX)
+        fail(DLOCK_BACKEND, fmt::format("{}: semaphore node `{}` holds `{}`, not a permit limit", b_.where(s_.get()), lock_path_,
+                                        read.text.substr(0, 32)));
+    if (stored != permits_)
+        fail(DLOCK_INVALID_ARGUMENT, fmt::format("semaphore `{}` has a limit of {} permits stored on {} (`{}`), but this acquire asked "
+                                                 "for {}: every client of one semaphore must use the same limit",
+                                                 req_.name, stored, b_.where(s_.get()), lock_path_, permits_));
+}
+
+// Tells the waiter behind our node, if it watches it, that we hold a permit now: it then becomes
+// the first waiter and watches the semaphore's children. False: the write failed; list again
+// (the next round signals again).
+bool acquisition::signal_admission() {
+    auto written = b_.set_data(*s_, own_path(), "held");
+    if (!b_.await(w_, {written.get()}, request_bound(), true)) return false;
+    if (written->rc == ZOK) return true;
+    if (written->rc != ZNONODE) retryable(written->rc, "signalling on", own_path());
+    return false;
 }
 
 // After a create whose reply was lost: our node, if the create happened, carries our guid. The
@@ -376,36 +472,49 @@ bool acquisition::list(std::vector<queue_entry>& queue) {
 // Creates the lock's container node, and the base path above it if someone deleted that.
 void acquisition::ensure_lock_node() {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        auto made = b_.create(*s_, lock_path_, ZOO_CONTAINER);
+        auto made = b_.create(*s_, lock_path_, ZOO_CONTAINER, kind_ == DLOCK_HOLD_PERMIT ? std::to_string(permits_) : std::string());
         if (!b_.await(w_, {made.get()}, request_bound(), true)) return;
         if (made->rc == ZOK || made->rc == ZNODEEXISTS) return;
         if (made->rc != ZNONODE) {
             retryable(made->rc, "creating the lock node", lock_path_);
             return;
         }
-        const std::string& base = b_.config().base_path;
-        for (size_t slash = base.find('/', 1);; slash = base.find('/', slash + 1)) {
-            const std::string prefix = base.substr(0, slash);
-            auto step = b_.create(*s_, prefix, ZOO_PERSISTENT);
-            if (!b_.await(w_, {step.get()}, request_bound(), true)) return;
-            if (step->rc != ZOK && step->rc != ZNODEEXISTS && !retryable(step->rc, "creating the base path", prefix)) return;
-            if (slash == std::string::npos) break;
+        // The missing parents (base_path, the semaphores' node), innermost first: created from the
+        // innermost one that exists down, so that a parent closed to us (a root readable only) is
+        // never written to when what lies below it exists.
+        std::vector<std::string> parents;
+        for (size_t slash = lock_path_.rfind('/'); slash != 0 && slash != std::string::npos; slash = lock_path_.rfind('/', slash - 1))
+            parents.push_back(lock_path_.substr(0, slash));
+        size_t at = 0;
+        for (int step = 0; step < int(2 * parents.size()) + 2 && at < parents.size(); ++step) {
+            auto made_parent = b_.create(*s_, parents[at], ZOO_PERSISTENT);
+            if (!b_.await(w_, {made_parent.get()}, request_bound(), true)) return;
+            if (made_parent->rc == ZNONODE && at + 1 < parents.size()) {
+                ++at;  // its own parent is missing too
+                continue;
+            }
+            if (made_parent->rc != ZOK && made_parent->rc != ZNODEEXISTS &&
+                !retryable(made_parent->rc, "creating the parent node", parents[at]))
+                return;
+            if (at == 0) break;
+            --at;
         }
     }
 }
 
-// Waits until the predecessor's node is deleted (or changes, or the session ends, or the deadline).
-// Returns true when that made our node the head of the queue without listing again: the predecessor
-// was the head when we listed, and no node can take a place before ours later (sequence numbers only
-// grow, and the lock node cannot be deleted and recreated while it holds ours), so its deletion
-// leaves ours first — one round trip less per handoff. Listing is still done when the session's last
+// Waits until the watched node (the predecessor, or the nearest writer before a reader) is deleted
+// (or changes, or the session ends, or the deadline). Returns true when that admitted us without
+// listing again: it was the only node standing in our way when we listed (`at.alone`), and no node
+// can take a place before ours later (sequence numbers only grow, and the lock node cannot be
+// deleted and recreated while it holds ours), so its deletion admits us — one round trip less per
+// handoff. Listing is still done when the session's last
 // confirmed contact is older than a quarter of the session timeout (the listing's reply gives the
 // lease its validity) and after any other wake-up. Our own node is watched too, in the same round
 // trip (once per node): should someone else delete it, the wait ends and the listing that follows
 // queues us again — events arrive in order, so a deletion of ours that came before the
 // predecessor's is seen before its deletion is.
-bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, bool predecessor_is_head) {
-    const std::string path = join_path(lock_path_, predecessor.node);
+bool acquisition::wait_for(const standing& at, int64_t deadline_ns) {
+    const std::string path = join_path(lock_path_, at.wait_on->node);
     b_.watch(w_, *s_, path);  // before the request: its event may arrive right after the reply
     struct unwatch_on_exit {
         dlock_backend& b;
@@ -429,6 +538,8 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
         if (got->rc != ZNONODE) retryable(got->rc, "watching", path);
         return false;  // gone already: list again
     }
+    // A semaphore's waiter whose predecessor signalled its admission already: list again.
+    if (kind_ == DLOCK_HOLD_PERMIT && got->stat.version != 0) return false;
     b_.waiting(+1);
     struct waiting_on_exit {
         dlock_backend& b;
@@ -439,8 +550,50 @@ bool acquisition::wait_for(const queue_entry& predecessor, int64_t deadline_ns, 
         own_watched_.clear();
         return false;
     }
-    return predecessor_is_head && event == ZOO_DELETED_EVENT &&
-           now_ns() - s_->confirmed_send_ns() < s_->timeout_ms() * ns_per_ms / 4;
+    return at.alone && event == ZOO_DELETED_EVENT && now_ns() - s_->confirmed_send_ns() < s_->timeout_ms() * ns_per_ms / 4;
+}
+
+// The first waiter of a semaphore: any holder's departure admits it, so it watches the semaphore
+// node's children (set by a listing, atomically with what it lists; its own node's watch rides in
+// the same round trip) and lists again when they change. Only this waiter watches the children, so
+// a release wakes one waiter; a newcomer's node wakes it too (one listing, no grant). Never grants
+// by itself: returns false, and the caller lists.
+bool acquisition::wait_for_children(int64_t deadline_ns) {
+    b_.watch(w_, *s_, lock_path_);  // a children event carries the lock node's path
+    struct unwatch_on_exit {
+        dlock_backend& b;
+        waiter& w;
+        ~unwatch_on_exit() { b.unwatch(w); }
+    } unwatch{b_, w_};
+    const bool watch_own = own_watched_ != own_path();
+    if (watch_own) b_.watching_own_node(w_, *s_, own_path());
+    auto listed = b_.children(*s_, lock_path_, true);
+    auto own = watch_own ? b_.get_and_watch(*s_, own_path()) : listed;
+    if (!b_.await(w_, {listed.get(), own.get()}, request_bound(), true)) return false;
+    if (watch_own) {
+        if (own->rc != ZOK) {
+            if (own->rc != ZNONODE) retryable(own->rc, "watching", own_path());
+            return false;
+        }
+        own_watched_ = own_path();
+        own_watched_since_ = own->done_order;
+    }
+    if (listed->rc != ZOK) {
+        if (listed->rc != ZNONODE) retryable(listed->rc, "listing", lock_path_);
+        return false;
+    }
+    // Admitted meanwhile (or no longer first): list again at once.
+    const auto queue = queue_of(listed->names);
+    const auto mine = std::find_if(queue.begin(), queue.end(), [&](const queue_entry& e) { return e.node == own_; });
+    if (mine == queue.end() || size_t(mine - queue.begin()) != permits_) return false;
+    b_.waiting(+1);
+    struct waiting_on_exit {
+        dlock_backend& b;
+        ~waiting_on_exit() { b.waiting(-1); }
+    } waiting{b_};
+    b_.wait_watch(w_, *s_, deadline_ns, own_watched_since_);
+    if (b_.own_node_event(w_, own_watched_since_) != 0) own_watched_.clear();
+    return false;
 }
 
 // Deletes what this acquisition created; what cannot be deleted now goes to the monitor.
@@ -604,9 +757,176 @@ int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_
     });
 }
 
+// ---- holders, list, break ------------------------------------------------------------------------
+
+// A holder's node: its queue entry and its czxid (the holder's fencing token).
+struct holder_node {
+    queue_entry entry;
+    uint64_t czxid = 0;
+};
+
+struct holders_of_node {
+    std::vector<holder_node> holders;
+    uint32_t permits = 0;  // a semaphore's stored limit (0: none stored)
+};
+
+class admin_reader {
+public:
+    explicit admin_reader(dlock_backend& b)
+        : b_(b), w_(b), s_(b.connected_session(w_, now_ns() + b.config().connect_timeout_ms * ns_per_ms, false)) {}
+
+    // The holders of the lock or semaphore whose node is `node`: by the recipe's rules (the head
+    // when it is a writer, else every reader before the first writer; a semaphore's N lowest), each
+    // read back for its czxid (one pipelined round trip); a holder gone meanwhile is left out.
+    holders_of_node holders(const std::string& node, bool semaphore) {
+        holders_of_node out;
+        auto listed = b_.children(*s_, node);
+        auto data = semaphore ? b_.get(*s_, node) : listed;
+        await({listed.get(), data.get()}, "listing " + node);
+        if (listed->rc == ZNONODE) return out;
+        check(listed->rc, "listing " + node);
+        const auto queue = queue_of(listed->names);
+        std::vector<const queue_entry*> holding;
+        if (semaphore) {
+            if (data->rc == ZOK) out.permits = uint32_t(std::strtoul(data->text.c_str(), nullptr, 10));
+            for (size_t i = 0; i < queue.size() && (out.permits == 0 || i < out.permits); ++i) holding.push_back(&queue[i]);
+        } else if (!queue.empty() && !queue.front().shared) {
+            holding.push_back(&queue.front());
+        } else {
+            for (const auto& e : queue) {
+                if (!e.shared) break;
+                holding.push_back(&e);
+            }
+        }
+        std::vector<call_ptr> stats;
+        for (const queue_entry* e : holding) stats.push_back(b_.exists(*s_, join_path(node, e->node)));
+        for (size_t i = 0; i < holding.size(); ++i) {
+            await({stats[i].get()}, "reading " + holding[i]->node);
+            if (stats[i]->rc == ZNONODE) continue;
+            check(stats[i]->rc, "reading " + join_path(node, holding[i]->node));
+            out.holders.push_back({*holding[i], uint64_t(stats[i]->stat.czxid)});
+        }
+        return out;
+    }
+
+    // The children of `node` (none when it does not exist).
+    std::vector<std::string> children(const std::string& node) {
+        auto listed = b_.children(*s_, node);
+        await({listed.get()}, "listing " + node);
+        if (listed->rc == ZNONODE) return {};
+        check(listed->rc, "listing " + node);
+        return listed->names;
+    }
+
+    // Deletes the holders' nodes (pipelined); returns how many this call deleted.
+    size_t remove(const std::string& node, const std::vector<holder_node>& holders) {
+        std::vector<call_ptr> removals;
+        for (const auto& h : holders) removals.push_back(b_.remove(*s_, join_path(node, h.entry.node)));
+        size_t removed = 0;
+        for (size_t i = 0; i < holders.size(); ++i) {
+            const std::string path = join_path(node, holders[i].entry.node);
+            if (!b_.await(w_, {removals[i].get()}, now_ns() + s_->timeout_ms() * ns_per_ms, false))
+                fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` got no answer; {} holder node(s) deleted before it", b_.where(s_.get()),
+                                                path, removed));
+            const int rc = removals[i]->rc;
+            if (rc == ZOK) ++removed;
+            else if (rc == ZNOAUTH)
+                fail(DLOCK_PERMISSION,
+                     fmt::format("{}: permission denied deleting `{}`: breaking a lock needs DELETE on its node `{}`, which this client ({}) "
+                                 "lacks; the node's ACL gives it to the identity that created it (see docs/backends/zookeeper.md)",
+                                 b_.where(s_.get()), path, node,
+                                 b_.config().user.empty() ? "unauthenticated" : "digest user `" + b_.config().user + "`"));
+            else if (outcome_unknown(rc))
+                fail(DLOCK_UNKNOWN, fmt::format("{}: deleting `{}` failed: {}; {} holder node(s) deleted before it", b_.where(s_.get()), path,
+                                                zerror(rc), removed));
+            else if (rc != ZNONODE)
+                check(rc, "deleting " + path);
+        }
+        return removed;
+    }
+
+private:
+    void await(std::initializer_list<call*> calls, const std::string& doing) {
+        if (!b_.await(w_, calls, now_ns() + s_->timeout_ms() * ns_per_ms, false)) check(ZOPERATIONTIMEOUT, doing);
+    }
+    void check(int rc, const std::string& doing) {
+        if (rc == ZOK) return;
+        if (rc == ZNOAUTH)
+            fail(DLOCK_PERMISSION, fmt::format("{}: permission denied {}: the node's ACL does not grant this client ({})", b_.where(s_.get()),
+                                               doing, b_.config().user.empty() ? "unauthenticated" : "digest user `" + b_.config().user + "`"));
+        fail(outcome_unknown(rc) || session_gone(rc) ? DLOCK_UNAVAILABLE : DLOCK_BACKEND,
+             fmt::format("{}: {} failed: {}", b_.where(s_.get()), doing, zerror(rc)));
+    }
+
+    dlock_backend& b_;
+    scoped_waiter w_;
+    std::shared_ptr<session> s_;
+};
+
+// Visits each holder; false when the visitor asked to stop.
+bool visit_holders(const std::string& name, bool semaphore, const holders_of_node& read, dlock_holder_visitor visit, void* user_data) {
+    for (const auto& h : read.holders) {
+        dlock_holder_info info{};
+        info.struct_size = sizeof info;
+        info.name = name.c_str();
+        info.kind = semaphore ? DLOCK_HOLD_PERMIT : h.entry.shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
+        info.permits = semaphore ? read.permits : 0;
+        const size_t n = std::min(h.entry.guid.size(), sizeof info.holder - 1);
+        std::memcpy(info.holder, h.entry.guid.data(), n);
+        info.fencing_token = h.czxid;
+        info.ttl_left_ms = -1;  // bound to the holder's session, not to a ttl
+        if (visit(&info, user_data) != 0) return false;
+    }
+    return true;
+}
+
+int zk_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "zookeeper", [&] {
+        admin_reader reader(*b);
+        visit_holders(name, semaphore != 0, reader.holders(node_of(b->config(), name, semaphore != 0), semaphore != 0), visit, user_data);
+        return DLOCK_OK;
+    });
+}
+
+// Walks base_path: every child whose name unescapes is a lock, every child of the semaphores' node
+// a semaphore; anything else (nodes dlock did not create) is skipped.
+int zk_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "zookeeper", [&] {
+        admin_reader reader(*b);
+        const std::string base = b->config().base_path, wanted = prefix ? prefix : "";
+        auto walk = [&](const std::string& parent, bool semaphore) {
+            auto names = reader.children(parent);
+            std::sort(names.begin(), names.end());
+            for (const auto& element : names) {
+                if (!semaphore && element == semaphores_node) continue;
+                const auto name = unescape_name(element);
+                if (!name || name->compare(0, wanted.size(), wanted) != 0) continue;
+                if (!visit_holders(*name, semaphore, reader.holders(join_path(parent, element), semaphore), visit, user_data)) return false;
+            }
+            return true;
+        };
+        if (walk(base, false)) walk(join_path(base, semaphores_node), true);
+        return DLOCK_OK;
+    });
+}
+
+// Deletes every holder's node. Fenced by the recipe: every node still queued was created after
+// every holder's, and a new one after the break, so the next holder's czxid is higher. A broken
+// holder's watch reports it LOST (backend.cpp), its release answers LOST.
+int zk_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
+    return guarded(error, "zookeeper", [&] {
+        admin_reader reader(*b);
+        const std::string node = node_of(b->config(), name, semaphore != 0);
+        const auto read = reader.holders(node, semaphore != 0);
+        *out_broken = reader.remove(node, read.holders);
+        if (*out_broken) b->log(1, fmt::format("{}: broke {} hold(s) of `{}`", b->where(nullptr), *out_broken, name));
+        return DLOCK_OK;
+    });
+}
+
 const dlock_plugin zookeeper_plugin = {
     sizeof(dlock_plugin),
-    1,
+    2,
     "zookeeper",
     "ZooKeeper ensemble: the fair lock recipe (ephemeral sequential nodes, watch on the predecessor); czxid fencing; "
     "locks bound to the session.",
@@ -621,11 +941,16 @@ const dlock_plugin zookeeper_plugin = {
     zk_hold_destroy,
     zk_renew,
     zk_inspect,
+    zk_holders,
+    zk_list,
+    zk_break,
 };
+
+const dlock_plugin zookeeper_plugin_v1 = dlock::plugin_kit::as_version_1(zookeeper_plugin);
 
 }  // namespace
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_kit::negotiate_v1(host_max_version, &zookeeper_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v2(host_max_version, &zookeeper_plugin, &zookeeper_plugin_v1, out, out_min_version);
 }
