@@ -202,13 +202,18 @@ backend::backend(const settings& s, const dlock_plugin_host& host) : config_(s),
     sql_.lease_table = db + quote_identifier(s.table);
     sql_.named_table = db + quote_identifier(s.table + "_named");
     sql_.version_table = db + quote_identifier(s.table + "_schema");
+    sql_.holders_table = db + quote_identifier(s.table + "_holders");
     holder_ = holder_description();
-    connections_ = std::make_unique<pool>(config_, config_.mode == lock_mode::lease ? sql_.lease() : sql_.named());
+    auto prepared = config_.mode == lock_mode::lease ? sql_.lease() : sql_.named();
+    if (config_.mode == lock_mode::lease)
+        for (auto& statement : sql_.permits()) prepared.push_back(std::move(statement));
+    connections_ = std::make_unique<pool>(config_, std::move(prepared));
     // Connect eagerly: a wrong address, password or server is an error at open, not at first use.
     auto c = connections_->borrow(now_ns() + 5'000'000'000);
     try {
         check_server(*c);
         ensure_schema(*c);
+        if (config_.mode == lock_mode::lease) holders_ready_ = ensure_holders_table(*c);
     } catch (const error& e) {
         c->mark_broken();
         throw classify(config_, e, "setup (checking the server and dlock's tables)", false);
@@ -265,10 +270,56 @@ void backend::ensure_schema(connection& c) {
     }
 }
 
+// The holders table (semaphores), created when missing. A user that may not create it still locks;
+// it gets no SEMAPHORE capability, and the log says why.
+bool backend::ensure_holders_table(connection& c) {
+    try {
+        c.query(sql_.holders_table_ddl(), statement_deadline());
+        return true;
+    } catch (const error& e) {
+        if (e.lost) throw;
+        if (host_.log)
+            host_.log(host_.context, 1,
+                      fmt::format("mysql {}: cannot create the holders table {} ({}); semaphores are off until an "
+                                  "administrator creates it (docs/backends/mysql.md)", config_.server, sql_.holders_table, e.message)
+                          .c_str());
+        return false;
+    }
+}
+
 uint64_t backend::capabilities() const {
     if (config_.mode == lock_mode::advisory)
         return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
-    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING;
+    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | (holders_ready_ ? DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST : 0);
+}
+
+std::vector<holder_row> backend::holders(const std::string& name_or_prefix, bool exact) {
+    if (!(capabilities() & DLOCK_CAP_LIST))
+        fail(DLOCK_NOT_SUPPORTED, fmt::format("sql backend: mysql {}: holders and list need lease mode with dlock's holders "
+                                              "table (docs/backends/mysql.md)", config_.server));
+    const int64_t deadline = statement_deadline();
+    auto c = connections_->borrow(deadline);
+    result r;
+    try {
+        const int64_t one = exact ? 1 : 0;
+        const std::string& n = name_or_prefix;
+        r = c->run("holders", {one, n, n, n, one, n, n, n}, deadline);
+    } catch (const error& e) {
+        if (e.lost) c->mark_broken();
+        throw classify(config_, e, exact ? fmt::format("reading the holders of `{}`", name_or_prefix) : "listing the holders", false);
+    }
+    std::vector<holder_row> out;
+    for (const auto& row : r.rows) {
+        holder_row h;
+        h.name = row.at(0).value_or("");
+        h.kind = uint32_t(as_i64(row.at(1)));
+        h.permits = uint32_t(as_i64(row.at(2)));
+        h.owner = row.at(3).value_or("");
+        h.fence = as_u64(row.at(4));
+        h.ttl_left_ms = row.at(5) ? as_i64(row.at(5)) : -1;
+        out.push_back(std::move(h));
+    }
+    return out;
 }
 
 void backend::interrupt() {
@@ -285,10 +336,135 @@ int backend::acquire(const dlock_acquire_request* req, std::unique_ptr<hold>& h,
     h->name = req->name;
     h->owner = req->owner;
     h->host_lease = req->host_lease;
+    const uint32_t kind = DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits) ? req->kind : uint32_t(DLOCK_HOLD_EXCLUSIVE);
+    if (kind == DLOCK_HOLD_PERMIT && (capabilities() & DLOCK_CAP_SEMAPHORE)) return acquire_permit(req, *h, grant);
+    if (kind != DLOCK_HOLD_EXCLUSIVE)
+        fail(DLOCK_NOT_SUPPORTED, fmt::format("sql backend: mysql {}: no {} in this mode (docs/backends/mysql.md)", config_.server,
+                                              kind == DLOCK_HOLD_SHARED ? "shared locks" : "semaphores"));
     return config_.mode == lock_mode::lease ? acquire_lease(req, *h, grant) : acquire_named(req, h, grant);
 }
 
-int backend::release(hold* h) { return config_.mode == lock_mode::lease ? release_lease(h) : release_named(h); }
+int backend::release(hold* h) {
+    if (h->permit) return release_permit(h);
+    return config_.mode == lock_mode::lease ? release_lease(h) : release_named(h);
+}
+
+// ---- lease mode: semaphores ---------------------------------------------------------------------
+
+bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence,
+                         int64_t& wait_ms) {
+    const int64_t n = limit;
+    // An `error` escaping from here leaves the transaction open: the caller ends the connection.
+    c.query("START TRANSACTION", deadline);
+    try {
+        result header = c.run("permit_header", {h.name}, deadline);
+        if (header.rows.empty()) {
+            c.run("permit_create", {h.name, n}, deadline);
+            header = c.run("permit_header", {h.name}, deadline);
+        }
+        if (!header.rows.at(0).at(0)) {  // forgotten by a break: ours is the limit now
+            c.run("permit_set_limit", {n, h.name}, deadline);
+            header = c.run("permit_header", {h.name}, deadline);
+        }
+        const int64_t stored = as_i64(header.rows.at(0).at(0));
+        if (stored != n)
+            fail(DLOCK_INVALID_ARGUMENT,
+                 fmt::format("sql backend: semaphore `{}` on {} has a limit of {} permits; this acquire asks for {} (every client "
+                             "of a semaphore must give the same limit; a break forgets it)", h.name, where(), stored, n));
+        int64_t slot = 0;
+        const result free = c.run("permit_free_slot", {h.name, n}, deadline);
+        if (!free.rows.empty()) {
+            slot = as_i64(free.rows[0][0]);
+        } else {
+            const result slots = c.run("permit_slots", {h.name, n}, deadline);
+            const int64_t existing = as_i64(slots.rows.at(0).at(0));
+            if (existing >= n) {
+                c.query("ROLLBACK", deadline);
+                wait_ms = slots.rows[0][1] ? as_i64(slots.rows[0][1]) : -1;
+                return false;
+            }
+            slot = existing + 1;  // slots are created in order, 1..existing exist
+        }
+        fence = c.run("permit_next_fence", {h.name}, deadline).insert_id;
+        c.run("permit_take", {h.name, slot, h.owner, int64_t(fence), ttl_ms * 1000, holder_}, deadline);
+        c.query("COMMIT", deadline);
+        return true;
+    } catch (const failure&) {
+        c.mark_broken();  // ends the session, and the transaction with it
+        throw;
+    }
+}
+
+int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_grant* grant) {
+    h.permit = true;
+    std::optional<std::minstd_rand> jitter;
+    int64_t pause_ns = 1'000'000;
+    for (;;) {
+        if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        int64_t deadline = statement_deadline();
+        if (req->deadline_ns != 0 && req->deadline_ns > now_ns()) deadline = std::min(deadline, req->deadline_ns);
+        auto c = connections_->borrow(deadline, true);
+        const int64_t sent = now_ns();
+        uint64_t fence = 0;
+        int64_t wait_ms = -1;
+        bool taken = false;
+        try {
+            taken = try_permit(*c, h, req->permits, req->ttl_ms, deadline, fence, wait_ms);
+        } catch (const error& e) {
+            c->mark_broken();  // ends the session: an open transaction rolls back
+            if (!e.lost) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
+            // The COMMIT may have been applied: only a permit row carrying our token proves it.
+            connections_->give_back(c.detach());
+            auto again = connections_->borrow(statement_deadline());
+            try {
+                const result back = again->run("permit_read_back", {h.name, h.owner}, statement_deadline());
+                if (back.rows.empty())
+                    fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit "
+                                                        "of `{}` ({}); the row read back shows it was not taken; retry",
+                                                        where(), h.name, e.message));
+                taken = true;
+                fence = as_u64(back.rows[0][0]);
+            } catch (const error& e2) {
+                again->mark_broken();
+                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit of `{}` "
+                                                "({}) and reading the row back failed too ({}); it is not reported held; if it "
+                                                "committed, the permit expires after its ttl", where(), h.name, e.message, e2.message));
+            }
+        }
+        if (taken) {
+            grant->fencing_token = fence;
+            grant->valid_until_ns = h.granted(sent, req->ttl_ms);
+            grant->ttl_ms = req->ttl_ms;
+            return DLOCK_OK;
+        }
+        const int64_t now = now_ns();
+        if (req->deadline_ns == 0 || now >= req->deadline_ns)
+            fail(DLOCK_TIMEOUT, fmt::format("all {} permits of semaphore `{}` are held on {}", req->permits, h.name, where()));
+        // Held: poll as a lock waiter does, but never past the first permit's expiry.
+        if (!jitter) jitter.emplace(std::random_device{}());
+        int64_t sleep_ns = pause_ns / 2 + int64_t((*jitter)() % uint64_t(pause_ns / 2 + 1));
+        if (wait_ms >= 0) sleep_ns = std::min(sleep_ns, (wait_ms + 1) * 1'000'000);
+        pause_ns = std::min(pause_ns * 2, longest_poll_ns);
+        const int64_t until = std::min(req->deadline_ns, now + sleep_ns);
+        const timespec ts{time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
+        nanosleep(&ts, nullptr);
+    }
+}
+
+int backend::release_permit(hold* h) {
+    const int64_t deadline = statement_deadline();
+    auto c = connections_->borrow(deadline);
+    const int64_t sent = now_ns();
+    try {
+        const result r = c->run("permit_release", {h->name, h->owner}, deadline);
+        return h->release_answered(r.affected > 0);
+    } catch (const error& e) {
+        if (e.lost) c->mark_broken();
+        h->release_unanswered(sent);
+        const failure f = classify(config_, e, fmt::format("the release of a permit of `{}`", h->name), true);
+        fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+    }
+}
 
 // ---- lease mode ---------------------------------------------------------------------------------
 
@@ -476,6 +652,27 @@ int backend::release_named(hold* h) {
 }
 
 int backend::renew(dlock_renewal* renewals, size_t count, const std::function<hold*(dlock_hold*)>& of) {
+    if (config_.mode == lock_mode::lease && std::any_of(renewals, renewals + count, [&](const dlock_renewal& r) { return of(r.hold)->permit; })) {
+        // A batch with permits: one statement per lease, on one connection.
+        const int64_t deadline = renewal_deadline(statement_deadline(), renewals, count, of);
+        auto c = connections_->borrow(deadline);
+        for (size_t i = 0; i < count; ++i) {
+            hold* h = of(renewals[i].hold);
+            const int64_t sent = now_ns();
+            std::set<std::string> extended;
+            try {
+                if (c->run(h->permit ? "permit_renew" : "renew", {renewals[i].ttl_ms * 1000, h->name, h->owner}, std::max(deadline, sent + 1))
+                        .affected > 0)
+                    extended.insert(h->owner);
+            } catch (const error& e) {
+                if (e.lost) c->mark_broken();
+                for (size_t j = i; j < count; ++j) renewals[j].status = e.lost ? DLOCK_UNKNOWN : DLOCK_BACKEND;
+                break;
+            }
+            record_renewals(renewals, i, i + 1, sent, extended, of);
+        }
+        return DLOCK_OK;
+    }
     if (config_.mode == lock_mode::lease) {
         const int64_t deadline = renewal_deadline(statement_deadline(), renewals, count, of);
         auto c = connections_->borrow(deadline);

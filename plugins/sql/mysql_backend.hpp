@@ -44,6 +44,7 @@ std::string named_lock_key(const std::string& name);
 // One acquisition held by this client (lease mode: its lease_state).
 struct hold : lease_state {
     std::string name, owner, key;
+    bool permit = false;  // lease mode: one permit of the semaphore `name`
     void* host_lease = nullptr;
     std::unique_ptr<connection> held;  // named mode: the session whose GET_LOCK this is
 };
@@ -81,6 +82,16 @@ private:
     std::thread thread_;
 };
 
+// One current holder, as holders() reads it.
+struct holder_row {
+    std::string name;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;
+    uint32_t permits = 0;
+    std::string owner;
+    uint64_t fence = 0;
+    int64_t ttl_left_ms = -1;
+};
+
 class backend {
 public:
     // Connects, checks the server (writable), creates dlock's tables when missing. Throws failure.
@@ -93,6 +104,9 @@ public:
     // `of` finds this dialect's hold in the host's renewal entries.
     int renew(dlock_renewal* renewals, size_t count, const std::function<hold*(dlock_hold*)>& of);
     int inspect(const char* name, dlock_lock_info* info);
+    // Lease mode with the holders table: every holder of the lock or semaphore `name` (exact) or of
+    // every name starting with it. Throws failure (NOT_SUPPORTED without the table).
+    std::vector<holder_row> holders(const std::string& name_or_prefix, bool exact);
     void destroy_hold(hold* h);
     void interrupt();
 
@@ -101,6 +115,12 @@ private:
     int acquire_named(const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
     int acquire_named_once(const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant, bool& unanswered);
     int release_lease(hold* h);
+    int acquire_permit(const dlock_acquire_request* req, hold& h, dlock_grant* grant);
+    // One transaction: takes a free permit of at most `limit` and writes its fence into `fence`, or
+    // returns false with the ms until the first held permit expires in `wait_ms`.
+    bool try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence, int64_t& wait_ms);
+    int release_permit(hold* h);
+    bool ensure_holders_table(connection& c);
     int release_named(hold* h);
     held_monitor& monitor_for_holds();
     void check_server(connection& c);
@@ -114,6 +134,7 @@ private:
     std::string holder_;
     std::unique_ptr<pool> connections_;
     std::atomic<bool> interrupted_{false};
+    bool holders_ready_ = false;  // lease mode: the holders table exists (semaphores are offered)
     std::mutex waiting_mutex_;
     std::vector<connection*> waiting_;  // named mode: blocked in GET_LOCK (interrupt shuts them down)
     std::mutex monitor_mutex_;

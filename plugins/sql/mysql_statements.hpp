@@ -25,6 +25,7 @@ inline std::string quote_identifier(const std::string& identifier) {
 
 struct statements {
     std::string lease_table, named_table, version_table;  // quoted, database-qualified when configured
+    std::string holders_table;  // quoted, database-qualified when configured: semaphore permits
 
     // Schema version 1. Names are VARBINARY: compared byte by byte, never by a collation, so
     // distinct names never compare equal. InnoDB, so every statement is atomic and durable.
@@ -74,6 +75,64 @@ struct statements {
             {"inspect", fmt::format(
                  "SELECT owner, fence, owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6),"
                  " GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expiry) / 1000)) FROM {} WHERE name = ?", T)},
+        };
+    }
+
+    // Lease mode's semaphores, beside the tables of schema version 1 (created when the user may; an
+    // older dlock ignores it). Semaphore `name`: slot 0 keeps the limit and the fencing counter,
+    // slots 1..limit are the permits (created as they are first needed).
+    std::string holders_table_ddl() const {
+        return fmt::format("CREATE TABLE IF NOT EXISTS {} (kind CHAR(1) CHARACTER SET ascii NOT NULL, "
+                           "name VARBINARY(1024) NOT NULL, slot INT NOT NULL, permits INT NULL, "
+                           "owner CHAR(32) CHARACTER SET ascii NULL, fence BIGINT UNSIGNED NOT NULL, expiry DATETIME(6) NULL, "
+                           "holder VARBINARY(255) NULL, acquired_at DATETIME(6) NULL, PRIMARY KEY (kind, name, slot)) ENGINE=InnoDB",
+                           holders_table);
+    }
+
+    // A permit is taken in one transaction that first locks the semaphore's slot 0 (every acquirer
+    // of the semaphore queues there), then reads and writes with locking (current) reads only.
+    std::vector<std::pair<std::string, std::string>> permits() const {
+        const std::string& H = holders_table;
+        return {
+            // ? name → limit (NULL: forgotten by a break), fence. Locks slot 0.
+            {"permit_header", fmt::format("SELECT permits, fence FROM {} WHERE kind = 'P' AND name = ? AND slot = 0 FOR UPDATE", H)},
+            // ? name, limit: a semaphore's slot 0 (no effect when it exists).
+            {"permit_create", fmt::format("INSERT IGNORE INTO {} (kind, name, slot, permits, fence) VALUES ('P', ?, 0, ?, 0)", H)},
+            // ? limit, name: stores the limit a break forgot.
+            {"permit_set_limit", fmt::format("UPDATE {} SET permits = ? WHERE kind = 'P' AND name = ? AND slot = 0 AND permits IS NULL", H)},
+            // ? name, limit → the lowest free or expired permit slot within the limit.
+            {"permit_free_slot", fmt::format("SELECT slot FROM {} WHERE kind = 'P' AND name = ? AND slot BETWEEN 1 AND ?"
+                                             " AND (owner IS NULL OR expiry <= UTC_TIMESTAMP(6)) ORDER BY slot LIMIT 1 FOR UPDATE", H)},
+            // ? name, limit → slots that exist, ms until the first held permit expires.
+            {"permit_slots", fmt::format("SELECT COUNT(*), GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),"
+                                         " MIN(IF(owner IS NULL, NULL, expiry))) / 1000)) FROM {}"
+                                         " WHERE kind = 'P' AND name = ? AND slot BETWEEN 1 AND ? FOR UPDATE", H)},
+            // ? name: the next fence, in LAST_INSERT_ID.
+            {"permit_next_fence", fmt::format("UPDATE {} SET fence = LAST_INSERT_ID(fence + 1) WHERE kind = 'P' AND name = ? AND slot = 0", H)},
+            // ? name, slot, owner, fence, ttl µs, holder: takes (or creates) a slot.
+            {"permit_take", fmt::format("INSERT INTO {} (kind, name, slot, owner, fence, expiry, holder, acquired_at)"
+                                        " VALUES ('P', ?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))"
+                                        " ON DUPLICATE KEY UPDATE owner = VALUES(owner), fence = VALUES(fence), expiry = VALUES(expiry),"
+                                        "  holder = VALUES(holder), acquired_at = VALUES(acquired_at)", H)},
+            // ? name, owner → 1 affected row when released.
+            {"permit_release", fmt::format("UPDATE {} SET owner = NULL, expiry = NULL, holder = NULL"
+                                           " WHERE kind = 'P' AND name = ? AND slot > 0 AND owner = ?", H)},
+            // ? ttl µs, name, owner → 1 affected row when extended.
+            {"permit_renew", fmt::format("UPDATE {} SET expiry = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+                                         " WHERE kind = 'P' AND name = ? AND slot > 0 AND owner = ?", H)},
+            // ? exact (1: the one name ?, 0: every name starting with ?), name, name (twice more for
+            // the permits) → name, kind (0 exclusive, 2 permit), limit, owner, fence, ms left.
+            {"holders", fmt::format(
+                 "SELECT name, 0, NULL, owner, fence, GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expiry) / 1000))"
+                 " FROM {0} WHERE owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6) AND IF(?, name = ?, LEFT(name, LENGTH(?)) = ?)"
+                 " UNION ALL SELECT h.name, 2, s.permits, h.owner, h.fence,"
+                 "  GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expiry) / 1000))"
+                 " FROM {1} h JOIN {1} s ON s.kind = 'P' AND s.name = h.name AND s.slot = 0"
+                 " WHERE h.kind = 'P' AND h.slot BETWEEN 1 AND s.permits AND h.owner IS NOT NULL AND h.expiry > UTC_TIMESTAMP(6)"
+                 "  AND IF(?, h.name = ?, LEFT(h.name, LENGTH(?)) = ?)", lease_table, H)},
+            // ? name, owner → the fence when the permit row carries our token and has not expired.
+            {"permit_read_back", fmt::format("SELECT fence FROM {} WHERE kind = 'P' AND name = ? AND slot > 0 AND owner = ?"
+                                             " AND expiry > UTC_TIMESTAMP(6)", H)},
         };
     }
 

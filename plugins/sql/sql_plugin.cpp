@@ -135,6 +135,7 @@ const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "s
 struct dlock_hold : lease_state {
     std::string name;
     std::string owner;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
     std::string channel;  // lease mode
     int64_t key = 0;      // advisory mode
     void* host_lease = nullptr;
@@ -150,6 +151,9 @@ struct dlock_backend {
     std::string holder;
     std::unique_ptr<pool> sessions;
     std::atomic<bool> interrupted{false};
+    // Lease mode: the holders table and the lease table's `readers` column exist (semaphores,
+    // shared locks, holders, list and break are offered).
+    bool shared_ready = false;
 
     // Lease mode: the LISTEN connection, started by the first wait.
     std::mutex listener_mutex;
@@ -191,6 +195,13 @@ struct dlock_backend {
         return int64_t(hash64(std::string("turnstile") + '\0' + sql.lease_table + '\0' + name));
     }
     int64_t key_for(const std::string& name) const { return int64_t(hash64(sql.advisory_table + '\0' + name)); }
+    // A semaphore's own channel and turnstile (a semaphore and a lock of one name are distinct).
+    std::string semaphore_channel_for(const std::string& name) const {
+        return fmt::format("dlock_{:016x}", hash64(std::string("semaphore") + '\0' + sql.holders_table + '\0' + name));
+    }
+    int64_t semaphore_turnstile_key_for(const std::string& name) const {
+        return int64_t(hash64(std::string("semaphore turnstile") + '\0' + sql.holders_table + '\0' + name));
+    }
 
     ~dlock_backend() {
         {
@@ -341,6 +352,42 @@ void check_server(dlock_backend& b, session& s) {
                        .c_str());
 }
 
+// Lease mode: the holders table and the lease table's `readers` column, created when missing. A
+// role that may not create them (an administrator owns the tables) still gets plain locks: the
+// backend then offers no semaphores, shared locks, holders, list or break, and says so in the log.
+bool ensure_shared_tables(dlock_backend& b, session& s) {
+    libpqxx_call_scope scope;
+    const auto present = [&] {
+        return s.within(b.statement_deadline(), [&] {
+            pqxx::nontransaction tx(s.connection());
+            return tx.exec_params("SELECT to_regclass($1) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
+                                  "attrelid = to_regclass($2) AND attname = 'readers' AND NOT attisdropped)",
+                                  b.sql.holders_table, b.sql.lease_table)[0][0]
+                .as<bool>();
+        });
+    };
+    if (present()) return true;
+    try {
+        s.within(b.statement_deadline(), [&] {
+            pqxx::work ddl(s.connection());
+            ddl.exec("SELECT pg_advisory_xact_lock(7428178217163315313)");  // the DDL lock of ensure_schema
+            for (const std::string& change : b.sql.shared_tables()) ddl.exec(change);
+            ddl.commit();
+            return 0;
+        });
+        return true;
+    } catch (const pqxx::sql_error& e) {
+        if (b.host.log)
+            b.host.log(b.host.context, 1,
+                       fmt::format("postgres {}: cannot add the holders table {} and the `readers` column of "
+                                   "{} ({}); semaphores, shared locks, list and break are off until an administrator "
+                                   "adds them (docs/backends/sql.md, \"Semaphores and shared locks\")",
+                                   b.config.server, b.sql.holders_table, b.sql.lease_table, sqlstate_of(e))
+                           .c_str());
+        return false;
+    }
+}
+
 // Creates schema and tables when missing (serialized among concurrent clients by a transaction
 // advisory lock) and checks the schema version row, so a later dlock can migrate.
 void ensure_schema(dlock_backend& b, session& s) {
@@ -375,6 +422,7 @@ void ensure_schema(dlock_backend& b, session& s) {
         fail(DLOCK_CONFIG, fmt::format("sql backend: the tables at {} on postgres {} use dlock schema version {}, newer "
                                        "than this dlock understands ({}); upgrade dlock or use another `table`",
                                        b.sql.lease_table, c.server, found, schema_version));
+    if (c.mode == lock_mode::lease) b.shared_ready = ensure_shared_tables(b, s);
 }
 
 int sql_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
@@ -423,8 +471,12 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         b->sql.lease_table = schema_q + "." + quote_identifier(c.table);
         b->sql.advisory_table = schema_q + "." + quote_identifier(c.table + "_advisory");
         b->sql.version_table = schema_q + "." + quote_identifier(c.table + "_schema");
+        b->sql.holders_table = schema_q + "." + quote_identifier(c.table + "_holders");
         b->holder = holder_description();
-        b->sessions = std::make_unique<pool>(c, c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory());
+        auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
+        if (c.mode == lock_mode::lease)
+            for (auto& statement : b->sql.shared()) prepared.push_back(std::move(statement));
+        b->sessions = std::make_unique<pool>(c, std::move(prepared));
         {
             // Connect eagerly: a wrong address, password or server is an error at open, not at first use.
             auto s = b->sessions->borrow(now_ns() + 5'000'000'000);
@@ -448,8 +500,11 @@ void sql_destroy(dlock_backend* b) { delete b; }
 uint64_t sql_capabilities(dlock_backend* b) {
     if (b && b->mysql) return b->mysql->capabilities();
     if (b && b->config.mode == lock_mode::advisory)
-        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND;
-    return DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT;
+        return DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_SESSION_BOUND | DLOCK_CAP_SHARED;
+    const uint64_t lease = DLOCK_CAP_TTL | DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_PUSH_WAIT;
+    // Without a backend (the defaults): what a role that may create dlock's tables gets.
+    if (!b || b->shared_ready) return lease | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    return lease;
 }
 
 void sql_interrupt(dlock_backend* b) {
@@ -580,14 +635,18 @@ class turnstile {
 public:
     // Waits for admission until the request's deadline. Throws failure: DLOCK_TIMEOUT when the
     // deadline passed in the queue, DLOCK_CANCELLED when the client closes, else the classified error.
-    turnstile(dlock_backend* b, const dlock_acquire_request* req) : b_(b), key_(b->turnstile_key_for(req->name)) {
+    turnstile(dlock_backend* b, const dlock_acquire_request* req) : turnstile(b, req, b->turnstile_key_for(req->name), false) {}
+    // The queue `key`; `shared`: a reader's place (admitted together with the readers before it,
+    // after every writer queued before it; writers queued after it wait for it).
+    turnstile(dlock_backend* b, const dlock_acquire_request* req, int64_t key, bool shared) : b_(b), key_(key), shared_(shared) {
         session_ = b->sessions->borrow(req->deadline_ns, true);
         const waiting_session registered(b, &*session_);
         // Bounded by lock_timeout on the server, and given up a client-side limit later.
         const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
         const int64_t deadline = req->deadline_ns == forever_ns ? forever_ns : std::max(req->deadline_ns, now_ns()) + limit_ns;
         try {
-            session_->run_until(deadline, "turnstile_enter", key_, lock_timeout_for(req->deadline_ns));
+            session_->run_until(deadline, shared_ ? "turnstile_enter_shared" : "turnstile_enter", key_,
+                                lock_timeout_for(req->deadline_ns));
         } catch (const std::exception& e) {
             const bool not_admitted = sqlstate_of(e) == "55P03";
             if (!not_admitted) session_->mark_broken();  // whatever it may have been granted ends with it
@@ -610,7 +669,9 @@ public:
             return;
         }
         try {
-            if (!session_->run_until(b_->statement_deadline(), "turnstile_leave", key_)[0][0].as<bool>()) session_->mark_broken();
+            if (!session_->run_until(b_->statement_deadline(), shared_ ? "turnstile_leave_shared" : "turnstile_leave", key_)[0][0]
+                     .as<bool>())
+                session_->mark_broken();
         } catch (const std::exception&) {
             session_->mark_broken();
         }
@@ -620,6 +681,7 @@ public:
 private:
     dlock_backend* b_;
     int64_t key_;
+    bool shared_ = false;
     pool::lease session_;
 };
 
@@ -741,30 +803,204 @@ int release_lease(dlock_backend* b, dlock_hold* h) {
     }
 }
 
+// One statement per kind of hold in the batch (a batch of exclusive holds is one statement, as
+// before semaphores existed); owner tokens are unique, so one set of extended owners answers all.
 int renew_lease(dlock_backend* b, dlock_renewal* renewals, size_t count) {
-    std::vector<std::string> names, owners, ttls;
-    for (size_t i = 0; i < count; ++i) {
-        names.push_back(renewals[i].hold->name);
-        owners.push_back(renewals[i].hold->owner);
-        ttls.push_back(std::to_string(renewals[i].ttl_ms));
-    }
     const auto itself = [](dlock_hold* h) { return h; };
     const int64_t deadline = renewal_deadline(b->statement_deadline(), renewals, count, itself);
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
-    pqxx::result r;
-    try {
-        r = s->run_until(deadline, "renew", text_array(names), text_array(owners),
-                         "{" + fmt::format("{}", fmt::join(ttls, ",")) + "}");
-    } catch (const std::exception& e) {
-        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        const failure f = classify(b->config, e, fmt::format("renewing {} leases", count), true);
-        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_PERMISSION ? f.status : DLOCK_UNKNOWN, f.message);
-    }
     std::set<std::string> extended;
-    for (const auto& row : r) extended.insert(row[0].as<std::string>());
+    const std::pair<uint32_t, const char*> kinds[] = {
+        {DLOCK_HOLD_EXCLUSIVE, "renew"}, {DLOCK_HOLD_SHARED, "shared_renew"}, {DLOCK_HOLD_PERMIT, "permit_renew"}};
+    for (const auto& [kind, statement] : kinds) {
+        std::vector<std::string> names, owners, ttls;
+        for (size_t i = 0; i < count; ++i) {
+            if (renewals[i].hold->kind != kind) continue;
+            names.push_back(renewals[i].hold->name);
+            owners.push_back(renewals[i].hold->owner);
+            ttls.push_back(std::to_string(renewals[i].ttl_ms));
+        }
+        if (names.empty()) continue;
+        pqxx::result r;
+        try {
+            r = s->run_until(deadline, statement, text_array(names), text_array(owners),
+                             "{" + fmt::format("{}", fmt::join(ttls, ",")) + "}");
+        } catch (const std::exception& e) {
+            if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+            const failure f = classify(b->config, e, fmt::format("renewing {} leases", count), true);
+            fail(f.status == DLOCK_BACKEND || f.status == DLOCK_PERMISSION ? f.status : DLOCK_UNKNOWN, f.message);
+        }
+        for (const auto& row : r) extended.insert(row[0].as<std::string>());
+    }
     record_renewals(renewals, 0, count, sent, extended, itself);
     return DLOCK_OK;
+}
+
+// ---- lease mode: shared holds and semaphore permits ---------------------------------------------
+
+// How long a reader held back by a queued writer waits before it looks again: the writer notifies
+// when it releases, but not when it gives up waiting.
+constexpr int64_t writer_queue_recheck_ns = 200'000'000;
+
+struct holder_attempt {
+    bool acquired = false;
+    uint64_t fence = 0;
+    int64_t wait_ms = -1;  // until the first holder's expiry; -1: until a release (or the recheck)
+    int64_t sent_ns = 0;
+    bool outcome_was_unknown = false;  // the connection dropped; the row read back was not ours
+};
+
+// One attempt at a shared hold or a permit (statements shared_acquire, permit_acquire). `admitted`:
+// a reader the turnstile admitted (it no longer yields to queued writers); `on`: its session.
+holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acquire_request* req, bool admitted, session* on) {
+    holder_attempt a;
+    int64_t deadline = b->statement_deadline();
+    if (req->deadline_ns != 0 && req->deadline_ns > now_ns()) deadline = std::min(deadline, req->deadline_ns);
+    const bool shared = h.kind == DLOCK_HOLD_SHARED;
+    for (int collisions = 0;; ++collisions) {
+        pool::lease borrowed;
+        if (!on) borrowed = b->sessions->borrow(deadline, true);
+        session* s = on ? on : &*borrowed;
+        a.sent_ns = now_ns();
+        try {
+            if (shared) {
+                const pqxx::result r = s->run_until(deadline, "shared_acquire", h.name, h.owner, req->ttl_ms, b->holder, admitted,
+                                                    b->turnstile_key_for(h.name));
+                if (!r.empty() && !r[0][0].is_null()) {
+                    a.acquired = true;
+                    a.fence = r[0][0].as<uint64_t>();
+                } else if (!r.empty() && !r[0][1].is_null()) {
+                    a.wait_ms = r[0][1].as<int64_t>();
+                }
+                return a;
+            }
+            const int limit = int(req->permits);
+            pqxx::result r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit);
+            if (r[0][1].is_null()) {  // no slots yet, or a break forgot the limit: store ours
+                s->run_until(deadline, "permit_create", h.name, limit);
+                a.sent_ns = now_ns();
+                r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit);
+            }
+            if (!r[0][1].is_null() && r[0][1].as<int64_t>() != limit)
+                fail(DLOCK_INVALID_ARGUMENT,
+                     fmt::format("sql backend: semaphore `{}` on {} has a limit of {} permits; this acquire asks for {} (every "
+                                 "client of a semaphore must give the same limit; a break forgets it)",
+                                 h.name, b->where(), r[0][1].as<int64_t>(), limit));
+            if (!r[0][0].is_null()) {
+                a.acquired = true;
+                a.fence = r[0][0].as<uint64_t>();
+            } else if (!r[0][2].is_null()) {
+                a.wait_ms = r[0][2].as<int64_t>();
+            }
+            return a;
+        } catch (const failure&) {
+            throw;
+        } catch (const pqxx::broken_connection& e) {
+            s->mark_broken();
+            // The statement may have committed: only a holder row carrying our token proves it.
+            try {
+                const int64_t read_deadline = b->statement_deadline();
+                auto reader = b->sessions->borrow(read_deadline);
+                const pqxx::result r =
+                    reader->run_until(read_deadline, "holder_read_back", std::string(shared ? "S" : "P"), h.name, h.owner);
+                if (!r.empty()) {
+                    a.acquired = true;
+                    a.fence = r[0][0].as<uint64_t>();
+                    return a;
+                }
+            } catch (const std::exception& again) {
+                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
+                                                "reading the row back failed too ({}); its outcome is unknown and it is not "
+                                                "reported held; if it committed, the hold expires after its ttl",
+                                                b->where(), h.name, e.what(), again.what()));
+            }
+            // Not taken, as far as the server knows now. If the lost statement still commits, its
+            // row carries our owner token and expires after the ttl.
+            a.outcome_was_unknown = true;
+            return a;
+        } catch (const std::exception& e) {
+            // A reader's new slot number was taken by a reader that committed meanwhile: try again.
+            if (sqlstate_of(e) == "23505" && collisions < 16) continue;
+            throw classify(b->config, e, fmt::format("the acquire of `{}`", h.name), false);
+        }
+    }
+}
+
+// A shared hold of a lock, or one permit of a semaphore. Waits as the exclusive path does: LISTEN on
+// the object's channel, retry on a release's notification or at the first holder's expiry; fair
+// waiters first queue in the object's turnstile (readers in shared mode).
+int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
+    const bool shared = h->kind == DLOCK_HOLD_SHARED;
+    h->channel = shared ? b->channel_for(h->name) : b->semaphore_channel_for(h->name);
+    auto finish = [&](const holder_attempt& a) {
+        grant->fencing_token = a.fence;
+        grant->valid_until_ns = h->granted(a.sent_ns, req->ttl_ms);
+        grant->ttl_ms = req->ttl_ms;
+        return DLOCK_OK;
+    };
+    auto held_message = [&] {
+        return shared ? fmt::format("lock `{}` is held exclusively (or an exclusive waiter is queued) on {}", req->name, b->where())
+                      : fmt::format("all {} permits of semaphore `{}` are held on {}", req->permits, req->name, b->where());
+    };
+    holder_attempt a = try_holder_lease(b, *h, req, false, nullptr);
+    // A connection the server ended while it sat idle in the pool looks like one lost mid-statement;
+    // the read-back said "not taken", so one immediate retry on a fresh connection is safe.
+    if (!a.acquired && a.outcome_was_unknown) a = try_holder_lease(b, *h, req, false, nullptr);
+    if (a.acquired) return finish(a);
+    if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) {
+        if (a.outcome_was_unknown)
+            fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}`; the "
+                                                "row read back shows it was not taken; retry", b->where(), req->name));
+        fail(DLOCK_TIMEOUT, held_message());
+    }
+
+    const int64_t queue_key = shared ? b->turnstile_key_for(h->name) : b->semaphore_turnstile_key_for(h->name);
+    std::unique_ptr<turnstile> admitted;
+    if (req->fair) admitted = std::make_unique<turnstile>(b, req, queue_key, shared);
+    listener& waker = b->listener_for_waits();
+    struct unwatch_guard {
+        listener& l;
+        const std::string& channel;
+        ~unwatch_guard() { l.unwatch(channel); }
+    } guard{waker, h->channel};
+    waker.watch(h->channel);
+    waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
+    for (;;) {
+        if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+        const uint64_t seen = waker.generation(h->channel);
+        a = try_holder_lease(b, *h, req, admitted != nullptr, admitted ? admitted->on() : nullptr);
+        if (a.acquired) return finish(a);
+        const int64_t now = now_ns();
+        if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message());
+        if (admitted && admitted->on()->broken()) {
+            admitted.reset();
+            admitted = std::make_unique<turnstile>(b, req, queue_key, shared);
+            continue;
+        }
+        if (a.outcome_was_unknown) continue;  // look again at once (the statement was given up)
+        const int64_t wake_ns = a.wait_ms >= 0 ? now + (a.wait_ms + 1) * 1'000'000 : now + writer_queue_recheck_ns;
+        waker.wait_change(h->channel, seen, std::min(req->deadline_ns, wake_ns));
+    }
+}
+
+int release_holder_lease(dlock_backend* b, dlock_hold* h) {
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
+    const int64_t sent = now_ns();
+    try {
+        if (h->kind == DLOCK_HOLD_SHARED) {
+            const pqxx::result r = s->run_until(deadline, "shared_release", h->name, h->owner, h->channel);
+            return h->release_answered(r[0][0].as<bool>());
+        }
+        const pqxx::result r = s->run_until(deadline, "permit_release", h->name, h->owner, h->channel);
+        return h->release_answered(!r.empty());
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        h->release_unanswered(sent);
+        const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
+        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+    }
 }
 
 // ---- advisory mode ------------------------------------------------------------------------------
@@ -803,8 +1039,10 @@ int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, st
                                                               : std::max(req->deadline_ns, now_ns()) + limit_ns;
     pqxx::result r;
     try {
-        r = wait ? s->run_until(deadline, "lock", h->key, h->name, h->owner, b->holder, lock_timeout_for(req->deadline_ns))
-                 : s->run_until(deadline, "try_lock", h->key, h->name, h->owner, b->holder);
+        const bool shared = h->kind == DLOCK_HOLD_SHARED;
+        r = wait ? s->run_until(deadline, shared ? "lock_shared" : "lock", h->key, h->name, h->owner, b->holder,
+                                lock_timeout_for(req->deadline_ns))
+                 : s->run_until(deadline, shared ? "try_lock_shared" : "try_lock", h->key, h->name, h->owner, b->holder);
     } catch (const std::exception& e) {
         const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
         if (dynamic_cast<const no_answer*>(&e)) {
@@ -862,7 +1100,9 @@ int release_advisory(dlock_backend* b, dlock_hold* h) {
     }
     bool unlocked = false;
     try {
-        unlocked = h->held->run_until(b->statement_deadline(), "unlock", h->key)[0][0].as<bool>();
+        unlocked = h->held->run_until(b->statement_deadline(), h->kind == DLOCK_HOLD_SHARED ? "unlock_shared" : "unlock",
+                                      h->key)[0][0]
+                       .as<bool>();
     } catch (const std::exception& e) {
         retire_session(b, h, false);
         if (dynamic_cast<const pqxx::broken_connection*>(&e))
@@ -910,7 +1150,12 @@ int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold**
         h->name = req->name;
         h->owner = req->owner;
         h->host_lease = req->host_lease;
-        const int status = b->config.mode == lock_mode::lease ? acquire_lease(b, req, h, grant) : acquire_advisory(b, req, h, grant);
+        if (DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits)) h->kind = req->kind;
+        if (h->kind != DLOCK_HOLD_EXCLUSIVE && !(sql_capabilities(b) & (h->kind == DLOCK_HOLD_SHARED ? DLOCK_CAP_SHARED : DLOCK_CAP_SEMAPHORE)))
+            fail(DLOCK_NOT_SUPPORTED, "sql backend: this mode has no semaphores (docs/backends/sql.md)");
+        const int status = b->config.mode == lock_mode::advisory ? acquire_advisory(b, req, h, grant)
+                           : h->kind == DLOCK_HOLD_EXCLUSIVE     ? acquire_lease(b, req, h, grant)
+                                                                 : acquire_holder_lease(b, req, h, grant);
         if (status == DLOCK_OK) *out_hold = h.release();
         return status;
     });
@@ -919,7 +1164,8 @@ int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold**
 int sql_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
         if (b->mysql) return b->mysql->release(h->mysql_hold);
-        return b->config.mode == lock_mode::lease ? release_lease(b, h) : release_advisory(b, h);
+        if (b->config.mode == lock_mode::advisory) return release_advisory(b, h);
+        return h->kind == DLOCK_HOLD_EXCLUSIVE ? release_lease(b, h) : release_holder_lease(b, h);
     });
 }
 
@@ -980,9 +1226,107 @@ int sql_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock
     });
 }
 
+// Holders, list and break: lease mode with the holders table only (advisory and named modes keep
+// their locks in the server's lock manager, whose entries carry hashed keys, not names). The MySQL
+// dialect's lease mode lists its holders but has no break.
+void require_holder_tables(dlock_backend* b) {
+    if (b->mysql || b->config.mode != lock_mode::lease || !b->shared_ready)
+        fail(DLOCK_NOT_SUPPORTED, "sql backend: holders, list and break need lease mode with dlock's holders table "
+                                  "(docs/backends/sql.md)");
+}
+
+// Runs statement `holders` and visits each row whose kind `wanted` accepts.
+template <typename Wanted>
+int visit_holders(dlock_backend* b, const std::string& name_or_prefix, bool exact, Wanted&& wanted, dlock_holder_visitor visit,
+                  void* user_data) {
+    if (b->mysql) {
+        for (const mysql::holder_row& row : b->mysql->holders(name_or_prefix, exact)) {
+            if (!wanted(row.kind)) continue;
+            dlock_holder_info info{};
+            info.struct_size = sizeof info;
+            info.name = row.name.c_str();
+            info.kind = row.kind;
+            info.permits = row.permits;
+            std::memcpy(info.holder, row.owner.data(), std::min(row.owner.size(), sizeof info.holder - 1));
+            info.fencing_token = row.fence;
+            info.ttl_left_ms = row.ttl_left_ms;
+            if (visit(&info, user_data) != 0) break;
+        }
+        return DLOCK_OK;
+    }
+    require_holder_tables(b);
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
+    pqxx::result r;
+    try {
+        r = s->run_until(deadline, "holders", name_or_prefix, exact);
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        throw classify(b->config, e, exact ? fmt::format("reading the holders of `{}`", name_or_prefix) : "listing the holders", false);
+    }
+    for (const auto& row : r) {
+        const uint32_t kind = row[1].as<uint32_t>();
+        if (!wanted(kind)) continue;
+        const std::string name = row[0].as<std::string>();
+        const std::string owner = row[3].is_null() ? "" : row[3].as<std::string>();
+        dlock_holder_info info{};
+        info.struct_size = sizeof info;
+        info.name = name.c_str();
+        info.kind = kind;
+        info.permits = row[2].is_null() ? 0 : row[2].as<uint32_t>();
+        const size_t n = std::min(owner.size(), sizeof info.holder - 1);
+        std::memcpy(info.holder, owner.data(), n);
+        info.fencing_token = row[4].as<uint64_t>();
+        info.ttl_left_ms = row[5].is_null() ? -1 : row[5].as<int64_t>();
+        if (visit(&info, user_data) != 0) break;
+    }
+    return DLOCK_OK;
+}
+
+int sql_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data,
+                dlock_plugin_error* error) {
+    return guarded(error, "sql", [&] {
+        return visit_holders(
+            b, name, true, [&](uint32_t kind) { return (kind == DLOCK_HOLD_PERMIT) == (semaphore != 0); }, visit, user_data);
+    });
+}
+
+int sql_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
+    return guarded(error, "sql", [&] {
+        return visit_holders(b, prefix ? prefix : "", false, [](uint32_t) { return true; }, visit, user_data);
+    });
+}
+
+int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
+    return guarded(error, "sql", [&]() -> int {
+        require_holder_tables(b);
+        const int64_t deadline = b->statement_deadline();
+        auto s = b->sessions->borrow(deadline);
+        pqxx::result r;
+        try {
+            // Breaking deletes holder rows: DELETE on dlock's tables is what makes an administrator.
+            if (!s->run_until(deadline, "may_break")[0][0].as<bool>())
+                fail(DLOCK_PERMISSION,
+                     fmt::format("sql backend: {}: user `{}` may not break locks: that needs DELETE on {} and {} (GRANT "
+                                 "DELETE ON {}, {} TO <role>)", b->where(), b->config.user.empty() ? "(libpq's default)" : b->config.user,
+                                 b->sql.lease_table, b->sql.holders_table, b->sql.lease_table, b->sql.holders_table));
+            r = semaphore ? s->run_until(deadline, "break_semaphore", std::string(name), b->semaphore_channel_for(name))
+                          : s->run_until(deadline, "break_lock", std::string(name), b->channel_for(name));
+        } catch (const failure&) {
+            throw;
+        } catch (const std::exception& e) {
+            if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+            const failure f = classify(b->config, e, fmt::format("breaking `{}`", name), true);
+            fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+        }
+        if (out_broken) *out_broken = size_t(r[0][0].as<int64_t>());
+        return DLOCK_OK;
+    });
+}
+
 const dlock_plugin sql_plugin = {
     sizeof(dlock_plugin),
-    1,
+    2,
     "sql",
     "PostgreSQL via libpqxx: a lease table with server-side expiry and LISTEN/NOTIFY waits (mode: lease), or "
     "session advisory locks on held connections (mode: advisory); fencing counters in both. MySQL/MariaDB dialect "
@@ -999,11 +1343,15 @@ const dlock_plugin sql_plugin = {
     sql_hold_destroy,
     sql_renew,
     sql_inspect,
+    sql_holders,
+    sql_list,
+    sql_break,
 };
+const dlock_plugin sql_plugin_v1_view = dlock::plugin_kit::as_version_1(sql_plugin);
 
 }  // namespace
 
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
-    return dlock::plugin_kit::negotiate_v1(host_max_version, &sql_plugin, out, out_min_version);
+    return dlock::plugin_kit::negotiate_v2(host_max_version, &sql_plugin, &sql_plugin_v1_view, out, out_min_version);
 }

@@ -16,6 +16,7 @@ namespace dlock::sql {
 // advisory_table: the advisory fence counters; version_table: the schema version.
 struct statements {
     std::string lease_table, advisory_table, version_table;  // quoted, schema-qualified
+    std::string holders_table;  // quoted, schema-qualified: shared holders and semaphore permits
 
     // CREATE TABLE IF NOT EXISTS for the three tables (schema version 1). Names are compared byte
     // by byte (COLLATE "C"): distinct names never compare equal, whatever the database's collation.
@@ -98,6 +99,176 @@ struct statements {
         };
     }
 
+    // Lease mode's semaphores and shared locks, added beside the tables of schema version 1 (an
+    // older dlock ignores them and still sees a shared-held lock as held: its row's owner is
+    // `shared_owner`, which no owner token equals). The lease table gains `readers`, the number of
+    // shared holders its row counts. Holder rows: kind 'S' (a shared holder of the lock `name`;
+    // slots allocated on demand and reused) or 'P' (semaphore `name`: slot 0 keeps the limit and
+    // the fencing counter, slots 1..limit are the permits).
+    std::vector<std::string> shared_tables() const {
+        return {
+            fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS readers integer NOT NULL DEFAULT 0", lease_table),
+            fmt::format("CREATE TABLE IF NOT EXISTS {} (kind char(1) NOT NULL, name text COLLATE \"C\" NOT NULL, "
+                        "slot integer NOT NULL, permits integer, owner text, fence bigint NOT NULL, expiry timestamptz, "
+                        "holder text, acquired_at timestamptz, PRIMARY KEY (kind, name, slot))", holders_table),
+        };
+    }
+
+    // The owner a lease row carries while it is held shared (never a 32-hex-digit owner token).
+    static constexpr const char* shared_owner = "shared";
+
+    std::vector<std::pair<std::string, std::string>> shared() const {
+        const std::string& T = lease_table;
+        const std::string& H = holders_table;
+        const std::string ttl = "clock_timestamp() + $3::float8 * interval '1 millisecond'";
+        const std::string ms_left = "GREATEST(0, ceil(1000 * extract(epoch FROM {} - clock_timestamp())))::bigint";
+        return {
+            // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 admitted by the turnstile, $6 turnstile key.
+            // Takes the lock's row shared when it is free, expired or already shared, and no fair
+            // exclusive waiter is queued in the name's turnstile (writer preference; a reader already
+            // admitted by the turnstile skips that check). The row counts its readers and expires with
+            // the last of them (`expiry` only grows while shared). The reader's own row is a free or
+            // expired 'S' slot, else a new one: a slot number taken concurrently fails with 23505 and
+            // the statement is retried. Returns (fence, NULL) when acquired; (NULL, ms until the
+            // exclusive holder's expiry, or NULL when waiting behind a queued writer) when not.
+            {"shared_acquire", fmt::format(
+                 "WITH m AS ("
+                 " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters, readers)"
+                 " VALUES ($1, 'shared', 1, {2}, 'shared', clock_timestamp(), 0, 1)"
+                 " ON CONFLICT (name) DO UPDATE SET fence = t.fence + 1,"
+                 "  readers = CASE WHEN t.owner = 'shared' AND t.expiry > clock_timestamp() THEN t.readers + 1 ELSE 1 END,"
+                 "  expiry = CASE WHEN t.owner = 'shared' AND t.expiry > clock_timestamp() THEN GREATEST(t.expiry, excluded.expiry)"
+                 "   ELSE excluded.expiry END,"
+                 "  owner = 'shared', holder = 'shared', acquired_at = clock_timestamp()"
+                 " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = 'shared')"
+                 "  AND ($5::bool OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock'"
+                 "   AND l.objsubid = 1 AND l.classid::bigint = (($6::bigint >> 32) & 4294967295)"
+                 "   AND l.objid::bigint = ($6::bigint & 4294967295)"
+                 "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))"
+                 " RETURNING t.fence),"
+                 " reuse AS (SELECT slot FROM {1} WHERE kind = 'S' AND name = $1 AND (owner IS NULL OR expiry <= clock_timestamp())"
+                 "  AND EXISTS (SELECT 1 FROM m) LIMIT 1 FOR UPDATE SKIP LOCKED),"
+                 " reused AS (UPDATE {1} h SET owner = $2, fence = m.fence, expiry = {2}, holder = $4, acquired_at = clock_timestamp()"
+                 "  FROM m, reuse WHERE h.kind = 'S' AND h.name = $1 AND h.slot = reuse.slot RETURNING h.fence),"
+                 " added AS (INSERT INTO {1} (kind, name, slot, owner, fence, expiry, holder, acquired_at)"
+                 "  SELECT 'S', $1, (SELECT coalesce(max(slot), 0) + 1 FROM {1} WHERE kind = 'S' AND name = $1), $2, m.fence, {2}, $4,"
+                 "   clock_timestamp() FROM m WHERE NOT EXISTS (SELECT 1 FROM reuse) RETURNING fence)"
+                 " SELECT fence, NULL::bigint FROM reused UNION ALL SELECT fence, NULL FROM added"
+                 " UNION ALL SELECT NULL, CASE WHEN h.owner IS NOT NULL AND h.owner <> 'shared' THEN {3} END"
+                 " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM m)",
+                 T, H, ttl, fmt::format(ms_left, "h.expiry"))},
+            // $1 name, $2 owner, $3 channel → (released, the lock is free now). A reader whose row had
+            // not expired leaves the count; the last one frees the row and notifies the waiters. A
+            // reader whose row expired is not counted out (the row may have been reset since): the
+            // lock then stays shared until the row's expiry.
+            {"shared_release", fmt::format(
+                 "WITH gone AS (UPDATE {1} h SET owner = NULL, expiry = NULL"
+                 "  FROM (SELECT slot, expiry FROM {1} WHERE kind = 'S' AND name = $1 AND owner = $2 FOR UPDATE) old"
+                 "  WHERE h.kind = 'S' AND h.name = $1 AND h.slot = old.slot RETURNING old.expiry > clock_timestamp() AS live),"
+                 " m AS (UPDATE {0} t SET readers = t.readers - 1,"
+                 "  owner = CASE WHEN t.readers <= 1 THEN NULL ELSE t.owner END,"
+                 "  expiry = CASE WHEN t.readers <= 1 THEN NULL ELSE t.expiry END,"
+                 "  holder = CASE WHEN t.readers <= 1 THEN NULL ELSE t.holder END,"
+                 "  released_at = CASE WHEN t.readers <= 1 THEN clock_timestamp() ELSE t.released_at END"
+                 "  FROM gone WHERE t.name = $1 AND gone.live AND t.owner = 'shared' RETURNING t.readers)"
+                 " SELECT EXISTS (SELECT 1 FROM gone WHERE live),"
+                 "  (SELECT count(*) FROM (SELECT pg_notify($3, '') FROM m WHERE m.readers = 0) n) > 0", T, H)},
+            // $1 names[], $2 owners[], $3 ttls[] → the owners of shared holds extended. The lock's row
+            // is extended first (while it is still shared and unexpired), then the reader's own row.
+            {"shared_renew", fmt::format(
+                 "WITH b AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) AS b(name, owner, ttl)),"
+                 " m AS (UPDATE {0} t SET expiry = GREATEST(t.expiry, clock_timestamp() + x.ttl * interval '1 millisecond')"
+                 "  FROM (SELECT name, max(ttl) AS ttl FROM b GROUP BY name) x"
+                 "  WHERE t.name = x.name AND t.owner = 'shared' AND t.expiry > clock_timestamp() RETURNING t.name)"
+                 " UPDATE {1} h SET expiry = clock_timestamp() + b.ttl * interval '1 millisecond' FROM b, m"
+                 " WHERE h.kind = 'S' AND h.name = b.name AND m.name = b.name AND h.owner = b.owner AND h.expiry > clock_timestamp()"
+                 " RETURNING h.owner", T, H)},
+            // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N. Takes a free or expired permit slot
+            // (1..N; SKIP LOCKED: slots another statement is taking are passed over) and the next
+            // fence from slot 0, whose stored limit must equal N. Returns (fence or NULL, the stored
+            // limit or NULL when the semaphore has no slots yet, ms until the first permit expires).
+            {"permit_acquire", fmt::format(
+                 "WITH free AS (SELECT slot FROM {0} WHERE kind = 'P' AND name = $1 AND slot BETWEEN 1 AND $5"
+                 "  AND (owner IS NULL OR expiry <= clock_timestamp()) ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED),"
+                 " hdr AS (UPDATE {0} SET fence = fence + 1 WHERE kind = 'P' AND name = $1 AND slot = 0 AND permits = $5"
+                 "  AND EXISTS (SELECT 1 FROM free) RETURNING fence),"
+                 " taken AS (UPDATE {0} h SET owner = $2, fence = hdr.fence, expiry = {1}, holder = $4, acquired_at = clock_timestamp()"
+                 "  FROM hdr, free WHERE h.kind = 'P' AND h.name = $1 AND h.slot = free.slot RETURNING h.fence)"
+                 " SELECT (SELECT fence FROM taken), (SELECT permits FROM {0} WHERE kind = 'P' AND name = $1 AND slot = 0),"
+                 "  (SELECT {2} FROM {0} WHERE kind = 'P' AND name = $1 AND slot BETWEEN 1 AND $5 AND owner IS NOT NULL)",
+                 H, ttl, fmt::format(ms_left, "min(expiry)"))},
+            // $1 name, $2 limit N: the semaphore's slots 0..N, its limit stored in slot 0 (also when
+            // a break forgot it).
+            {"permit_create", fmt::format(
+                 "WITH hdr AS (INSERT INTO {0} AS h (kind, name, slot, permits, fence) VALUES ('P', $1, 0, $2, 0)"
+                 "  ON CONFLICT (kind, name, slot) DO UPDATE SET permits = excluded.permits WHERE h.permits IS NULL RETURNING 1)"
+                 " INSERT INTO {0} (kind, name, slot, fence) SELECT 'P', $1, g, 0 FROM generate_series(1, $2::int) g"
+                 " WHERE EXISTS (SELECT 1 FROM hdr) ON CONFLICT (kind, name, slot) DO NOTHING", H)},
+            // $1 name, $2 owner, $3 channel → one row when released (and waiters notified).
+            {"permit_release", fmt::format(
+                 "WITH released AS (UPDATE {0} SET owner = NULL, expiry = NULL"
+                 " WHERE kind = 'P' AND name = $1 AND slot > 0 AND owner = $2 RETURNING 1)"
+                 " SELECT pg_notify($3, '') FROM released", H)},
+            // $1 names[], $2 owners[], $3 ttls[] → the owners of permits extended.
+            {"permit_renew", fmt::format(
+                 "UPDATE {0} AS h SET expiry = clock_timestamp() + r.ttl * interval '1 millisecond'"
+                 " FROM unnest($1::text[], $2::text[], $3::float8[]) AS r(name, owner, ttl)"
+                 " WHERE h.kind = 'P' AND h.slot > 0 AND h.name = r.name AND h.owner = r.owner RETURNING h.owner", H)},
+            // $1 kind, $2 name, $3 owner → the fence when the holder row carries our token, unexpired.
+            {"holder_read_back", fmt::format(
+                 "SELECT fence FROM {0} WHERE kind = $1 AND name = $2 AND owner = $3 AND slot > 0 AND expiry > clock_timestamp()", H)},
+            // $1 prefix, $2 one name only (true) or every name starting with $1 → name, kind
+            // (0 exclusive, 1 shared, 2 permit), limit, owner, fence, ms left: every current holder.
+            {"holders", fmt::format(
+                 "SELECT name, 0, NULL::integer, owner, fence, {2} FROM {0}"
+                 " WHERE owner IS NOT NULL AND owner <> 'shared' AND expiry > clock_timestamp()"
+                 "  AND CASE WHEN $2::bool THEN name = $1 ELSE left(name, length($1)) = $1 END"
+                 " UNION ALL SELECT h.name, 1, NULL, h.owner, h.fence, {3} FROM {1} h JOIN {0} t ON t.name = h.name"
+                 " WHERE h.kind = 'S' AND h.owner IS NOT NULL AND h.expiry > clock_timestamp() AND t.owner = 'shared'"
+                 "  AND t.expiry > clock_timestamp() AND CASE WHEN $2::bool THEN h.name = $1 ELSE left(h.name, length($1)) = $1 END"
+                 " UNION ALL SELECT h.name, 2, s.permits, h.owner, h.fence, {3} FROM {1} h"
+                 "  JOIN {1} s ON s.kind = 'P' AND s.name = h.name AND s.slot = 0"
+                 " WHERE h.kind = 'P' AND h.slot BETWEEN 1 AND s.permits AND h.owner IS NOT NULL AND h.expiry > clock_timestamp()"
+                 "  AND CASE WHEN $2::bool THEN h.name = $1 ELSE left(h.name, length($1)) = $1 END",
+                 T, H, fmt::format(ms_left, "expiry"), fmt::format(ms_left, "h.expiry"))},
+            // → whether this role may break locks: DELETE on both tables (granted to administrators).
+            {"may_break", fmt::format("SELECT has_table_privilege({0}, 'DELETE') AND has_table_privilege({1}, 'DELETE')",
+                                      quote_literal(T), quote_literal(H))},
+            // $1 name, $2 channel → holders removed. Every shared holder's row goes, the lock's row is
+            // freed with its fence bumped (the next grant's token is higher than any removed one's).
+            {"break_lock", fmt::format(
+                 "WITH old AS (SELECT owner, expiry FROM {0} WHERE name = $1 FOR UPDATE),"
+                 " readers AS (DELETE FROM {1} WHERE kind = 'S' AND name = $1 RETURNING owner IS NOT NULL AND expiry > clock_timestamp() AS live),"
+                 " freed AS (UPDATE {0} t SET owner = NULL, expiry = NULL, holder = NULL, readers = 0, fence = t.fence + 1,"
+                 "  released_at = clock_timestamp() FROM old WHERE t.name = $1 RETURNING old.owner, old.expiry)"
+                 " SELECT (SELECT count(*) FROM readers WHERE live)"
+                 "  + (SELECT count(*) FROM freed WHERE owner IS NOT NULL AND owner <> 'shared' AND expiry > clock_timestamp()),"
+                 "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM freed) n)", T, H)},
+            // $1 name, $2 channel → permits removed. The permits go and the stored limit is forgotten;
+            // slot 0 stays with its fence bumped.
+            {"break_semaphore", fmt::format(
+                 "WITH permits AS (DELETE FROM {0} WHERE kind = 'P' AND name = $1 AND slot > 0"
+                 "  RETURNING owner IS NOT NULL AND expiry > clock_timestamp() AS live),"
+                 " hdr AS (UPDATE {0} SET permits = NULL, fence = fence + 1 WHERE kind = 'P' AND name = $1 AND slot = 0 RETURNING 1)"
+                 " SELECT (SELECT count(*) FROM permits WHERE live), (SELECT count(*) FROM hdr),"
+                 "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM hdr) n)", H)},
+            // The shared turnstile: a reader waits in the name's queue in shared mode (behind queued writers).
+            {"turnstile_enter_shared", "WITH setting AS (SELECT set_config('lock_timeout', $2, true))"
+                                       " SELECT pg_advisory_lock_shared($1::bigint) FROM setting"},
+            {"turnstile_leave_shared", "SELECT pg_advisory_unlock_shared($1::bigint)"},
+        };
+    }
+
+    // A quoted SQL string literal for text dlock composes itself (quoted table names).
+    static std::string quote_literal(const std::string& text) {
+        std::string out = "'";
+        for (char c : text) {
+            if (c == '\'') out += '\'';
+            out += c;
+        }
+        return out + "'";
+    }
+
     std::vector<std::pair<std::string, std::string>> advisory() const {
         const std::string& A = advisory_table;
         const std::string bump = fmt::format(
@@ -121,6 +292,16 @@ struct statements {
                                  " locked AS (SELECT pg_advisory_lock($1::bigint) FROM setting),"
                                  " bumped AS ({}) SELECT fence FROM bumped",
                                  fmt::format(bump, ""))},
+            // Shared holds of the same key: any number together, none beside an exclusive one. The
+            // server's queue is FIFO across modes: a shared request waits behind a queued exclusive one.
+            {"try_lock_shared", fmt::format("WITH locked AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok),"
+                                            " bumped AS ({}) SELECT fence FROM bumped",
+                                            fmt::format(bump, "WHERE ok"))},
+            {"lock_shared", fmt::format("WITH setting AS (SELECT set_config('lock_timeout', $5, true)),"
+                                        " locked AS (SELECT pg_advisory_lock_shared($1::bigint) FROM setting),"
+                                        " bumped AS ({}) SELECT fence FROM bumped",
+                                        fmt::format(bump, ""))},
+            {"unlock_shared", "SELECT pg_advisory_unlock_shared($1::bigint)"},
             {"unlock", "SELECT pg_advisory_unlock($1::bigint)"},
             {"unlock_all", "SELECT pg_advisory_unlock_all()"},
             // $1 key → 1 when this session holds it.

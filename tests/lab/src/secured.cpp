@@ -394,10 +394,20 @@ void secured_server::secure_postgres() {
                     "owner text, holder text, holder_pid integer, acquired_at timestamptz)");
       admin.execute("INSERT INTO " + table + "_schema (component, version) VALUES ('dlock', 1)");
       admin.execute("GRANT SELECT, INSERT, UPDATE ON " + table + ", " + table + "_schema, " + table + "_advisory TO " + user);
+      // Semaphores and shared locks: the holders table and the lease table's `readers` column
+      // (docs/backends/sql.md, "Semaphores and shared locks"), with the same three privileges.
+      admin.execute("ALTER TABLE " + table + " ADD COLUMN readers integer NOT NULL DEFAULT 0");
+      admin.execute("CREATE TABLE " + table + "_holders (kind char(1) NOT NULL, name text COLLATE \"C\" NOT NULL, "
+                    "slot integer NOT NULL, permits integer, owner text, fence bigint NOT NULL, expiry timestamptz, "
+                    "holder text, acquired_at timestamptz, PRIMARY KEY (kind, name, slot))");
+      admin.execute("GRANT SELECT, INSERT, UPDATE ON " + table + "_holders TO " + user);
       return t;
     };
     a_ = add_tenant("tenant_a", "dlock_locks");
     b_ = add_tenant("tenant_b", "tenant_b_locks");
+    // Tenant A may also break its own locks (`dlock break`: DELETE); tenant B has only what dlock
+    // needs to lock, and is refused with DLOCK_PERMISSION.
+    admin.execute("GRANT DELETE ON dlock_locks, dlock_locks_holders TO tenant_a");
     // Only TLS with SCRAM from here on: no trust, no md5, no plain TCP.
     admin.execute("COPY (SELECT 'hostssl all all 127.0.0.1/32 scram-sha-256') TO '" +
                   (pg.dir() / "data" / "pg_hba.conf").string() + "'");

@@ -1,0 +1,456 @@
+// The `sql` backend's semaphores, shared locks, holders, list and break, on the lab's real
+// PostgreSQL (lease and advisory modes) and its secured variant: the properties the conformance
+// tiers state for every backend, seen here through what PostgreSQL stores (rows, counts, advisory
+// locks), plus what is particular to this backend — the limit stored in slot 0, the writer
+// preference of the lease turnstile and of PostgreSQL's own lock queue, the tables an older table
+// layout gains, and the DELETE privilege that break needs.
+#include "backend_test.hpp"
+
+#include "dlock/lab/gtest.hpp"
+#include "dlock/lab/secured.hpp"
+
+#include <dlock/dlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+using dlock::lab::backend;
+using dlock::test::child_process;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+dlock::acquire_options permits_of(uint32_t n) { return dlock::acquire_options().with_permits(n).with_wait(0ms); }
+
+int64_t ms_since(clock_type::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
+}
+
+// Polls a condition for at most `limit` (test-side only: the library under test never polls).
+template <typename F>
+bool eventually(F&& condition, std::chrono::milliseconds limit) {
+    const auto until = clock_type::now() + limit;
+    while (clock_type::now() < until) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+}
+
+class SqlModes : public dlock::test::lab_backend_test {
+protected:
+    SqlModes() : lab_backend_test({backend::sql}, true) {}
+
+    void SetUp() override {
+        lab_backend_test::SetUp();
+        if (!lab_) return;
+        scratch_ = std::make_unique<dlock::test::scratch_dir>("dlock-sql-v2-test");
+    }
+
+    std::string dsn() const { return dlock::lab::lab_environment::instance().access(backend::sql).dsn; }
+    dlock::lab::postgres_client raw() { return lab_->sql().client(); }
+    int64_t scalar(const std::string& sql) { return std::stoll(raw().query_value(sql).value_or("-1")); }
+
+    std::string yaml(const std::string& mode, const std::string& extra = "") const {
+        return "backend: sql\noptions:\n  dsn: \"" + dsn() + "\"\n  mode: " + mode + "\n" + extra;
+    }
+    std::string config(const std::string& mode, const std::string& extra = "") {
+        const std::string path = scratch_->path() + "/" + mode + std::to_string(++configs_) + ".yaml";
+        std::ofstream(path) << yaml(mode, extra);
+        return path;
+    }
+    dlock::client open(const std::string& mode, const std::string& extra = "") {
+        return dlock::client::from_yaml(yaml(mode, extra), "sql_v2_test");
+    }
+    static dlock::acquire_options shared() { return dlock::acquire_options().with_shared(true); }
+    static dlock::acquire_options permits(uint32_t n) { return dlock::acquire_options().with_permits(n); }
+
+    std::unique_ptr<dlock::test::scratch_dir> scratch_;
+    int configs_ = 0;
+};
+
+// ---- capabilities -------------------------------------------------------------------------------
+
+TEST_F(SqlModes, EachModeReportsWhatItOffers) {
+    const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    EXPECT_EQ(open("lease").capabilities() & v2, v2);
+    // Advisory mode: shared advisory locks only. No semaphore (no sound wait over N keys), no
+    // holders/list/break (pg_locks shows hashed keys, not names).
+    EXPECT_EQ(open("advisory").capabilities() & v2, DLOCK_CAP_SHARED);
+}
+
+// ---- lease mode: semaphores ---------------------------------------------------------------------
+
+TEST_F(SqlModes, AllNPermitsAreUsableAtOnceAndAReleaseWakesTheNextWaiter) {
+    auto client = open("lease");
+    dlock::semaphore sem(client, "v2/stalls", 3);
+    auto p1 = sem.acquire();
+    auto p2 = sem.acquire();
+    auto p3 = sem.acquire();
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'v2/stalls' AND owner IS NOT NULL"), 3);
+    EXPECT_FALSE(sem.try_acquire()) << "the 4th of 3 permits";
+    std::promise<int64_t> woken;
+    clock_type::time_point released_at;
+    std::thread waiter([&] {
+        auto other = open("lease");
+        auto p = dlock::semaphore(other, "v2/stalls", 3).try_acquire_for(20s);
+        woken.set_value(p ? ms_since(released_at) : -1);
+    });
+    std::this_thread::sleep_for(300ms);  // the waiter is LISTENing
+    released_at = clock_type::now();
+    p2.release();
+    const int64_t after = woken.get_future().get();
+    waiter.join();
+    std::cout << "[sql lease] permit waiter woken " << after << " ms after a release (holders' ttl 30 s)\n";
+    ASSERT_GE(after, 0) << "the waiter never got the released permit";
+    EXPECT_LT(after, 3000) << "woken by the release's NOTIFY, not at a holder's expiry";
+    EXPECT_GT(p3.fencing_token(), p1.fencing_token()) << "each grant of the semaphore takes the next token";
+}
+
+TEST_F(SqlModes, MismatchedLimitIsRefusedNamingBothNumbersAndTheName) {
+    auto client = open("lease");
+    auto held = client.acquire("v2/limit", permits(3).with_wait(0ms));
+    std::error_code ec;
+    client.acquire("v2/limit", permits(5).with_wait(0ms), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("v2/limit"), std::string::npos) << message;
+    EXPECT_NE(message.find("limit of 3"), std::string::npos) << message;
+    EXPECT_NE(message.find("asks for 5"), std::string::npos) << message;
+    EXPECT_EQ(scalar("SELECT permits FROM dlock_locks_holders WHERE kind = 'P' AND name = 'v2/limit' AND slot = 0"), 3)
+        << "the stored limit is untouched";
+    // A lock of the same name is another object.
+    auto lock = client.acquire("v2/limit", dlock::acquire_options().with_wait(0ms));
+    EXPECT_TRUE(lock);
+}
+
+TEST_F(SqlModes, KilledPermitHolderPermitReturnsAfterItsTtl) {
+    const int64_t ttl_ms = 1200;
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("lease"), "v2/killed", std::to_string(ttl_ms), "permits:1"}, true);
+    const std::string line = dlock::test::expect_line(holder, 10000);
+    ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+    const auto killed = clock_type::now();
+    holder.kill(SIGKILL);
+    auto client = open("lease");
+    auto p = client.acquire("v2/killed", permits(1).with_wait(5s));
+    const int64_t recovery = ms_since(killed);
+    std::cout << "[sql lease] permit back " << recovery << " ms after its holder's SIGKILL (ttl " << ttl_ms << " ms)\n";
+    EXPECT_LT(recovery, ttl_ms + 1000) << "the waiter retries at the permit's expiry, no later";
+    EXPECT_GT(p.fencing_token(), std::stoull(line.substr(5)));
+}
+
+TEST_F(SqlModes, TimedOutAcquiresLeaveNothingBehind) {
+    auto client = open("lease");
+    auto permit = client.acquire("v2/nothing", permits(1).with_wait(0ms));
+    auto exclusive = client.acquire("v2/nothing-lock", dlock::acquire_options().with_wait(0ms));
+    const int64_t rows_before = scalar("SELECT count(*) FROM dlock_locks_holders");
+    std::error_code ec;
+    client.acquire("v2/nothing", permits(1).with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    client.acquire("v2/nothing-lock", shared().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    client.acquire("v2/nothing-lock", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders"), rows_before) << "no holder row was added";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE owner IS NOT NULL"), 1) << "only the one permit";
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = 'v2/nothing-lock'"), 0);
+    EXPECT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0; }, 5s))
+        << "the waiters left their turnstiles";
+}
+
+// ---- lease mode: shared locks -------------------------------------------------------------------
+
+TEST_F(SqlModes, SharedHoldersTogetherAndTheLastReleaseWakesTheWriter) {
+    auto client = open("lease");
+    auto r1 = client.acquire("v2/rw", shared().with_wait(0ms).with_ttl(30s));
+    auto r2 = client.acquire("v2/rw", shared().with_wait(0ms).with_ttl(30s));
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = 'v2/rw'"), 2);
+    std::error_code ec;
+    client.acquire("v2/rw", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "an exclusive acquire while readers hold";
+    std::promise<std::pair<int64_t, uint64_t>> writer_done;
+    clock_type::time_point last_release;
+    std::thread writer([&] {
+        auto other = open("lease");
+        std::error_code wec;
+        auto w = other.acquire("v2/rw", dlock::acquire_options().with_wait(20s), wec);
+        writer_done.set_value({wec ? -1 : ms_since(last_release), wec ? 0 : w.fencing_token()});
+    });
+    std::this_thread::sleep_for(300ms);
+    r1.release();
+    std::this_thread::sleep_for(200ms);
+    last_release = clock_type::now();
+    r2.release();
+    const auto [after, token] = writer_done.get_future().get();
+    writer.join();
+    std::cout << "[sql lease] writer took the lock " << after << " ms after the last reader's release (readers' ttl 30 s)\n";
+    ASSERT_GE(after, 0) << "the writer never got the lock";
+    EXPECT_LT(after, 3000) << "woken by the last reader's release, not at the readers' expiry";
+    EXPECT_GT(token, std::max(r1.fencing_token(), r2.fencing_token())) << "shared and exclusive grants share the counter";
+}
+
+TEST_F(SqlModes, ExclusiveHolderExcludesReadersUntilItsRelease) {
+    auto client = open("lease");
+    auto w = client.acquire("v2/wr", dlock::acquire_options().with_wait(0ms));
+    std::error_code ec;
+    client.acquire("v2/wr", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    auto reader = std::async(std::launch::async, [&] {
+        auto other = open("lease");
+        std::error_code rec;
+        auto r = other.acquire("v2/wr", shared().with_wait(20s), rec);
+        return rec ? uint64_t(0) : r.fencing_token();
+    });
+    std::this_thread::sleep_for(300ms);
+    w.release();
+    const uint64_t token = reader.get();
+    EXPECT_GT(token, w.fencing_token());
+}
+
+// A fair writer queued in the turnstile stops readers arriving after it, though the lock is held
+// shared (writer preference); readers that hold keep it until they release.
+TEST_F(SqlModes, QueuedWriterStopsNewReaders) {
+    auto client = open("lease");
+    auto r1 = client.acquire("v2/pref", shared().with_wait(0ms).with_ttl(30s));
+    std::atomic<bool> writer_got{false};
+    std::thread writer([&] {
+        auto other = open("lease");
+        auto w = other.acquire("v2/pref", dlock::acquire_options().with_wait(20s).with_fair(true));
+        writer_got = true;
+        std::this_thread::sleep_for(200ms);
+    });
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock'") == 1; }, 5s))
+        << "the writer never queued in the turnstile";
+    std::error_code ec;
+    client.acquire("v2/pref", shared().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a reader arriving after a queued writer";
+    auto late_reader = std::async(std::launch::async, [&] {
+        auto other = open("lease");
+        std::error_code rec;
+        auto r = other.acquire("v2/pref", shared().with_wait(20s), rec);
+        return !rec && writer_got.load();  // admitted only once the writer had its turn
+    });
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(writer_got);
+    r1.release();
+    writer.join();
+    EXPECT_TRUE(writer_got);
+    EXPECT_TRUE(late_reader.get()) << "the late reader got the lock after the writer, not before";
+}
+
+TEST_F(SqlModes, KilledReaderFreesTheLockAfterItsTtl) {
+    const int64_t ttl_ms = 1200;
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("lease"), "v2/dead-reader", std::to_string(ttl_ms), "shared"}, true);
+    const std::string line = dlock::test::expect_line(holder, 10000);
+    ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+    auto client = open("lease");
+    auto r = client.acquire("v2/dead-reader", shared().with_wait(0ms).with_ttl(1200ms).with_renew(false));
+    r.release();  // a live reader leaves; the dead one still counts
+    const auto killed = clock_type::now();
+    holder.kill(SIGKILL);
+    auto w = client.acquire("v2/dead-reader", dlock::acquire_options().with_wait(5s));
+    const int64_t recovery = ms_since(killed);
+    std::cout << "[sql lease] writer in " << recovery << " ms after the last reader's SIGKILL (ttl " << ttl_ms << " ms)\n";
+    EXPECT_LT(recovery, ttl_ms + 1000);
+    EXPECT_GT(w.fencing_token(), std::stoull(line.substr(5)));
+}
+
+// ---- lease mode: holders, list, break -----------------------------------------------------------
+
+TEST_F(SqlModes, HoldersAndListReportEveryKindWithItsToken) {
+    auto client = open("lease");
+    auto x = client.acquire("v2/list/x", dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    auto s1 = client.acquire("v2/list/s", shared().with_wait(0ms).with_ttl(30s));
+    auto s2 = client.acquire("v2/list/s", shared().with_wait(0ms).with_ttl(30s));
+    auto p = client.acquire("v2/list/p", permits(4).with_wait(0ms).with_ttl(30s));
+    auto other = client.acquire("v2/other", dlock::acquire_options().with_wait(0ms));
+
+    const auto readers = client.holders("v2/list/s");
+    ASSERT_EQ(readers.size(), 2u);
+    std::set<std::string> owners;
+    for (const auto& h : readers) {
+        EXPECT_EQ(h.kind, dlock::hold_kind::shared);
+        owners.insert(h.holder);
+        EXPECT_EQ(h.fencing_token, h.holder == s1.owner() ? s1.fencing_token() : s2.fencing_token());
+        ASSERT_TRUE(h.ttl_left);
+        EXPECT_GT(h.ttl_left->count(), 20000);
+    }
+    EXPECT_EQ(owners, (std::set<std::string>{std::string(s1.owner()), std::string(s2.owner())}));
+    const auto sem = client.holders("v2/list/p", true);
+    ASSERT_EQ(sem.size(), 1u);
+    EXPECT_EQ(sem[0].kind, dlock::hold_kind::permit);
+    EXPECT_EQ(sem[0].permits, 4u);
+    EXPECT_EQ(sem[0].holder, p.owner());
+    EXPECT_EQ(sem[0].fencing_token, p.fencing_token());
+    EXPECT_TRUE(client.holders("v2/list/p").empty()) << "the lock `v2/list/p` is another object, free";
+
+    const auto listed = client.list("v2/list/");
+    EXPECT_EQ(listed.size(), 4u);
+    for (const auto& h : listed) EXPECT_EQ(h.name.rfind("v2/list/", 0), 0u) << h.name;
+    EXPECT_EQ(client.list("v2/").size(), 5u);
+    // A prefix is compared as bytes: LIKE wildcards in it are plain characters.
+    EXPECT_TRUE(client.list("v2/l_st").empty());
+    EXPECT_TRUE(client.list("v2/%").empty());
+}
+
+TEST_F(SqlModes, BreakingReadersFencesThemAndTheirLeasesBecomeLost) {
+    auto client = open("lease");
+    auto holder_client = open("lease");
+    auto s1 = holder_client.acquire("v2/break", shared().with_wait(0ms).with_ttl(30s));
+    auto s2 = holder_client.acquire("v2/break", shared().with_wait(0ms).with_ttl(30s));
+    EXPECT_EQ(client.break_lock("v2/break"), 2u);
+    std::error_code ec;
+    s1.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost) << dlock_last_error();
+    auto w = client.acquire("v2/break", dlock::acquire_options().with_wait(0ms));
+    EXPECT_GT(w.fencing_token(), std::max(s1.fencing_token(), s2.fencing_token()));
+    EXPECT_EQ(s2.release(), dlock::release_outcome::already_lost);
+    EXPECT_TRUE(client.inspect("v2/break").held) << "the late release touched nothing of the writer's";
+    // A break forgets a semaphore's limit: the next acquire may store another.
+    {
+        auto p = client.acquire("v2/break-sem", permits(2).with_wait(0ms));
+        EXPECT_EQ(client.break_lock("v2/break-sem", true), 1u);
+        auto q = client.acquire("v2/break-sem", permits(5).with_wait(0ms));
+        EXPECT_GT(q.fencing_token(), p.fencing_token());
+    }
+}
+
+// The secured server's tenant B has SELECT, INSERT and UPDATE on its tables — all that locking,
+// semaphores and shared locks need — but not DELETE: it locks, and its break is refused.
+TEST(SqlModesSecured, BreakWithoutDeleteIsRefusedWithPermission) {
+    DLOCK_LAB_REQUIRE(backend::sql);
+    auto& server = dlock::lab::shared_secured_server(dlock::lab::secured_backend::postgres);
+    auto client = dlock::client::open(server.tenant_b().config.string());
+    const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    EXPECT_EQ(client.capabilities() & v2, v2);
+    auto reader = client.acquire("v2/secured", dlock::acquire_options().with_shared(true).with_wait(0ms));
+    auto permit = client.acquire("v2/secured", dlock::acquire_options().with_permits(2).with_wait(0ms));
+    EXPECT_EQ(client.holders("v2/secured").size(), 1u);
+    size_t broken = 99;
+    ASSERT_EQ(dlock_break(client.handle(), "v2/secured", 0, &broken), DLOCK_PERMISSION);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("GRANT DELETE"), std::string::npos) << message;
+    EXPECT_EQ(message.find(server.tenant_b().password), std::string::npos) << message;
+    EXPECT_EQ(reader.release(), dlock::release_outcome::released);
+    EXPECT_EQ(permit.release(), dlock::release_outcome::released);
+}
+
+// ---- tables of an older dlock -------------------------------------------------------------------
+
+TEST_F(SqlModes, OlderLeaseTableGainsTheReadersColumnAndTheHoldersTable) {
+    raw().execute("CREATE SCHEMA v1_layout");
+    raw().execute("CREATE TABLE v1_layout.dlock_locks (name text COLLATE \"C\" PRIMARY KEY, owner text, fence bigint NOT NULL, "
+                  "expiry timestamptz, holder text, acquired_at timestamptz, waiters integer NOT NULL DEFAULT 0, "
+                  "released_at timestamptz)");
+    raw().execute("INSERT INTO v1_layout.dlock_locks (name, fence) VALUES ('v2/old', 41)");
+    auto client = open("lease", "  schema: v1_layout\n");
+    EXPECT_TRUE(client.capabilities() & DLOCK_CAP_SHARED);
+    auto r = client.acquire("v2/old", shared().with_wait(0ms));
+    EXPECT_EQ(r.fencing_token(), 42u) << "the lock's existing fence counter goes on";
+    EXPECT_EQ(r.release(), dlock::release_outcome::released);
+    client.close();
+    raw().execute("SET client_min_messages = warning; DROP SCHEMA v1_layout CASCADE");
+}
+
+// ---- advisory mode: shared advisory locks -------------------------------------------------------
+
+TEST_F(SqlModes, AdvisorySharedHoldersTogetherAndAQueuedExclusiveStopsLaterOnes) {
+    auto client = open("advisory");
+    auto r1 = client.acquire("v2/adv", shared().with_wait(0ms));
+    auto r2 = client.acquire("v2/adv", shared().with_wait(0ms));
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted"), 2);
+    std::error_code ec;
+    client.acquire("v2/adv", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    std::atomic<bool> writer_got{false};
+    std::thread writer([&] {
+        auto other = open("advisory");
+        auto w = other.acquire("v2/adv", dlock::acquire_options().with_wait(20s));
+        writer_got = true;
+        std::this_thread::sleep_for(200ms);
+    });
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 1; }, 5s));
+    // PostgreSQL's lock queue: a shared request that conflicts with a queued exclusive one waits behind it.
+    client.acquire("v2/adv", shared().with_wait(300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a shared acquire behind a queued exclusive one";
+    r1.release();
+    r2.release();
+    writer.join();
+    EXPECT_TRUE(writer_got);
+    EXPECT_NE(client.capabilities() & DLOCK_CAP_SHARED, 0u);
+    client.acquire("v2/adv-sem", permits(2).with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::not_supported) << "no semaphore in advisory mode";
+}
+
+// ---- the MySQL dialect (MariaDB) ----------------------------------------------------------------
+
+class MysqlModes : public ::testing::Test {
+protected:
+    void SetUp() override {
+        DLOCK_LAB_REQUIRE(backend::mariadb);
+        auto& env = dlock::lab::lab_environment::instance();
+        if (!env.owned_lab()) GTEST_SKIP() << "attached to a `dlock-lab up`: resets need a lab of our own";
+        lab_ = env.owned_lab();
+        env.reset(backend::mariadb, true);
+    }
+    dlock::client open(const std::string& mode = "lease") {
+        return dlock::client::from_yaml("backend: sql\noptions:\n  dsn: \"" + lab_->mariadb().dsn() + "\"\n  mode: " + mode + "\n",
+                                        "sql_v2_test");
+    }
+    int64_t scalar(const std::string& sql) { return std::stoll(lab_->mariadb().client().query_value(sql).value_or("-1")); }
+
+    dlock::lab::lab* lab_ = nullptr;
+};
+
+TEST_F(MysqlModes, LeaseModeHasSemaphoresAndListNamedModeNeither) {
+    const uint64_t v2 = DLOCK_CAP_SEMAPHORE | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    EXPECT_EQ(open("lease").capabilities() & v2, DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LIST);
+    EXPECT_EQ(open("named").capabilities() & v2, 0u) << "GET_LOCK has no shared mode; N GET_LOCK names cannot be waited on";
+}
+
+TEST_F(MysqlModes, PermitsAreAtMostNTheLimitIsCheckedAndAFailedAcquireLeavesNothing) {
+    auto client = open();
+    dlock::semaphore sem(client, "v2/my-stalls", 2);
+    auto p1 = sem.acquire();
+    auto p2 = sem.acquire();
+    EXPECT_GT(p2.fencing_token(), p1.fencing_token());
+    const auto start = clock_type::now();
+    EXPECT_FALSE(sem.try_acquire_for(300ms)) << "the 3rd of 2 permits";
+    EXPECT_GE(ms_since(start), 250);
+    std::error_code ec;
+    client.acquire("v2/my-stalls", permits_of(3), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("limit of 2"), std::string::npos) << message;
+    EXPECT_NE(message.find("asks for 3"), std::string::npos) << message;
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'v2/my-stalls' AND slot > 0"), 2)
+        << "no slot beyond the limit was created";
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE owner IS NOT NULL"), 2);
+    const auto held = client.holders("v2/my-stalls", true);
+    ASSERT_EQ(held.size(), 2u);
+    for (const auto& h : held) {
+        EXPECT_EQ(h.permits, 2u);
+        EXPECT_TRUE(h.holder == p1.owner() || h.holder == p2.owner()) << h.holder;
+    }
+    auto waiter = std::async(std::launch::async, [&] { return bool(sem.try_acquire_for(10s)); });
+    std::this_thread::sleep_for(100ms);
+    p1.release();
+    EXPECT_TRUE(waiter.get()) << "the released permit goes to the waiter";
+    EXPECT_EQ(p2.release(), dlock::release_outcome::released);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    dlock::lab::add_lab_environment({backend::sql, backend::mariadb});
+    return RUN_ALL_TESTS();
+}
