@@ -192,6 +192,8 @@ dlock::lease logged_acquire(dlock::client& client, shared_history& history, cons
     } else {
         e.type = ec.value() == DLOCK_UNKNOWN ? "unknown" : "fail";
         e.status = dlock_status_name(ec.value());
+        // The history keeps the status; the message, for whoever reads why, goes to stderr.
+        std::fprintf(stderr, "fault_worker: acquire %s: %s: %s\n", name.c_str(), e.status.c_str(), dlock_last_error());
     }
     history.append(std::move(e));
     return lease;
