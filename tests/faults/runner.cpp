@@ -311,9 +311,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (list) {
-        for (const auto& p : plan)
-            std::printf("%-5s %-19s %-4s %s\n", p.which->id().c_str(), p.expected.target.c_str(),
-                        std::string(verdict_name(p.expected.expected)).c_str(), p.which->title.c_str());
+        for (const auto& p : plan) {
+            const uint64_t needs = p.which->requires_capabilities;
+            const std::string only = needs & DLOCK_CAP_SEMAPHORE ? " (a cell only where the target reports SEMAPHORE)"
+                                     : needs & DLOCK_CAP_SHARED  ? " (a cell only where the target reports SHARED)"
+                                     : needs                     ? " (a cell only with the capabilities it needs)"
+                                                                 : "";
+            std::printf("%-5s %-19s %-4s %s%s\n", p.which->id().c_str(), p.expected.target.c_str(),
+                        std::string(verdict_name(p.expected.expected)).c_str(), p.which->title.c_str(), only.c_str());
+        }
         return 0;
     }
 
