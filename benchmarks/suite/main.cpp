@@ -9,6 +9,7 @@
 // A scenario that fails is recorded with its error in the report and the run goes on; the exit
 // status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
 #include "baseline.hpp"
+#include "modes.hpp"
 #include "probes.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -121,7 +122,63 @@ void attempt(json& target_report, const std::string& scenario, progress_display&
 
 int steps_per_target(const scenario_sizes& s, bool peers) {
     return 3 /* calibrate, S1, count */ + static_cast<int>(s.s2_clients.size() + s.s3_waiters.size() * s.s3_critical_us.size() +
-                                                           s.s5_leases.size()) + 2 /* S4, S6 */ + (peers ? 1 : 0);
+                                                           s.s5_leases.size()) + 2 /* S4, S6 */ + (peers ? 1 : 0) +
+           3 /* the modes: S1 permit, S1 shared, the permits contention point */;
+}
+
+// The semaphore and shared-lock points (modes.hpp) of one target, into target_report["modes"]:
+// S1 of a permit and of a shared hold beside the floor and the exclusive S1 of this run, the
+// contention point of 4 permits and 32 contenders, and (zookeeper, with peers) kazoo's Semaphore,
+// ReadLock and WriteLock. A target without the capability gets the reason instead of a figure.
+void run_modes(json& tr, const scenario_context& ctx, uint64_t caps, bool full, bool peers, dlock::lab::lab& lab,
+               progress_display& progress, const std::function<void(const std::string&)>& step) {
+    constexpr int kPermits = 4, kContenders = 32;
+    const int cycles = full ? 10000 : 500;
+    json modes = json::object();
+    auto p50_at = [&](const json::json_pointer& where) {
+        return tr.contains(where) && tr[where].is_number() ? tr[where].get<double>() : NAN;
+    };
+    const double floor_p50 = p50_at(json::json_pointer("/calibration/floor/p50_us"));
+    const double lock_p50 = p50_at(json::json_pointer("/s1/latency/p50_us"));
+    auto s1_point = [&](const char* key, uint64_t cap, const char* cap_name, uint32_t permits, bool shared) {
+        step(fmt::format("S1 {} ({} cycles)", key, cycles));
+        if (!(caps & cap)) {
+            modes[key] = json{{"skipped", fmt::format("no {} capability", cap_name)}};
+            return;
+        }
+        attempt(tr, std::string("S1 ") + key, progress, [&] {
+            const auto d = run_s1_mode(ctx.t, permits, shared, cycles);
+            modes[key] = json{{"latency", to_json(d)}, {"cycles", cycles}, {"floor_p50_us", floor_p50},
+                              {"ratio_to_floor", d.p50 / floor_p50}, {"ratio_to_lock_s1", d.p50 / lock_p50}};
+            if (permits) modes[key]["permits"] = permits;
+        });
+    };
+    s1_point("permit", DLOCK_CAP_SEMAPHORE, "SEMAPHORE", kPermits, false);
+    s1_point("shared", DLOCK_CAP_SHARED, "SHARED", 0, true);
+    step(fmt::format("S3 {} permits, {} contenders", kPermits, kContenders));
+    if (!(caps & DLOCK_CAP_SEMAPHORE)) {
+        modes["permits_contention"] = json{{"skipped", "no SEMAPHORE capability"}};
+    } else {
+        attempt(tr, "S3 permits", progress, [&] {
+            const auto p = run_permits_contention(ctx, kPermits, kContenders, 0, full ? std::chrono::milliseconds(4000) : std::chrono::milliseconds(1000));
+            modes["permits_contention"] = json{{"permits", p.permits}, {"contenders", p.contenders}, {"critical_us", p.critical_us},
+                                               {"cycles_per_s", p.cycles_per_s}, {"handoff", to_json(p.handoff)},
+                                               {"reacquired_by_releaser", p.reacquired_by_releaser}, {"jain", p.jain},
+                                               {"cycles", p.cycles}, {"release_failures", p.release_failures}};
+        });
+    }
+    if (peers && ctx.t.name == "zookeeper") {
+        attempt(tr, "kazoo modes", progress, [&] {
+            const auto k = run_kazoo_modes(lab.zookeeper().client_endpoint().to_string(), kPermits, full ? 2000 : 300,
+                                           ctx.t.scratch / "peer-kazoo-modes.log");
+            auto part = [](const distribution& d, const std::string& error) {
+                return error.empty() ? json{{"latency", to_json(d)}} : json{{"error", error}};
+            };
+            modes["kazoo"] = json{{"version", k.version}, {"semaphore", part(k.semaphore, k.semaphore_error)},
+                                  {"read", part(k.read, k.read_error)}, {"write", part(k.write, k.write_error)}};
+        });
+    }
+    tr["modes"] = modes;
 }
 
 // Returns a stream to the console's stderr for the progress display, and sends the process's own
@@ -330,6 +387,7 @@ int main(int argc, char** argv) {
             tr["s1"] = json{{"latency", to_json(s1->latency)}, {"benchmark_json", s1->benchmark_json.filename().string()}};
             samples["s1"][name] = s1->latency.us;
         }
+        run_modes(tr, ctx, caps, opt.full, !opt.skip_peers, *the_lab, progress, step);
         step("server commands per cycle");
         attempt(tr, "commands", progress, [&] { tr["commands"] = to_json(count_uncontended(t, *the_lab)); });
         attempt(tr, "S2", progress, [&] {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 namespace dlock::bench {
 
@@ -392,6 +393,63 @@ std::string dist_cells(const json& d) {
     return fmt::format("{} | {} | {} | {}", plain(num(d, "n"), 0), us(num(d, "p50_us")), us(num(d, "p99_us")), us(num(d, "p999_us")));
 }
 
+// Semaphores and shared locks (modes.hpp): S1 of a permit and of a shared hold against the floor
+// and the exclusive S1 of the same run, the permits contention point, kazoo's recipes.
+std::string modes_tables(const json& targets) {
+    const json none = json::object();
+    std::ostringstream md;
+    md << "\n## Semaphores and shared locks\n\nS1 of one permit (a semaphore of 4 permits) and of one shared hold, uncontended, "
+          "measured right after the exclusive S1; ratios against the target's floor p50 and its exclusive S1 p50.\n\n"
+          "| backend | mode | n | p50 µs | p99 µs | p99.9 µs | p50 / floor p50 | p50 / exclusive S1 p50 | note |\n"
+          "|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& t : targets) {
+        const json modes = t.value("modes", none);
+        for (const char* key : {"permit", "shared"}) {
+            const json m = modes.value(key, none);
+            md << "| " << str(t, "name") << " | " << key << " | " << dist_cells(m.value("latency", none)) << " | "
+               << ratio(num(m, "ratio_to_floor")) << " | " << ratio(num(m, "ratio_to_lock_s1")) << " | " << str(m, "skipped") << " |\n";
+        }
+    }
+    md << "\n### Contention: 4 permits, 32 contenders, critical section 0\n\nHandoff: in time order the k-th release enables the "
+          "(k + 4)-th grant; a sample is that grant's return minus that release's call (the releaser taking a permit straight back "
+          "is counted apart). Jain over the per-contender counts of the window.\n\n"
+          "| backend | cycles/s | handoff n | p50 µs | p99 µs | p99.9 µs | reacquired by releaser | Jain | releases not `released` | note |\n"
+          "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& t : targets) {
+        const json p = t.value("modes", none).value("permits_contention", none);
+        md << "| " << str(t, "name") << " | " << plain(num(p, "cycles_per_s"), 0) << " | " << dist_cells(p.value("handoff", none)) << " | "
+           << plain(num(p, "reacquired_by_releaser")) << " | " << plain(num(p, "jain"), 3) << " | " << plain(num(p, "release_failures"), 0)
+           << " | " << str(p, "skipped") << " |\n";
+    }
+    bool kazoo = false;
+    for (const auto& t : targets) kazoo = kazoo || t.value("modes", none).contains("kazoo");
+    if (kazoo) {
+        md << "\n### Peers: kazoo's Semaphore, ReadLock and WriteLock (S1)\n\ntooz offers neither semaphores nor read-write "
+              "locks through its coordinator API (only `get_lock`), so it has no row here.\n\n"
+              "| backend | peer | version | n | p50 µs | p99 µs | p99.9 µs | dlock p50 µs (same mode) | ratio (peer / dlock) | status |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n";
+        for (const auto& t : targets) {
+            const json modes = t.value("modes", none);
+            if (!modes.contains("kazoo")) continue;
+            const json k = modes.at("kazoo");
+            const double dlock_permit = num(modes.value("permit", none).value("latency", none), "p50_us");
+            const double dlock_shared = num(modes.value("shared", none).value("latency", none), "p50_us");
+            const double dlock_lock = num(t.value("s1", none).value("latency", none), "p50_us");
+            for (const auto& [key, peer, dlock_p50] : std::vector<std::tuple<const char*, const char*, double>>{
+                     {"semaphore", "kazoo Semaphore (4 leases)", dlock_permit},
+                     {"read", "kazoo ReadLock", dlock_shared},
+                     {"write", "kazoo WriteLock", dlock_lock}}) {
+                const json part = k.value(key, none);
+                const double p50 = num(part.value("latency", none), "p50_us");
+                md << "| " << str(t, "name") << " | " << peer << " | " << str(k, "version") << " | "
+                   << dist_cells(part.value("latency", none)) << " | " << us(dlock_p50) << " | " << ratio(p50 / dlock_p50) << " | "
+                   << (part.contains("error") ? "**failed**: " + str(part, "error") : std::string("ok")) << " |\n";
+            }
+        }
+    }
+    return md.str();
+}
+
 std::string scenario_tables(const json& report) {
     const json none = json::object();
     const json& targets = report.at("targets");
@@ -523,6 +581,8 @@ std::string scenario_tables(const json& report) {
                 md << "| " << str(t, "name") << " | " << str(p, "peer") << " | " << str(p, "settings") << " | " << us(num(p.value("s1", none), "p50_us"))
                    << " | " << us(num(p.value("dlock_python_around", none), "p50_us")) << " | " << ratio(num(p, "ratio_python_p50")) << " | "
                    << str(p, "dlock_python_error") << " |\n";
+
+    md << modes_tables(targets);
 
     md << "\n## Targets (docs/design/benchmarks.md), per backend\n\n| backend | target | value | result | note |\n|---|---|---|---|---|\n";
     for (const auto& t : targets)

@@ -123,16 +123,17 @@ private:
     }
     int64_t take_release_failures() { return release_failures_.exchange(0); }
 
-    // cycles NAME START_NS END_NS CS_US [THREADS] → ok <cycles> <cpu_ns> <wall_ns> <release_failures>
+    // cycles NAME START_NS END_NS CS_US [THREADS [PERMITS]] → ok <cycles> <cpu_ns> <wall_ns> <release_failures>
     // <acquired_ns releasing_ns thread>...: acquire+release cycles from START until END (a holding at
     // END is finished; a wait is given up at END) in each of THREADS threads, with a critical
-    // section of CS_US.
+    // section of CS_US. PERMITS > 0: each cycle takes one of PERMITS permits of the semaphore NAME.
     // Each cycle's triple is (acquire returned, release called, the thread that held).
     std::string cycles(std::istringstream& in) {
         std::string name;
-        int64_t start = 0, end = 0, cs_us = 0, threads = 1;
+        int64_t start = 0, end = 0, cs_us = 0, threads = 1, permits = 0;
         in >> name >> start >> end >> cs_us;
         if (!(in >> threads)) threads = 1;
+        if (!(in >> permits)) permits = 0;
         threads = std::max<int64_t>(1, threads);
         std::vector<std::vector<std::pair<int64_t, int64_t>>> events(static_cast<std::size_t>(threads));
         sleep_until_ns(start);
@@ -146,7 +147,8 @@ private:
                 // after one more handoff per waiter (1 000 of them on a slow backend).
                 const auto wait = std::chrono::milliseconds(std::max<int64_t>(1, (left + 999'999) / 1'000'000));
                 std::error_code ec;
-                dlock::lease lease = client_.acquire(name, dlock::acquire_options().with_wait(wait), ec);
+                dlock::lease lease =
+                    client_.acquire(name, dlock::acquire_options().with_wait(wait).with_permits(static_cast<uint32_t>(permits)), ec);
                 if (ec == dlock::errc::timeout) break;
                 if (ec) throw std::runtime_error("acquire `" + name + "`: " + ec.message() + ": " + dlock_last_error());
                 const int64_t acquired = now_ns();

@@ -5,7 +5,7 @@
 //
 //   acquire NAME TTL_MS                 ok <returned_ns> <granted_ttl_ms, -1 without expiry>
 //   release NAME                        ok <called_ns> <returned_ns>
-//   cycles NAME START_NS END_NS CS_US [THREADS]
+//   cycles NAME START_NS END_NS CS_US [THREADS [PERMITS]]   (PERMITS > 0: one of PERMITS permits of the semaphore NAME)
 //                                       ok <n> <cpu_ns> <wall_ns> <release_failures> then n triples
 //                                       <acquired_ns> <releasing_ns> <thread>
 //   count NAME N CS_US [THREADS]        ok <n> <cpu_ns> <wall_ns> <release_failures>

@@ -22,6 +22,8 @@ struct hold {
     int64_t acquired_ns = 0;
     int64_t end_ns = INT64_MAX;        // release invoked, or the worker killed, or still open
     int64_t valid_until_ns = INT64_MAX;
+    char kind = 'x';                   // 'x' exclusive, 's' shared, 'p' a semaphore's permit
+    uint32_t permits = 0;              // 'p': the limit N
 };
 
 // Reads every history and pairs each acquire-ok with its release-invoke (by owner token, fresh
@@ -46,6 +48,8 @@ std::vector<hold> read_holds(const check_inputs& in, check_report& report) {
                 h.acquired_ns = e.t_ns;
                 h.end_ns = open_end;
                 h.valid_until_ns = e.valid_until_ns ? e.valid_until_ns : INT64_MAX;
+                h.kind = e.kind;
+                h.permits = e.permits;
                 open_by_owner[e.owner] = holds.size();
                 holds.push_back(h);
             } else if (e.op == "acquire" && e.type == "fail") {
@@ -71,10 +75,40 @@ void note_example(check_findings& out, const std::string& text) {
     if (out.report.first_problem.empty()) out.report.first_problem = text;
 }
 
+// Checker 1 for a semaphore or a shared lock: the count of grant intervals held at one instant
+// (acquire-ok … release-invoke, half-open) must stay within the mode — at most N permits; never an
+// exclusive holder beside any other — cut at valid_until (the contract) and uncut. Tokens must
+// still be unique per grant; their order is not checked (permits and shared holds are granted
+// side by side, so acquisition order and token order may differ without anything wrong).
+void check_counts(const std::string& name, std::vector<test::interval> intervals, uint32_t permits, bool fencing,
+                  check_findings& out) {
+    auto judge = [&](const std::vector<test::interval>& list) {
+        return permits > 0 ? test::check_at_most(list, permits) : test::check_shared_exclusion(list);
+    };
+    const auto cut = judge(intervals);
+    out.report.overlaps += cut.violations;
+    out.report.max_holders = std::max(out.report.max_holders, cut.max_holders);
+    if (!cut.first_problem.empty()) note_example(out, name + ": " + cut.first_problem);
+    for (auto& i : intervals) i.valid_until_ns = INT64_MAX;
+    const auto uncut = judge(intervals);
+    out.report.overlaps_uncut += uncut.violations;
+    out.report.max_holders = std::max(out.report.max_holders, uncut.max_holders);
+    if (uncut.violations && out.examples.size() < 5)
+        out.examples.push_back(name + " (ignoring valid_until): " + uncut.first_problem);
+    if (fencing) {
+        std::map<uint64_t, int> seen;
+        for (const auto& i : intervals)
+            if (++seen[i.fence] == 2) ++out.report.duplicate_tokens;
+    }
+}
+
 // Checker 1: per name, holds must not overlap — cut at valid_until (the contract), and uncut
-// (acquire-ok … release-invoke, what a holder that never looks at its validity does).
+// (acquire-ok … release-invoke, what a holder that never looks at its validity does). A name
+// held as a semaphore or shared goes to check_counts.
 void check_overlaps(const std::vector<hold>& holds, bool fencing, check_findings& out) {
     std::map<std::string, std::vector<test::interval>> by_name;
+    std::map<std::string, uint32_t> permits_of;  // names held as a semaphore: the largest limit seen
+    std::map<std::string, bool> shared_seen;
     for (const auto& h : holds) {
         test::interval i;
         i.fence = h.token;
@@ -82,9 +116,16 @@ void check_overlaps(const std::vector<hold>& holds, bool fencing, check_findings
         i.released_ns = h.end_ns;
         i.valid_until_ns = h.valid_until_ns;
         i.who = h.worker;
+        i.kind = h.kind;
         by_name[h.name].push_back(i);
+        if (h.kind == 'p') permits_of[h.name] = std::max(permits_of[h.name], h.permits);
+        if (h.kind == 's') shared_seen[h.name] = true;
     }
     for (auto& [name, intervals] : by_name) {
+        if (permits_of.count(name) || shared_seen.count(name)) {
+            check_counts(name, intervals, permits_of.count(name) ? permits_of[name] : 0, fencing, out);
+            continue;
+        }
         const auto cut = test::check_mutual_exclusion(intervals, fencing);
         out.report.overlaps += cut.overlaps;
         out.report.token_inversions += cut.fence_inversions;
@@ -108,8 +149,14 @@ void check_overlaps(const std::vector<hold>& holds, bool fencing, check_findings
 void check_stale_writes(const check_inputs& in, const std::vector<hold>& holds, check_findings& out) {
     if (in.resource_log.empty() || !std::filesystem::exists(in.resource_log) || !in.fencing) return;
     // Per name: acquisitions by time, with the highest token issued up to each.
+    // Only names held exclusively: a permit's or shared holder's token is judged by the resource's
+    // `fence` rule (resource_server.cpp), since tokens do not order holders that may hold together.
     std::map<std::string, std::vector<std::pair<int64_t, uint64_t>>> issued;
-    for (const auto& h : holds) issued[h.name].push_back({h.acquired_ns, h.token});
+    std::map<std::string, bool> mode_names;
+    for (const auto& h : holds)
+        if (h.kind != 'x') mode_names[h.name] = true;
+    for (const auto& h : holds)
+        if (!mode_names.count(h.name)) issued[h.name].push_back({h.acquired_ns, h.token});
     for (auto& [name, list] : issued) {
         std::sort(list.begin(), list.end());
         for (size_t i = 1; i < list.size(); ++i) list[i].second = std::max(list[i].second, list[i - 1].second);

@@ -33,6 +33,8 @@ void history_writer::append(history_event e) {
     if (e.token) j["token"] = e.token;
     if (e.valid_until_ns) j["valid_until"] = e.valid_until_ns;
     if (!e.status.empty()) j["status"] = e.status;
+    if (e.kind != 'x') j["kind"] = std::string(1, e.kind);
+    if (e.permits) j["permits"] = e.permits;
     j["worker"] = worker_;
     // Names may hold any bytes (docs/design/faults.md §15): replace invalid UTF-8 rather than throw.
     const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -62,6 +64,9 @@ std::vector<history_event> read_history_file(const std::string& path, std::size_
         e.valid_until_ns = j.value("valid_until", int64_t(0));
         e.status = j.value("status", "");
         e.worker = j.value("worker", "");
+        const std::string kind = j.value("kind", "x");
+        e.kind = kind.empty() ? 'x' : kind[0];
+        e.permits = j.value("permits", uint32_t(0));
         events.push_back(std::move(e));
     }
     if (torn_lines) *torn_lines = torn;

@@ -5,7 +5,9 @@
 // An event: {"t": CLOCK_MONOTONIC ns, "op": "acquire"|"release"|"lost", "type": "invoke"|"ok"|
 // "fail"|"unknown", "name": lock name, "owner": owner token, "token": fencing token,
 // "valid_until": ns (INT64_MAX: no expiry), "status": detail ("timeout", "DLOCK_UNAVAILABLE",
-// "released", "already_lost", …), "worker": label}. Fields that do not apply are omitted.
+// "released", "already_lost", …), "worker": label, "kind": "s" (a shared hold) | "p" (a semaphore's
+// permit; absent for an exclusive lock), "permits": the semaphore's limit N}. Fields that do not
+// apply are omitted.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,8 @@ struct history_event {
     int64_t valid_until_ns = 0;
     std::string status;
     std::string worker;
+    char kind = 'x';         // 'x' exclusive lock, 's' shared hold, 'p' a semaphore's permit
+    uint32_t permits = 0;    // 'p': the semaphore's limit N
 };
 
 // Appends events to one file; not thread-safe by itself (callers serialise). Each append is one

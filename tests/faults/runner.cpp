@@ -311,9 +311,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (list) {
-        for (const auto& p : plan)
-            std::printf("%-5s %-19s %-4s %s\n", p.which->id().c_str(), p.expected.target.c_str(),
-                        std::string(verdict_name(p.expected.expected)).c_str(), p.which->title.c_str());
+        for (const auto& p : plan) {
+            const uint64_t needs = p.which->requires_capabilities;
+            const std::string only = needs & DLOCK_CAP_SEMAPHORE ? " (a cell only where the target reports SEMAPHORE)"
+                                     : needs & DLOCK_CAP_SHARED  ? " (a cell only where the target reports SHARED)"
+                                     : needs                     ? " (a cell only with the capabilities it needs)"
+                                                                 : "";
+            std::printf("%-5s %-19s %-4s %s%s\n", p.which->id().c_str(), p.expected.target.c_str(),
+                        std::string(verdict_name(p.expected.expected)).c_str(), p.which->title.c_str(), only.c_str());
+        }
         return 0;
     }
 
@@ -368,10 +374,24 @@ int main(int argc, char** argv) {
     }
 
     std::vector<cell_result> results;
+    // (scenario, target) pairs whose target lacks the capabilities the scenario needs: not cells.
+    std::vector<std::string> not_cells;
     size_t index = 0;
     for (const auto& p : plan) {
         ++index;
         const target& t = targets.at(p.expected.target);
+        if (const uint64_t needs = p.which->requires_capabilities;
+            needs && !target_errors.count(t.name) && (t.capabilities & needs) != needs) {
+            std::string missing;
+            for (const auto& [bit, word] : std::vector<std::pair<uint64_t, const char*>>{
+                     {DLOCK_CAP_SEMAPHORE, "SEMAPHORE"}, {DLOCK_CAP_SHARED, "SHARED"}, {DLOCK_CAP_FENCING, "FENCING"},
+                     {DLOCK_CAP_LIST, "LIST"}, {DLOCK_CAP_BREAK, "BREAK"}})
+                if ((needs & bit) && !(t.capabilities & bit)) missing += (missing.empty() ? "" : ", ") + std::string(word);
+            not_cells.push_back(fmt::format("{} on {}: no {}", p.which->id(), t.name, missing.empty() ? "capability" : missing));
+            std::printf("[%zu/%zu] scenario %s on %s: not a cell (the target's client reports no %s)\n", index, plan.size(),
+                        p.which->id().c_str(), t.name.c_str(), missing.c_str());
+            continue;
+        }
         std::printf("[%zu/%zu] scenario %s (%s) on %s, expected %s\n", index, plan.size(), p.which->id().c_str(),
                     p.which->title.c_str(), t.name.c_str(), std::string(verdict_name(p.expected.expected)).c_str());
         std::fflush(stdout);
@@ -441,8 +461,15 @@ int main(int argc, char** argv) {
     doc["seconds"] = seconds;
     doc["cells"] = nlohmann::json::array();
     for (const auto& r : results) doc["cells"].push_back(to_json(r));
+    doc["not_cells"] = not_cells;
     std::ofstream(out / "guarantees.json") << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    std::ofstream(out / "guarantees.md") << markdown(results, soak ? "soak" : "ci", seconds);
+    std::string not_cells_md;
+    if (!not_cells.empty()) {
+        not_cells_md = "\nNot cells (the target's client lacks the mode the scenario needs):\n";
+        for (const auto& n : not_cells) not_cells_md += "- " + n + "\n";
+        std::printf("%s", not_cells_md.c_str());
+    }
+    std::ofstream(out / "guarantees.md") << markdown(results, soak ? "soak" : "ci", seconds) << not_cells_md;
     if (soak) {
         const std::string table = soak_markdown(results, acquisitions, seconds);
         std::ofstream(out / "soak.md") << table;

@@ -152,6 +152,8 @@ public:
         r.counter_increments = j.value("counter_increments", uint64_t(0));
         r.lost_updates = j.value("lost_updates", uint64_t(0));
         r.counter_value = j.value("counter_value", uint64_t(0));
+        r.over_limit = j.value("over_limit", uint64_t(0));
+        r.max_inside = j.value("max_inside", uint64_t(0));
         return r;
     }
 
@@ -183,7 +185,8 @@ public:
                 "--renew", o.renew ? "1" : "0", "--seed", std::to_string(rng()),
                 "--try-percent", std::to_string(o.try_percent), "--short-percent", std::to_string(o.short_wait_percent),
                 "--short-wait-ms", std::to_string(o.short_wait.count()), "--long-wait-ms", std::to_string(o.long_wait.count()),
-                "--stderr", stderr_paths_.back().string()};
+                "--stderr", stderr_paths_.back().string(),
+                "--permits", std::to_string(o.permits), "--shared-percent", std::to_string(o.shared_percent)};
             if (!resource_socket.empty()) {
                 argv.push_back("--resource");
                 argv.push_back(resource_socket);
@@ -308,9 +311,16 @@ public:
     pid_t pid() const override { return process_->pid(); }
 
     acquire_result acquire(const std::string& name, milliseconds wait, milliseconds ttl, bool renew) override {
+        return acquire_as(name, hold_mode::exclusive(), wait, ttl, renew);
+    }
+
+    acquire_result acquire_as(const std::string& name, const hold_mode& mode, milliseconds wait, milliseconds ttl,
+                              bool renew) override {
         const auto limit = std::max(reply_limit, wait + milliseconds(20000));
-        const std::string answer = ask(fmt::format("acquire {} {} {} {}", name, wait.count(),
-                                                   (ttl.count() > 0 ? ttl : ttl_).count(), renew ? 1 : 0), limit);
+        const char kind = mode.how == hold_mode::kind::permit ? 'p' : mode.how == hold_mode::kind::shared ? 's' : 'x';
+        const std::string mode_words = kind == 'x' ? std::string() : fmt::format(" {} {}", kind, mode.permits);
+        const std::string answer = ask(fmt::format("acquire {} {} {} {}{}", name, wait.count(),
+                                                   (ttl.count() > 0 ? ttl : ttl_).count(), renew ? 1 : 0, mode_words), limit);
         std::istringstream words(answer);
         acquire_result r;
         words >> r.status;
@@ -344,6 +354,18 @@ public:
             throw std::runtime_error(fmt::format("holder {}: write {}: {}", label_, name, answer));
         w.accepted = outcome == "accepted";
         return w;
+    }
+
+    std::string enter(const std::string& name) override {
+        const std::string answer = ask("enter " + name, reply_limit);
+        if (answer.rfind("ok ", 0) != 0 && answer.rfind("over ", 0) != 0)
+            throw std::runtime_error(fmt::format("holder {}: enter {}: {}", label_, name, answer));
+        return answer.substr(0, answer.find(' '));
+    }
+
+    void leave(const std::string& name) override {
+        const std::string answer = ask("leave " + name, reply_limit);
+        if (answer != "ok") throw std::runtime_error(fmt::format("holder {}: leave {}: {}", label_, name, answer));
     }
 
     int64_t counter_increment(const std::string& name, milliseconds sleep) override {
@@ -511,6 +533,9 @@ public:
         if (r.resource.shared_tokens) violation(violation_kind::token_inversion, "one token accepted from two owners", r.resource.shared_tokens);
         if (r.resource.lost_updates)
             violation(violation_kind::lost_update, "read-sleep-write counter lost an update", r.resource.lost_updates);
+        if (r.resource.over_limit)
+            violation(violation_kind::overlap, "the resource's census saw a holder enter beside holders its mode forbids",
+                      r.resource.over_limit);
         if (found.stale_writes_accepted)
             violation(violation_kind::stale_write_accepted, example, found.stale_writes_accepted);
         return r;

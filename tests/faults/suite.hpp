@@ -91,6 +91,9 @@ struct scenario {
     std::string title;       // short: "holder paused past its ttl"
     std::vector<expectation> targets;
     std::function<void(context&)> run;
+    // DLOCK_CAP_* bits the target's client must report for a (scenario, target) pair to be a cell
+    // (e.g. DLOCK_CAP_SEMAPHORE): a target without them is listed as "not a cell" in the table.
+    uint64_t requires_capabilities = 0;
 
     std::string id() const { return std::to_string(number) + variant; }  // "6a"
 };
@@ -157,6 +160,12 @@ struct contend_options {
     // NAME=VALUE entries added to each worker's environment (e.g. DLOCK_FAULT_NETNS, to run it on
     // the client side of a lab::partition).
     std::vector<std::string> extra_env;
+    // The mode of every acquisition: permits N > 0 takes one of N permits of the semaphore `name`;
+    // else shared_percent % of the acquisitions hold the lock shared, the rest exclusively. In these
+    // modes the critical section enters and leaves the resource's census (resource_server.cpp), and
+    // only exclusive holders increment the counter.
+    uint32_t permits = 0;
+    int shared_percent = 0;
 };
 
 // A group of running contend workers. The destructor SIGKILLs whatever still runs.
@@ -188,6 +197,16 @@ struct acquire_result {
     int64_t invoked_ns = 0, returned_ns = 0;  // monotonic, as the holder saw them
 };
 
+// How a scripted holder holds a name: an exclusive lock, a shared hold, or one of `permits` permits
+// of the semaphore of that name.
+struct hold_mode {
+    enum class kind { exclusive, shared, permit } how = kind::exclusive;
+    uint32_t permits = 0;  // permit: the semaphore's limit N
+    static hold_mode exclusive() { return {}; }
+    static hold_mode shared() { return {kind::shared, 0}; }
+    static hold_mode permit(uint32_t n) { return {kind::permit, n}; }
+};
+
 // What the resource answered to a write.
 struct write_result {
     bool accepted = false;
@@ -208,6 +227,15 @@ public:
     // wait 0 = try once. ttl 0 = the target's ttl. renew false: the lease is not renewed.
     virtual acquire_result acquire(const std::string& name, milliseconds wait = milliseconds(0),
                                    milliseconds ttl = milliseconds(0), bool renew = true) = 0;
+    // The same in a mode: a shared hold or a permit. Its fenced_write() is then the resource's
+    // `fence` access for that mode (resource_server.cpp states the rule), and enter()/leave() put
+    // it in and out of the resource's census of who is inside a critical section.
+    virtual acquire_result acquire_as(const std::string& name, const hold_mode& mode, milliseconds wait = milliseconds(0),
+                                      milliseconds ttl = milliseconds(0), bool renew = true) = 0;
+    // "ok" when the census admits it, "over" when it entered beside holders its mode forbids (a
+    // violation the resource confirms; counted in resource_report::over_limit).
+    virtual std::string enter(const std::string& name) = 0;
+    virtual void leave(const std::string& name) = 0;
     // "held", "suspect", "lost", "released" or "none" (no lease on that name).
     virtual std::string state(const std::string& name) = 0;
     virtual uint64_t token(const std::string& name) = 0;
@@ -251,6 +279,8 @@ struct resource_report {
     uint64_t counter_increments = 0;
     uint64_t lost_updates = 0;            // a counter write whose read was stale (an overlap)
     uint64_t counter_value = 0;           // sum over resources
+    uint64_t over_limit = 0;              // census: an enter beside holders its mode forbids (a violation)
+    uint64_t max_inside = 0;              // census: the most holders inside one resource at once
 };
 
 // A small server on a Unix-domain socket (the `fenced_resource` executable; its protocol is
@@ -270,7 +300,9 @@ public:
 struct check_report {
     std::size_t histories = 0;         // history files read
     std::size_t acquisitions = 0;      // acquire-ok events
-    std::size_t overlaps = 0;          // pairs overlapping with intervals cut at valid_until
+    std::size_t overlaps = 0;          // pairs overlapping with intervals cut at valid_until; for a
+                                       // semaphore or a shared lock: holds that began where the count
+                                       // checker forbids (more than N; an exclusive beside anyone)
     std::size_t overlaps_uncut = 0;    // pairs overlapping as acquire-ok … release-invoke (what an
                                        // application that does not check validity experiences)
     std::size_t token_inversions = 0;  // a later acquisition with a token not above an earlier one
@@ -278,6 +310,7 @@ struct check_report {
     std::size_t unknowns = 0;          // acquire or release outcomes the worker could not tell
     std::size_t failures = 0;          // acquire errors (not timeouts)
     std::size_t timeouts = 0;
+    std::size_t max_holders = 0;       // semaphores and shared locks: the most holds at one instant
     resource_report resource;          // zero when no resource ran
     std::string first_problem;         // a human-readable example, "" when clean
 };

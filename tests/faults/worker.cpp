@@ -9,17 +9,28 @@
 //     with a random mix of try-once, a short and a long wait; inside each critical section: a
 //     fenced write to the resource (when the backend has fencing) and a read-sleep(hold)-write
 //     increment of the resource's counter; then releases.
+//       [--permits N | --shared-percent P]
 //     Exit 0 when it ran to the end (acquire errors are history events, not exit failures).
+//     With --permits N each acquisition takes one of the N permits of the semaphore N names; with
+//     --shared-percent P, P % of the acquisitions hold the lock shared, the rest exclusively. In
+//     these modes the critical section also enters and leaves the resource's census (enter/leave,
+//     resource_server.cpp); shared holders and permits make a `fence` access instead of a `write`,
+//     and only exclusive holders increment the counter (concurrent permits or readers may).
 //
 //   fault_worker holder --config C --history H --label L [--resource SOCKET]
 //     Prints "ready", then obeys stdin, one command a line, one answer line each:
-//       acquire NAME WAIT_MS TTL_MS RENEW(0|1) -> ok TOKEN VALID_UNTIL OWNER T_INVOKE T_RETURN
+//       acquire NAME WAIT_MS TTL_MS RENEW(0|1) [KIND(x|s|p) PERMITS]
+//                                             -> ok TOKEN VALID_UNTIL OWNER T_INVOKE T_RETURN
 //                                                | timeout T_INVOKE T_RETURN
 //                                                | error STATUS T_INVOKE T_RETURN MESSAGE…
 //       state NAME   -> held|suspect|lost|released|none
 //       token NAME   -> TOKEN
 //       release NAME -> released|already_lost|unknown|none
-//       write NAME   -> accepted HIGHEST | rejected HIGHEST   (fenced write with the lease's token)
+//       write NAME   -> accepted HIGHEST | rejected HIGHEST   (fenced write with the lease's token;
+//                       a shared hold or a permit makes the resource's `fence` access)
+//       enter NAME   -> ok INSIDE | over INSIDE   (the resource's census: this lease enters its
+//                       critical section)
+//       leave NAME   -> ok
 //       incr NAME SLEEP_MS -> VALUE   (read-sleep-write of the counter, unfenced)
 //       lost NAME    -> lost T | lost -   (when the on_lost callback ran)
 //       release_previous NAME -> like release, for the lease NAME had before its latest acquire
@@ -104,6 +115,26 @@ const char* state_word(dlock::lease_state s) {
     return "?";
 }
 
+// How a lease holds its name: an exclusive lock ('x'), a shared hold ('s'), or one of `permits`
+// permits of a semaphore ('p').
+struct hold_mode {
+    char kind = 'x';
+    uint32_t permits = 0;
+    void apply(dlock::acquire_options& options) const {
+        if (kind == 'p') options.with_permits(permits);
+        if (kind == 's') options.with_shared(true);
+    }
+};
+
+// The resource requests of a hold in its mode (resource_server.cpp).
+std::string fenced_request(const std::string& name, const std::string& owner, uint64_t token, const hold_mode& mode) {
+    if (mode.kind == 'x') return "write " + name + " " + owner + " " + std::to_string(token);
+    return "fence " + name + " " + owner + " " + std::to_string(token) + " " + mode.kind + " " + std::to_string(mode.permits);
+}
+std::string enter_request(const std::string& name, const std::string& owner, const hold_mode& mode) {
+    return "enter " + name + " " + owner + " " + mode.kind + " " + std::to_string(mode.permits);
+}
+
 const char* outcome_word(dlock::release_outcome o) {
     switch (o) {
     case dlock::release_outcome::released: return "released";
@@ -139,13 +170,18 @@ history_event event(const std::string& op, const std::string& type, const std::s
 // Logs the acquire outcome; returns the lease (empty unless ok).
 dlock::lease logged_acquire(dlock::client& client, shared_history& history, const std::string& name,
                             const dlock::acquire_options& options, std::error_code& ec, int64_t& invoked_ns,
-                            int64_t& returned_ns) {
+                            int64_t& returned_ns, const hold_mode& mode = {}) {
     invoked_ns = monotonic_now_ns();
-    history.append(event("acquire", "invoke", name));
+    history_event invoke = event("acquire", "invoke", name);
+    invoke.kind = mode.kind;
+    invoke.permits = mode.permits;
+    history.append(invoke);
     dlock::lease lease = client.acquire(name, options, ec);
     returned_ns = monotonic_now_ns();
     history_event e = event("acquire", "ok", name);
     e.t_ns = returned_ns;
+    e.kind = mode.kind;
+    e.permits = mode.permits;
     if (!ec) {
         e.owner = std::string(lease.owner());
         e.token = lease.fencing_token();
@@ -156,6 +192,8 @@ dlock::lease logged_acquire(dlock::client& client, shared_history& history, cons
     } else {
         e.type = ec.value() == DLOCK_UNKNOWN ? "unknown" : "fail";
         e.status = dlock_status_name(ec.value());
+        // The history keeps the status; the message, for whoever reads why, goes to stderr.
+        std::fprintf(stderr, "fault_worker: acquire %s: %s: %s\n", name.c_str(), e.status.c_str(), dlock_last_error());
     }
     history.append(std::move(e));
     return lease;
@@ -219,6 +257,9 @@ int contend(const arguments& args) {
     dlock::acquire_options base;
     if (number(args, "ttl-ms", 0) > 0) base.with_ttl(milliseconds(number(args, "ttl-ms", 0)));
     base.with_renew(number(args, "renew", 1) != 0);
+    const auto permits = uint32_t(number(args, "permits", 0));
+    const int shared_percent = int(number(args, "shared-percent", 0));
+    const bool census = permits > 0 || shared_percent > 0;
 
     const auto start = std::chrono::steady_clock::now();
     long long acquired = 0;
@@ -231,9 +272,13 @@ int contend(const arguments& args) {
         dlock::acquire_options options = base;
         const int pick = int(rng() % 100);
         options.with_wait(pick < try_percent ? milliseconds(0) : pick < try_percent + short_percent ? short_wait : long_wait);
+        hold_mode mode;
+        if (permits > 0) mode = {'p', permits};
+        else if (int(rng() % 100) < shared_percent) mode.kind = 's';
+        mode.apply(options);
         std::error_code ec;
         int64_t invoked = 0, returned = 0;
-        dlock::lease lease = logged_acquire(client, history, name, options, ec, invoked, returned);
+        dlock::lease lease = logged_acquire(client, history, name, options, ec, invoked, returned, mode);
         if (ec) {
             // A try that found the lock taken is the common case; after an error, back off a
             // little so a server fault does not turn into a busy loop.
@@ -246,8 +291,11 @@ int contend(const arguments& args) {
         const std::string owner(lease.owner());
         if (resource) {
             try {
-                if (fencing) resource->request("write " + name + " " + owner + " " + std::to_string(lease.fencing_token()));
-                increment_counter(*resource, name, owner, hold);
+                if (fencing) resource->request(fenced_request(name, owner, lease.fencing_token(), mode));
+                if (census) resource->request(enter_request(name, owner, mode));
+                if (mode.kind == 'x') increment_counter(*resource, name, owner, hold);
+                else if (hold.count() > 0) std::this_thread::sleep_for(hold);
+                if (census) resource->request("leave " + name + " " + owner);
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "fault_worker: %s\n", e.what());
                 return 3;
@@ -304,9 +352,10 @@ public:
         if (verb == "token") return std::to_string(lease.fencing_token());
         if (verb == "release") return outcome_word(logged_release(lease, history_));
         if (!resource_) return "error no resource";
-        if (verb == "write")
-            return resource_->request("write " + name + " " + std::string(lease.owner()) + " " +
-                                      std::to_string(lease.fencing_token()));
+        const hold_mode mode = modes_[name];
+        if (verb == "write") return resource_->request(fenced_request(name, std::string(lease.owner()), lease.fencing_token(), mode));
+        if (verb == "enter") return resource_->request(enter_request(name, std::string(lease.owner()), mode));
+        if (verb == "leave") return resource_->request("leave " + name + " " + std::string(lease.owner()));
         if (verb == "incr") {
             long long sleep_ms = 0;
             words >> sleep_ms;
@@ -354,12 +403,17 @@ private:
     std::string acquire(const std::string& name, std::istringstream& words) {
         long long wait_ms = 0, ttl_ms = 0, renew = 1;
         words >> wait_ms >> ttl_ms >> renew;
+        hold_mode mode;
+        std::string kind;
+        if (words >> kind >> mode.permits) mode.kind = kind.empty() ? 'x' : kind[0];
+        if (mode.kind != 'p') mode.permits = 0;
         dlock::acquire_options options;
         options.with_wait(milliseconds(wait_ms)).with_renew(renew != 0);
         if (ttl_ms > 0) options.with_ttl(milliseconds(ttl_ms));
+        mode.apply(options);
         std::error_code ec;
         int64_t invoked = 0, returned = 0;
-        dlock::lease lease = logged_acquire(client_, history_, name, options, ec, invoked, returned);
+        dlock::lease lease = logged_acquire(client_, history_, name, options, ec, invoked, returned, mode);
         const std::string times = std::to_string(invoked) + " " + std::to_string(returned);
         if (ec == dlock::make_error_code(dlock::errc::timeout)) return "timeout " + times;
         if (ec) {
@@ -397,6 +451,7 @@ private:
         const auto current = leases_.find(name);
         if (current != leases_.end()) previous_[name] = std::move(current->second);
         leases_[name] = std::move(lease);
+        modes_[name] = mode;
         return answer;
     }
 
@@ -413,6 +468,7 @@ private:
     std::unique_ptr<resource_client> resource_;
     std::map<std::string, dlock::lease> previous_;
     std::map<std::string, dlock::lease> leases_;
+    std::map<std::string, hold_mode> modes_;  // how each lease in leases_ holds its name
 };
 
 int holder(const arguments& args) {
