@@ -3,10 +3,10 @@
 
 #include "dlock_internal/backends.hpp"
 #include "dlock_internal/common.hpp"
+#include "dlock_internal/log.hpp"
 #include "dlock_internal/names.hpp"
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -29,11 +29,12 @@ constexpr int64_t max_ttl_ms = 365LL * 24 * 3600 * 1000;
 // backend, so this bounds how long a cancel waits for the plugin to return (dlock.h gives the cost).
 constexpr int64_t cancel_slice_ns = 250 * 1'000'000LL;
 
-// dlock's own logger: stderr, level from $DLOCK_LOG (debug, info, warn, error, off; default warn).
+// dlock's own logger: stderr or the application's handler (log_sink), level from $DLOCK_LOG (debug,
+// info, warn, error, off; default warn).
 // Not registered in spdlog's global registry, so it never clashes with the application's loggers.
 spdlog::logger& logger() {
     static const std::shared_ptr<spdlog::logger> instance = [] {
-        auto l = std::make_shared<spdlog::logger>("dlock", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+        auto l = std::make_shared<spdlog::logger>("dlock", log_sink());
         const char* level = std::getenv("DLOCK_LOG");
         l->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
         return l;

@@ -12,13 +12,16 @@
 #include <dlock/dlock.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "dlock/lab/clients.hpp"
 #include "dlock/lab/faults.hpp"
@@ -320,6 +323,45 @@ TEST_F(Secured, WorldReadableConfigWithAPasswordGetsOneWarningLine) {
     output.clear();
     EXPECT_EQ(dlock::lab::run_command({DLOCK_CLI, "--config", path, "check"}, &output), 0) << output;
     EXPECT_EQ(output.find("config file"), std::string::npos) << "no warning once private: " << output;
+}
+
+// The same with the log hook installed: the lines dlock and the plugin log while opening with a
+// wrong password, an unreachable server and a config file others can read, and while locking,
+// reach the handler and name no secret.
+TEST_F(Secured, NoSecretInAnyLineGivenToTheLogHandler) {
+    struct collected {
+        std::mutex mutex;
+        std::vector<std::string> lines;
+    } log;
+    ASSERT_EQ(dlock_set_log_handler(
+                  [](int, const char* message, void* user_data) {
+                      auto* c = static_cast<collected*>(user_data);
+                      std::lock_guard<std::mutex> lock(c->mutex);
+                      c->lines.emplace_back(message);
+                  },
+                  &log),
+              DLOCK_OK);
+    dlock::test::scratch_dir dir("dlock-log-hook");
+    const std::string readable = dir.path() + "/readable.yaml";
+    std::ofstream(readable) << server().config_text(a());
+    std::filesystem::permissions(readable, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                               std::filesystem::perms::others_read);
+    open_yaml(server().config_text(a(), {{"password", quoted("wrong-" + a().password)}}));
+    {
+        auto client = dlock::client::open(readable);
+        auto lease = client.acquire("secrets/hook", dlock::acquire_options().with_wait(0ms));
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+    ASSERT_EQ(dlock_set_log_handler(nullptr, nullptr), DLOCK_OK);
+    std::lock_guard<std::mutex> lock(log.mutex);
+    const bool warned = std::any_of(log.lines.begin(), log.lines.end(),
+                                    [&](const std::string& line) { return line.find(readable) != std::string::npos; });
+    EXPECT_TRUE(warned) << "the readable config's warning reached the handler";
+    for (const auto& line : log.lines) {
+        expect_no_secret(line);
+        EXPECT_EQ(line.find("wrong-" + a().password), std::string::npos) << line;
+    }
+    std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << log.lines.size() << " lines to the handler, no secret\n";
 }
 
 }  // namespace
