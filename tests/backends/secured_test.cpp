@@ -226,6 +226,32 @@ TEST_F(Secured, ExpiredClientCertificateIsAPreciseErrorAtOpen) {
     std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << r.message << "\n";
 }
 
+// A server of this test's own (the shared one stays valid for the other tests) whose certificate
+// has expired: open fails fast with a message that names the expiry and the certificate.
+TEST_F(Secured, ExpiredServerCertificateIsAPreciseErrorAtOpen) {
+    if (!has_tls()) GTEST_SKIP() << "no TLS on this backend (docs/backends/*.md, TLS)";
+    dlock::test::scratch_dir dir("dlock-expired-server");
+    // PostgreSQL runs as its own OS user under root: it must reach its directory in here.
+    namespace fs = std::filesystem;
+    fs::permissions(dir.path(), fs::perms::others_read | fs::perms::others_exec, fs::perm_options::add);
+    std::optional<secured_server> expired;
+    try {
+        expired.emplace(chosen, dir.path() + "/server");
+        expired->serve_expired_certificate();
+    } catch (const std::exception& e) {
+        FAIL() << "the expired-certificate server did not start: " << e.what();
+    }
+    const auto r = open_yaml(expired->config_text(expired->tenant_a()));
+    EXPECT_NE(r.status, DLOCK_OK);
+    EXPECT_LT(r.took, open_bound);
+    EXPECT_NE(r.message.find("expired"), std::string::npos) << "names the expiry: " << r.message;
+    EXPECT_NE(r.message.find("certificate"), std::string::npos) << "names the certificate: " << r.message;
+    for (const tenant* t : {&expired->tenant_a(), &expired->tenant_b()})
+        EXPECT_EQ(r.message.find(t->password), std::string::npos) << "a password leaked: " << r.message;
+    std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << dlock_status_name(r.status) << " after "
+              << r.took.count() << " ms: " << r.message << "\n";
+}
+
 TEST_F(Secured, PlainConnectionIsRefused) {
     if (chosen != secured_backend::postgres) GTEST_SKIP() << "PostgreSQL: hostssl only";
     const auto r = open_yaml(server().config_text(a(), {{"sslmode", "disable"}}));
