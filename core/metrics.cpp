@@ -111,6 +111,17 @@ client_metrics::client_metrics(const std::string& listen, const std::string& bac
     ++slot->clients;
     exporter_ = slot;
     held_ = &exporter_->held.Add({{"backend", backend_}});
+    acquired_ = acquire_series_for(DLOCK_OK);
+    timed_out_ = acquire_series_for(DLOCK_TIMEOUT);
+    released_ = &exporter_->releases.Add({{"backend", backend_}, {"outcome", "released"}});
+    already_lost_ = &exporter_->releases.Add({{"backend", backend_}, {"outcome", "already_lost"}});
+    release_unknown_ = &exporter_->releases.Add({{"backend", backend_}, {"outcome", "unknown"}});
+}
+
+client_metrics::acquire_series client_metrics::acquire_series_for(int status) {
+    const prometheus::Labels labels{{"backend", backend_}, {"outcome", acquire_outcome(status)}};
+    return {&exporter_->acquire_latency.Add(labels, latency_buckets()), &exporter_->acquire_wait.Add(labels, wait_buckets()),
+            &exporter_->acquisitions.Add(labels)};
 }
 
 client_metrics::~client_metrics() {
@@ -123,16 +134,13 @@ client_metrics::~client_metrics() {
 }
 
 void client_metrics::acquire_finished(bool waited, int status, int64_t duration_ns) {
-    const std::string outcome = acquire_outcome(status);
-    auto& family = waited ? exporter_->acquire_wait : exporter_->acquire_latency;
-    family.Add({{"backend", backend_}, {"outcome", outcome}}, waited ? wait_buckets() : latency_buckets())
-        .Observe(double(duration_ns) / 1e9);
-    exporter_->acquisitions.Add({{"backend", backend_}, {"outcome", outcome}}).Increment();
+    const acquire_series series = status == DLOCK_OK ? acquired_ : status == DLOCK_TIMEOUT ? timed_out_ : acquire_series_for(status);
+    (waited ? series.wait : series.latency)->Observe(double(duration_ns) / 1e9);
+    series.count->Increment();
 }
 
 void client_metrics::release_finished(int status) {
-    const char* outcome = status == DLOCK_OK ? "released" : status == DLOCK_LOST ? "already_lost" : "unknown";
-    exporter_->releases.Add({{"backend", backend_}, {"outcome", outcome}}).Increment();
+    (status == DLOCK_OK ? released_ : status == DLOCK_LOST ? already_lost_ : release_unknown_)->Increment();
 }
 
 void client_metrics::held_changed(int delta) { held_->Increment(delta); }

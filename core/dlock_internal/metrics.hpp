@@ -15,7 +15,9 @@
 #include <string>
 
 namespace prometheus {
+class Counter;
 class Gauge;
+class Histogram;
 }  // namespace prometheus
 
 namespace dlock::core {
@@ -44,9 +46,22 @@ public:
     void became_lost();
 
 private:
+    // The series of the common outcomes, made (at zero) when the client opens, so that recording
+    // one is an atomic update, not a look-up by labels; and so that rates start from zero.
+    struct acquire_series {
+        prometheus::Histogram* latency;
+        prometheus::Histogram* wait;
+        prometheus::Counter* count;
+    };
+    acquire_series acquire_series_for(int status);
+
     std::shared_ptr<metrics_exporter> exporter_;
     std::string backend_;
     prometheus::Gauge* held_;
+    acquire_series acquired_, timed_out_;
+    prometheus::Counter* released_;
+    prometheus::Counter* already_lost_;
+    prometheus::Counter* release_unknown_;
 };
 
 }  // namespace dlock::core
