@@ -11,10 +11,12 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -241,6 +243,24 @@ TEST(Metrics, OffByDefaultStartsNoThreadAndOpensNoSocket) {
     auto client = fake_client(listen_address(free_port()));
     EXPECT_GT(thread_count() - threads_before, threads_off) << "the exporter's threads";
     EXPECT_GT(socket_count(), sockets_before) << "the exporter's listening socket";
+}
+
+TEST(Metrics, DsnQueryKeyMetricsListenTurnsThemOn) {
+    char directory[] = "/tmp/dlock-metrics-dsn.XXXXXX";
+    ASSERT_TRUE(::mkdtemp(directory));
+    const std::string address = listen_address(free_port());
+    {
+        auto client = dlock::client::open(std::string("file://") + directory + "?metrics_listen=" + address);
+        auto lease = client.acquire("dsn", dlock::acquire_options().with_wait(0ms));
+        const auto text = scrape(address);
+        ASSERT_TRUE(text);
+        EXPECT_EQ(value_of(*text, "dlock_leases_held", {{"backend", "file"}}), 1);
+    }
+    dlock_client* client = nullptr;
+    EXPECT_EQ(dlock_client_open((std::string("file://") + directory + "?metrics_listen=127.0.0.1:0").c_str(), &client), DLOCK_CONFIG);
+    EXPECT_NE(std::string(dlock_last_error()).find("DSN query key `metrics_listen`: port `0`"), std::string::npos) << dlock_last_error();
+    dlock_client_close(client);
+    std::filesystem::remove_all(directory);
 }
 
 TEST(Metrics, BadListenIsAConfigErrorSayingWhy) {
