@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -183,6 +184,27 @@ int64_t parse_duration_ms(std::string_view text, bool allow_forever, const std::
     return ms;
 }
 
+std::string parse_metrics_listen(const std::string& text, const std::string& what) {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+        fail(fmt::format("{}: `{}` is not HOST:PORT (e.g. 127.0.0.1:9464 or [::1]:9464)", what, text));
+    const std::string host = text.substr(0, colon);
+    const std::string port = text.substr(colon + 1);
+    unsigned char address[16];
+    const bool ipv6 = host.size() > 2 && host.front() == '[' && host.back() == ']';
+    const bool literal = ipv6 ? inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), address) == 1
+                              : inet_pton(AF_INET, host.c_str(), address) == 1;
+    if (!literal)
+        fail(fmt::format("{}: host `{}` is not an IP address literal; write an IPv4 address (127.0.0.1, or 0.0.0.0 for "
+                         "every interface) or a bracketed IPv6 one ([::1]): the exporter does not resolve names",
+                         what, host));
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        std::all_of(port.begin(), port.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
+        fail(fmt::format("{}: port `{}` is not a number from 1 to 65535", what, port));
+    return text;
+}
+
 client_config parse_yaml(const std::string& text, const std::string& origin) {
     YAML::Node root;
     try {
@@ -239,8 +261,20 @@ client_config parse_yaml(const std::string& text, const std::string& origin) {
                 if (!patterns.insert(pattern).second) fail(fmt::format("{}: duplicate lock pattern `{}`", where(origin, l->first), pattern));
                 config.locks.push_back({pattern, parse_policy(l->second, origin, "locks." + pattern)});
             }
+        } else if (key == "metrics") {
+            if (!value.IsMap()) fail(fmt::format("{}: `metrics` must be a mapping, e.g. `metrics: {{ listen: 127.0.0.1:9464 }}`", where(origin, value)));
+            for (auto m = value.begin(); m != value.end(); ++m) {
+                const std::string metrics_key = m->first.Scalar();
+                if (metrics_key != "listen")
+                    fail(fmt::format("{}: unknown key `{}` in `metrics` (known: listen)", where(origin, m->first), metrics_key));
+                config.metrics_listen = parse_metrics_listen(scalar_of(m->second, origin, "metrics.listen"),
+                                                             where(origin, m->second) + ": `metrics.listen`");
+            }
+            if (config.metrics_listen.empty())
+                fail(fmt::format("{}: `metrics` needs `listen: HOST:PORT` (e.g. 127.0.0.1:9464); leave `metrics` out to turn metrics off",
+                                 where(origin, value)));
         } else {
-            fail(fmt::format("{}: unknown key `{}` (known: backend, plugin_path, defaults, options, locks)", loc, key));
+            fail(fmt::format("{}: unknown key `{}` (known: backend, plugin_path, defaults, options, locks, metrics)", loc, key));
         }
     }
     if (config.backend.empty()) fail(fmt::format("{}: `backend` is missing (file, redis, redlock, zookeeper, etcd or sql)", origin));
@@ -325,6 +359,8 @@ client_config parse_dsn(const std::string& dsn) {
             if (p.reentrant) config.defaults.reentrant = p.reentrant;
         } else if (key == "plugin_path") {
             config.plugin_path.push_back(value);
+        } else if (key == "metrics_listen") {
+            config.metrics_listen = parse_metrics_listen(value, loc);
         } else {
             raw_option raw;
             raw.key = key;

@@ -3,10 +3,10 @@
 
 #include "dlock_internal/backends.hpp"
 #include "dlock_internal/common.hpp"
+#include "dlock_internal/log.hpp"
 #include "dlock_internal/names.hpp"
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -29,11 +29,12 @@ constexpr int64_t max_ttl_ms = 365LL * 24 * 3600 * 1000;
 // backend, so this bounds how long a cancel waits for the plugin to return (dlock.h gives the cost).
 constexpr int64_t cancel_slice_ns = 250 * 1'000'000LL;
 
-// dlock's own logger: stderr, level from $DLOCK_LOG (debug, info, warn, error, off; default warn).
+// dlock's own logger: stderr or the application's handler (log_sink), level from $DLOCK_LOG (debug,
+// info, warn, error, off; default warn).
 // Not registered in spdlog's global registry, so it never clashes with the application's loggers.
 spdlog::logger& logger() {
     static const std::shared_ptr<spdlog::logger> instance = [] {
-        auto l = std::make_shared<spdlog::logger>("dlock", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+        auto l = std::make_shared<spdlog::logger>("dlock", log_sink());
         const char* level = std::getenv("DLOCK_LOG");
         l->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
         return l;
@@ -87,6 +88,8 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     const auto options = config::bind_options(config, *module->table);
     for (const auto& w : options.warnings()) logger().warn("{}", w);
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
+    if (!core->config_.metrics_listen.empty())
+        core->metrics_ = std::make_unique<client_metrics>(core->config_.metrics_listen, core->plugin_->name);
     dlock_plugin_error err{};
     const int status = plugin_call(err, core->plugin_->name, "create", [&] {
         return core->plugin_->create(options.data(), options.size(), &core->host_, &core->backend_, &err);
@@ -126,6 +129,29 @@ void client_core::log(int level, const char* message) {
 }
 
 dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options* options) {
+    if (!metrics_) return acquire_lease(name, options);
+    const int64_t start = monotonic_now_ns();
+    auto record = [&](int status) {
+        // A try-once (wait 0) measures the backend's latency; any other wait, the time spent waiting.
+        const bool waits = has_field(options, &dlock_acquire_options::wait_ms) && options->wait_ms != DLOCK_DEFAULT
+                               ? options->wait_ms != 0
+                               : name && config::resolve(config_, name).wait_ms != 0;
+        metrics_->acquire_finished(waits, status, monotonic_now_ns() - start);
+    };
+    try {
+        dlock_lease* lease = acquire_lease(name, options);
+        record(DLOCK_OK);
+        return lease;
+    } catch (const error& e) {
+        record(e.status());
+        throw;
+    } catch (...) {
+        record(DLOCK_INTERNAL);
+        throw;
+    }
+}
+
+dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_options* options) {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
     detail::validate_name(name);
     if (options && options->struct_size < sizeof(uint32_t))
@@ -338,6 +364,10 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
         in_flight.count_out_locked();
         if (reentrant) reentrant_[h->name] = h;
         dlock_lease* lease = new_lease(h);
+        if (metrics_) {
+            h->counted_held = true;
+            metrics_->held_changed(+1);
+        }
         // Waking the keeper costs a context switch: only when this hold is due before its next wake.
         if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
         return lease;
@@ -356,6 +386,8 @@ void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& na
 void client_core::mark_lost(hold& h) {
     if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
     h.state = DLOCK_LEASE_LOST;
+    if (h.counted_held) metrics_->became_lost();
+    stop_counting_held(h);
     auto it = reentrant_.find(h.name);
     if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
     for (dlock_lease* lease : h.leases) {
@@ -371,6 +403,7 @@ void client_core::mark_lost(hold& h) {
 void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
     if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
     const int64_t ttl_ns = detail::ms_to_ns(h.ttl_ms);
+    if (metrics_ && status != DLOCK_OK) metrics_->renew_failed(status);
     if (status == DLOCK_OK) {
         h.valid_until_ns = valid_until_ns;
         h.state = DLOCK_LEASE_HELD;
@@ -381,6 +414,7 @@ void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int
         return;
     } else {
         // Unconfirmed: may still be held until valid_until. Retry soon, well before it runs out.
+        if (metrics_ && h.state == DLOCK_LEASE_HELD) metrics_->became_suspect();
         h.state = DLOCK_LEASE_SUSPECT;
         h.next_renew_ns = now_ns + std::max<int64_t>(ttl_ns / 10, 5 * detail::ns_per_ms);
     }
@@ -392,7 +426,14 @@ void client_core::remember_hold(const std::shared_ptr<hold>& h) {
     holds_.push_back(h);
 }
 
+void client_core::stop_counting_held(hold& h) {
+    if (!h.counted_held) return;
+    h.counted_held = false;
+    metrics_->held_changed(-1);
+}
+
 void client_core::forget_hold(const std::shared_ptr<hold>& h) {
+    stop_counting_held(*h);
     if (h->slot < holds_.size() && holds_[h->slot] == h) {
         holds_.back()->slot = h->slot;
         std::swap(holds_[h->slot], holds_.back());
@@ -414,6 +455,7 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
     lock.lock();
     h->busy = false;
     changed_.notify_all();
+    if (metrics_) metrics_->release_finished(status == DLOCK_OK && was_lost ? DLOCK_LOST : status);
     if (status != DLOCK_OK && status != DLOCK_LOST) {
         why = message_of(err, fmt::format("backend `{}`: release of `{}` failed ({}); the outcome is unknown, retry",
                                           plugin_->name, h->name, detail::status_name(status)));
@@ -554,6 +596,7 @@ void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_n
     if (state == DLOCK_LEASE_LOST) {
         mark_lost(*raw);
     } else if (state == DLOCK_LEASE_SUSPECT) {
+        if (metrics_ && raw->counted_held && raw->state == DLOCK_LEASE_HELD) metrics_->became_suspect();
         raw->state = DLOCK_LEASE_SUSPECT;
         if (valid_until_ns > 0) raw->valid_until_ns = valid_until_ns;  // the backend's bound while unconfirmed
     } else if (state == DLOCK_LEASE_HELD) {

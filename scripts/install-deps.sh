@@ -9,7 +9,7 @@ packages=(
   build-essential cmake pkg-config ccache git python3
   # core dependencies
   libboost-dev libboost-filesystem-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
-  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcurl4-openssl-dev
   # backend client libraries
   libhiredis-dev libzookeeper-mt-dev libssl-dev libpqxx-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libmariadb-dev

@@ -50,7 +50,7 @@ if(TARGET dlock_plugin_sql)
   target_sources(dlock_bench_probes PRIVATE ${dlock_repo_dir}/plugins/sql/sql_common.cpp)
   target_include_directories(dlock_bench_probes PRIVATE ${dlock_repo_dir}/plugins/sql)
   target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_kit)
-  target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_api PkgConfig::DLOCK_PROBES_PQXX PkgConfig::DLOCK_PROBES_LIBPQ)
+  target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_api PkgConfig::DLOCK_PROBES_PQXX PkgConfig::DLOCK_PROBES_LIBPQ dlock_tls_probe)
   target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_PROBES_SQL=1)
   # mysql_lease, mysql_named: the plugin's MariaDB Connector/C client code compiled in.
   pkg_check_modules(DLOCK_PROBES_MARIADB REQUIRED IMPORTED_TARGET libmariadb)

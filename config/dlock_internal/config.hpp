@@ -6,6 +6,7 @@
 //   defaults: { ttl: 30s, wait: 10s, renew: true, fair: true, reentrant: false }
 //   options: { endpoint: 127.0.0.1:6379, password: ${REDIS_PASSWORD} }
 //   locks: { "orders/*": { ttl: 10s, wait: 2s } }   # first glob match wins
+//   metrics: { listen: 127.0.0.1:9464 }             # Prometheus exporter; off when absent
 //
 // Every scalar may use ${VAR} or ${VAR:-fallback}; "$$" is a literal "$". Durations are integers
 // with a unit (ms, s, m, h); `wait` also takes `forever`, and 0 means "try once".
@@ -67,6 +68,9 @@ struct client_config {
     bool from_dsn = false;
     std::string dsn_url, dsn_hosts, dsn_user, dsn_password, dsn_path;
     bool dsn_has_user = false, dsn_has_password = false;
+    // Where the Prometheus exporter listens ("127.0.0.1:9464", "[::1]:9464"); "" = metrics off.
+    // Checked by parse_metrics_listen.
+    std::string metrics_listen;
 };
 
 // Parses YAML text. Throws detail::error(DLOCK_CONFIG) with "origin:line:col: ..." messages.
@@ -83,6 +87,11 @@ client_config embedded_default();
 client_config from_environment();
 // Opens a path or DSN (the rule of dlock_client_open).
 client_config open_spec(const std::string& spec);
+
+// Checks a metrics listen address: an IPv4 literal or a bracketed IPv6 literal, a colon and a port
+// 1..65535 (host names are refused: the exporter binds to literals only). Returns it unchanged.
+// Throws detail::error(DLOCK_CONFIG) "<what>: ..." giving the reason.
+std::string parse_metrics_listen(const std::string& text, const std::string& what);
 
 // The policy for `name`: first matching rule, then defaults, then built-in values.
 resolved_policy resolve(const client_config& config, std::string_view name);

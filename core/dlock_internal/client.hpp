@@ -17,6 +17,7 @@
 
 #include "dlock_internal/config.hpp"
 #include "dlock_internal/loader.hpp"
+#include "dlock_internal/metrics.hpp"
 #include "dlock_internal/names.hpp"
 
 #include <dlock/plugin.h>
@@ -54,6 +55,7 @@ struct hold {
     bool busy = false;                   // (m) a plugin call on it is in progress
     std::vector<dlock_lease*> leases;    // (m) lease handles not yet released
     size_t slot = 0;                     // (m) index in client_core::holds_ while live
+    bool counted_held = false;           // (m) handed out and counted in the leases-held gauge
 };
 
 class client_core : public std::enable_shared_from_this<client_core> {
@@ -85,6 +87,10 @@ public:
 
 private:
     client_core(config::client_config config, std::shared_ptr<const loader::module> module);
+    // acquire() without its metrics.
+    dlock_lease* acquire_lease(const char* name, const dlock_acquire_options* options);
+    // Takes a hold out of the leases-held gauge once (released, lost or given up). Needs mutex_.
+    void stop_counting_held(hold& h);
     void keeper_loop();
     void dispatcher_loop();
     // Gives back a grant that acquire must not hand out (lost or expired on arrival): releases it
@@ -107,6 +113,7 @@ private:
     dlock_plugin_host host_{};
     dlock_backend* backend_ = nullptr;
     uint64_t capabilities_ = 0;
+    std::unique_ptr<client_metrics> metrics_;  // null when the config has no `metrics`
 
     std::mutex mutex_;
     std::condition_variable changed_;   // holds, in-flight count, callbacks

@@ -1,6 +1,8 @@
 // Implements the etcd connection layer (connection.hpp).
 #include "connection.hpp"
 
+#include "tls_probe.hpp"
+
 #include <fmt/format.h>
 
 #include <grpc/support/time.h>
@@ -104,8 +106,22 @@ bool connection::member_unusable(const grpc::Status& status) {
     return status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-std::string connection::tls_hint() const {
+std::string connection::tls_hint(const std::string& errors) const {
     if (!config_.tls) return "";
+    if (contains(errors, "certificate verify failed")) {
+        std::string reasons;
+        for (const std::string& address : config_.endpoints) {
+            const size_t colon = address.rfind(':');
+            if (colon == std::string::npos) continue;
+            std::string host = address.substr(0, colon);
+            if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+            const std::string reason = tls_probe::server_certificate_problem(
+                host, uint16_t(std::stoi(address.substr(colon + 1))), true, config_.ca_pem, tls_probe::preamble::none,
+                int(std::min<int64_t>(config_.dial_timeout_ms, 2000)));
+            if (!reason.empty()) reasons += "; " + reason;
+        }
+        if (!reasons.empty()) return reasons;
+    }
     // gRPC words a refused handshake as a failed connection ("Ssl handshake failed", "Endpoint read
     // failed"): name the settings that cause it.
     return "; with TLS, `ca_file` must hold the CA that signed the members' certificates, which must name the host "
@@ -118,7 +134,7 @@ failure connection::failure_of(const grpc::Status& status, const std::string& ad
     switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
         return {DLOCK_UNAVAILABLE, fmt::format("{} failed: {}; check that etcd runs there and that a majority of its "
-                                               "cluster is up{}", where, message, tls_hint())};
+                                               "cluster is up{}", where, message, tls_hint(message))};
     case grpc::StatusCode::DEADLINE_EXCEEDED:
         return {DLOCK_UNAVAILABLE, fmt::format("{}: no answer within {} ms (the member may be paused, overloaded or cut "
                                                "off); raise `request_timeout` if it is merely slow", where,
@@ -234,7 +250,7 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
         }
     }
     fail(DLOCK_UNAVAILABLE, fmt::format("etcd: {} failed on every endpoint ({}); check that etcd runs at {} and that a "
-                                        "majority of its cluster is up{}", what, errors, endpoint_list(), tls_hint()));
+                                        "majority of its cluster is up{}", what, errors, endpoint_list(), tls_hint(errors)));
 }
 
 void connection::authenticate() {
@@ -271,7 +287,7 @@ void connection::authenticate() {
         throw failure_of(status, m.address, "authenticate");
     }
     fail(DLOCK_UNAVAILABLE, fmt::format("etcd: authenticate failed on every endpoint ({}); check that etcd runs at {}{}",
-                                        errors, endpoint_list(), tls_hint()));
+                                        errors, endpoint_list(), tls_hint(errors)));
 }
 
 void connection::check_reachable() {

@@ -124,8 +124,10 @@ public:
 
     // The dlock status and message for a failed call `what` on member `address`.
     failure failure_of(const grpc::Status& status, const std::string& address, const char* what) const;
-    // With TLS on: what to check when a member cannot be reached ("" without TLS).
-    std::string tls_hint() const;
+    // With TLS on: what to check when a member cannot be reached ("" without TLS). When `errors`
+    // (gRPC's messages) say the server's certificate was refused, the reason found by probing
+    // each member's certificate (tls_probe.hpp): expired, another host's, an unknown CA's.
+    std::string tls_hint(const std::string& errors) const;
     // True for errors that mean "this member cannot serve now; another may".
     static bool member_unusable(const grpc::Status& status);
 

@@ -1,6 +1,8 @@
 // Settings, connection strings, errors, sessions, the pool, the LISTEN connection and the monitor.
 #include "sql_common.hpp"
 
+#include "tls_probe.hpp"
+
 #include <fmt/format.h>
 #include <libpq-fe.h>
 
@@ -8,6 +10,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -68,6 +72,20 @@ failure classify_connect_error(const settings& s, const std::exception& e) {
         (contains(why, "does not exist") && (contains(why, "role") || contains(why, "database"))))
         return {DLOCK_CONFIG, fmt::format("sql backend: postgres {} refused the connection: {}; check the user, password and "
                                           "database in `dsn`", s.server, why)};
+    if (contains(why, "certificate verify failed")) {
+        // libpq says no more than that: ask the server's certificate why (tls_probe.hpp).
+        std::string ca_pem;
+        if (!s.sslrootcert.empty()) {
+            std::ifstream in(s.sslrootcert);
+            ca_pem.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        const std::string reason = s.port.empty() || s.port.find_first_not_of("0123456789") != std::string::npos ? std::string()
+            : tls_probe::server_certificate_problem(s.host, uint16_t(std::stoi(s.port)), s.sslmode == "verify-full", ca_pem,
+                                                    tls_probe::preamble::postgres, 2000);
+        return {DLOCK_UNAVAILABLE, fmt::format("sql backend: cannot connect to postgres {}: {}; {}", s.server, why,
+                                               reason.empty() ? "check `sslrootcert` and that the server's certificate names the "
+                                                                "host in `dsn`" : reason)};
+    }
     return {DLOCK_UNAVAILABLE, fmt::format("sql backend: cannot connect to postgres {}: {}; check that the server runs and "
                                            "`dsn` names it", s.server, why)};
 }
@@ -322,6 +340,8 @@ void resolve(settings& s) {
     const std::string port = get("port").empty() ? "5432" : get("port");
     const std::string db = get("dbname").empty() ? "(default database)" : get("dbname");
     s.server = fmt::format("{}:{}/{}", host, port, db);
+    s.host = host.substr(0, host.find(','));
+    s.port = port.substr(0, port.find(','));
     s.user = get("user");
 }
 

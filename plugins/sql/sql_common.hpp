@@ -59,6 +59,7 @@ struct settings {
     // messages name it ("postgres 127.0.0.1:5432/postgres").
     std::string conninfo;
     std::string server;
+    std::string host, port;  // the first host and port libpq tries, for the TLS diagnosis
     std::string user;  // the role it logs in as ("" when libpq picks its default)
 
     // How long the client waits for the server's answer to one statement (or for a connect) before

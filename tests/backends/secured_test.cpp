@@ -12,13 +12,16 @@
 #include <dlock/dlock.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "dlock/lab/clients.hpp"
 #include "dlock/lab/faults.hpp"
@@ -223,6 +226,32 @@ TEST_F(Secured, ExpiredClientCertificateIsAPreciseErrorAtOpen) {
     std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << r.message << "\n";
 }
 
+// A server of this test's own (the shared one stays valid for the other tests) whose certificate
+// has expired: open fails fast with a message that names the expiry and the certificate.
+TEST_F(Secured, ExpiredServerCertificateIsAPreciseErrorAtOpen) {
+    if (!has_tls()) GTEST_SKIP() << "no TLS on this backend (docs/backends/*.md, TLS)";
+    dlock::test::scratch_dir dir("dlock-expired-server");
+    // PostgreSQL runs as its own OS user under root: it must reach its directory in here.
+    namespace fs = std::filesystem;
+    fs::permissions(dir.path(), fs::perms::others_read | fs::perms::others_exec, fs::perm_options::add);
+    std::optional<secured_server> expired;
+    try {
+        expired.emplace(chosen, dir.path() + "/server");
+        expired->serve_expired_certificate();
+    } catch (const std::exception& e) {
+        FAIL() << "the expired-certificate server did not start: " << e.what();
+    }
+    const auto r = open_yaml(expired->config_text(expired->tenant_a()));
+    EXPECT_NE(r.status, DLOCK_OK);
+    EXPECT_LT(r.took, open_bound);
+    EXPECT_NE(r.message.find("expired"), std::string::npos) << "names the expiry: " << r.message;
+    EXPECT_NE(r.message.find("certificate"), std::string::npos) << "names the certificate: " << r.message;
+    for (const tenant* t : {&expired->tenant_a(), &expired->tenant_b()})
+        EXPECT_EQ(r.message.find(t->password), std::string::npos) << "a password leaked: " << r.message;
+    std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << dlock_status_name(r.status) << " after "
+              << r.took.count() << " ms: " << r.message << "\n";
+}
+
 TEST_F(Secured, PlainConnectionIsRefused) {
     if (chosen != secured_backend::postgres) GTEST_SKIP() << "PostgreSQL: hostssl only";
     const auto r = open_yaml(server().config_text(a(), {{"sslmode", "disable"}}));
@@ -320,6 +349,45 @@ TEST_F(Secured, WorldReadableConfigWithAPasswordGetsOneWarningLine) {
     output.clear();
     EXPECT_EQ(dlock::lab::run_command({DLOCK_CLI, "--config", path, "check"}, &output), 0) << output;
     EXPECT_EQ(output.find("config file"), std::string::npos) << "no warning once private: " << output;
+}
+
+// The same with the log hook installed: the lines dlock and the plugin log while opening with a
+// wrong password, an unreachable server and a config file others can read, and while locking,
+// reach the handler and name no secret.
+TEST_F(Secured, NoSecretInAnyLineGivenToTheLogHandler) {
+    struct collected {
+        std::mutex mutex;
+        std::vector<std::string> lines;
+    } log;
+    ASSERT_EQ(dlock_set_log_handler(
+                  [](int, const char* message, void* user_data) {
+                      auto* c = static_cast<collected*>(user_data);
+                      std::lock_guard<std::mutex> lock(c->mutex);
+                      c->lines.emplace_back(message);
+                  },
+                  &log),
+              DLOCK_OK);
+    dlock::test::scratch_dir dir("dlock-log-hook");
+    const std::string readable = dir.path() + "/readable.yaml";
+    std::ofstream(readable) << server().config_text(a());
+    std::filesystem::permissions(readable, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                               std::filesystem::perms::others_read);
+    open_yaml(server().config_text(a(), {{"password", quoted("wrong-" + a().password)}}));
+    {
+        auto client = dlock::client::open(readable);
+        auto lease = client.acquire("secrets/hook", dlock::acquire_options().with_wait(0ms));
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+    ASSERT_EQ(dlock_set_log_handler(nullptr, nullptr), DLOCK_OK);
+    std::lock_guard<std::mutex> lock(log.mutex);
+    const bool warned = std::any_of(log.lines.begin(), log.lines.end(),
+                                    [&](const std::string& line) { return line.find(readable) != std::string::npos; });
+    EXPECT_TRUE(warned) << "the readable config's warning reached the handler";
+    for (const auto& line : log.lines) {
+        expect_no_secret(line);
+        EXPECT_EQ(line.find("wrong-" + a().password), std::string::npos) << line;
+    }
+    std::cout << "[" << dlock::lab::secured_backend_name(chosen) << "] " << log.lines.size() << " lines to the handler, no secret\n";
 }
 
 }  // namespace

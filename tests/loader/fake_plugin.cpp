@@ -86,6 +86,8 @@ const dlock_option_desc options[] = {
     {"renew_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Each renewal call answers only after this long."},
     {"lose_in_acquire", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false", "Report each hold LOST from inside acquire."},
     {"expired_grants", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "The first N grants arrive with their validity over."},
+    {"log_line", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "", "Logged (at warn) through the host when the backend is created."},
+    {"token", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_NONE, "", "A secret the fake never uses or shows."},
 };
 
 int fake_create(const dlock_option_value* values, size_t count, const dlock_plugin_host* host, dlock_backend** out,
@@ -107,6 +109,8 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
         if (!std::strcmp(values[i].name, "renew_delay")) b->renew_delay_ms = values[i].int_value;
         if (!std::strcmp(values[i].name, "lose_in_acquire")) b->lose_in_acquire = values[i].int_value != 0;
         if (!std::strcmp(values[i].name, "expired_grants")) b->expired_grants = values[i].int_value;
+        if (!std::strcmp(values[i].name, "log_line") && values[i].string_value && *values[i].string_value && host->log)
+            host->log(host->context, 2, values[i].string_value);
     }
     *out = b;
     return DLOCK_OK;

@@ -49,7 +49,7 @@ locks:
 
 TEST(Config, UnknownTopLevelKeyNamesLineColumnAndKey) {
     EXPECT_EQ(error_of("backend: file\nbakend: x\n"),
-              "c.yaml:2:1: unknown key `bakend` (known: backend, plugin_path, defaults, options, locks)");
+              "c.yaml:2:1: unknown key `bakend` (known: backend, plugin_path, defaults, options, locks, metrics)");
 }
 
 TEST(Config, UnknownPolicyKeyIsRejected) {

@@ -353,6 +353,33 @@ DLOCK_API int dlock_list(dlock_client *client, const char *prefix, dlock_holder_
    DLOCK_BACKEND. */
 DLOCK_API int dlock_break(dlock_client *client, const char *name, int semaphore, size_t *out_broken);
 
+/* ---- logging -------------------------------------------------------------------------------- */
+
+/* Levels of dlock's log lines. Which lines are emitted at all is set by $DLOCK_LOG (debug, info,
+   warn, error or off; read at the first line logged; default warn). */
+typedef enum dlock_log_level {
+    DLOCK_LOG_DEBUG = 0,
+    DLOCK_LOG_INFO = 1,
+    DLOCK_LOG_WARN = 2,
+    DLOCK_LOG_ERROR = 3
+} dlock_log_level;
+
+/* Receives one log line: a dlock_log_level and the text, without a newline, timestamp or level.
+   A backend plugin's line starts with its backend's name ("zookeeper: ..."). `message` is
+   borrowed for the call. */
+typedef void (*dlock_log_handler)(int level, const char *message, void *user_data);
+
+/* Sends every log line of dlock in this process — the core's and every plugin's, of every client —
+ * to `handler` instead of stderr; NULL restores stderr. Lines never hold a password, token or key.
+ * Thread safety: may be called from any thread, before or after clients are opened. The handler
+ * is called from whichever thread logs (one inside a dlock call, the lease keeper, a plugin's own
+ * thread), one line at a time: calls never overlap. Once this function returns, the previous
+ * handler is not running and is never called again, so its user_data may be freed.
+ * Re-entrancy: the handler must not call any dlock function (it may run while dlock holds a
+ * client's internal lock) and should return quickly: the logging thread waits for it.
+ * Returns DLOCK_OK, or DLOCK_INVALID_ARGUMENT when called from inside a handler (nothing changed). */
+DLOCK_API int dlock_set_log_handler(dlock_log_handler handler, void *user_data);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -485,6 +485,40 @@ void secured_server::secure_etcd() {
   etcdctl({"auth", "enable"}, false);
 }
 
+void secured_server::serve_expired_certificate() {
+  const std::string port = std::to_string(client_endpoint().port);
+  const auto expired = pki_->issue(std::string(secured_backend_name(kind_)) + "-server-expired", "expired-server",
+                                   {"IP:127.0.0.1"}, pki::validity::expired);
+  if (kind_ == secured_backend::etcd) {
+    const auto copy = fs::copy_options::overwrite_existing;
+    fs::copy_file(expired.key, pki_->dir() / "etcd-server.key", copy);
+    fs::copy_file(expired.cert, pki_->dir() / "etcd-server.crt", copy);
+  } else if (kind_ == secured_backend::postgres) {
+    give_to_os_user(expired.cert, "postgres");
+    give_to_os_user(expired.key, "postgres");
+    postgres_client admin("postgresql://postgres:admin-" + secret_tag_ + "@127.0.0.1:" + port +
+                          "/postgres?sslmode=verify-full&sslrootcert=" + pki_->ca_cert().string());
+    admin.execute("ALTER SYSTEM SET ssl_cert_file = '" + expired.cert.string() + "'");
+    admin.execute("ALTER SYSTEM SET ssl_key_file = '" + expired.key.string() + "'");
+    admin.execute("SELECT pg_reload_conf()");
+  } else {
+    throw std::logic_error(std::string(secured_backend_name(kind_)) + ": no server certificate to expire (no TLS)");
+  }
+  // A fresh handshake that verifies the server's certificate: refused for its expiry once the
+  // change took effect (openssl names the reason; the servers' own clients do not).
+  std::vector<std::string> handshake = {"openssl", "s_client", "-connect", "127.0.0.1:" + port, "-CAfile",
+                                        pki_->ca_cert().string(), "-verify_return_error", "-brief"};
+  if (kind_ == secured_backend::postgres) handshake.insert(handshake.end(), {"-starttls", "postgres"});
+  std::string last_output;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    last_output.clear();
+    if (run_command(handshake, &last_output) != 0 && last_output.find("expired") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  throw std::runtime_error(std::string(secured_backend_name(kind_)) +
+                           ": the expired server certificate did not take effect: " + last_output);
+}
+
 secured_server& shared_secured_server(secured_backend which) {
   static std::mutex mutex;
   static std::map<secured_backend, std::unique_ptr<secured_server>> servers;

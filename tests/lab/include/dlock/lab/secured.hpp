@@ -103,6 +103,14 @@ class secured_server {
   std::string config_text(const tenant& who,
                           const std::vector<std::pair<std::string, std::optional<std::string>>>& changes = {}) const;
 
+  // Turns this server into its "expired server certificate" variant (etcd and PostgreSQL only):
+  // from now on new connections are served a certificate for 127.0.0.1, signed by the lab's CA,
+  // whose validity ended yesterday. etcd reads its certificate files at every handshake, so they
+  // are overwritten; PostgreSQL is pointed at the new pair and reloads. Returns once a new
+  // connection is refused for the expiry. Throws std::runtime_error (or std::logic_error for
+  // another backend). Irreversible: use a server of the test's own, not the shared one.
+  void serve_expired_certificate();
+
  private:
   void secure_redis();
   void secure_postgres();
