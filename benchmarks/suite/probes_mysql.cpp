@@ -31,7 +31,7 @@ my::settings settings_for(const dlock::lab::mariadb_server& server, bool lease) 
 class floor_client {
 public:
     floor_client(const dlock::lab::mariadb_server& server, bool lease) : lease_(lease), settings_(settings_for(server, lease)) {
-        my::statements sql{"bench_floor", "bench_floor_named", "bench_floor_schema"};
+        my::statements sql{"bench_floor", "bench_floor_named", "bench_floor_schema", "bench_floor_holders"};
         statements_ = lease ? sql.lease() : sql.named();
         statements_.emplace_back("select1", "SELECT 1");
         connection_ = std::make_unique<my::connection>(settings_, statements_, nullptr, INT64_MAX);

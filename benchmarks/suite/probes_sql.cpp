@@ -36,7 +36,7 @@ public:
         settings.dsn = dsn;
         settings.mode = lease ? dlock::sql::lock_mode::lease : dlock::sql::lock_mode::advisory;
         dlock::sql::resolve(settings);
-        dlock::sql::statements sql{"bench_floor", "bench_floor_advisory", "bench_floor_schema"};
+        dlock::sql::statements sql{"bench_floor", "bench_floor_advisory", "bench_floor_schema", "bench_floor_holders"};
         auto statements = lease ? sql.lease() : sql.advisory();
         statements.emplace_back("select1", "SELECT 1");
         session_ = std::make_unique<dlock::sql::session>(settings, statements);

@@ -103,7 +103,9 @@ TEST_F(MysqlBackend, DialectIsChosenByTheDsnSchemeOrTheDialectOption) {
     // A DSN form of the whole config (dlock -c mysql://…) selects the sql backend too.
     dlock_client* c = nullptr;
     EXPECT_EQ(dlock_client_open((dsn() + "?mode=named").c_str(), &c), DLOCK_OK) << dlock_last_error();
-    if (c) EXPECT_STREQ(dlock_client_backend(c), "sql");
+    if (c) {
+        EXPECT_STREQ(dlock_client_backend(c), "sql");
+    }
     dlock_client_close(c);
 
     auto mismatch = try_open(yaml("postgresql://postgres@127.0.0.1:1/postgres", "lease", "  dialect: mysql\n"));

@@ -303,7 +303,9 @@ TEST_F(Secured, NoSecretInAnyCliOutputOrLogLine) {
                 std::string output;
                 dlock::lab::run_command(argv, &output);
                 ++runs;
-                if (command[0] != "run") EXPECT_FALSE(output.empty()) << command[0];  // a run that worked says nothing
+                if (command[0] != "run") {
+                    EXPECT_FALSE(output.empty()) << command[0];  // a run that worked says nothing
+                }
                 for (const tenant* t : {&a(), &b()})
                     EXPECT_EQ(output.find(t->password), std::string::npos)
                         << "`dlock " << command[0] << (json ? " --json" : "") << "` with config " << (config.find("://") == std::string::npos ? config : "<the DSN>")

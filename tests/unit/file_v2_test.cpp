@@ -417,7 +417,9 @@ TEST_F(FileModes, ListRecoversEveryNameAndFiltersByPrefix) {
     EXPECT_EQ(seen, (std::set<std::pair<std::string, std::string>>{
                         {"jobs/a b", std::string(x.owner())}, {long_name, std::string(s.owner())}, {"jobs/.pool", std::string(p.owner())}}));
     for (const auto& h : listed)
-        if (h.name == "jobs/.pool") EXPECT_EQ(h.kind, dlock::hold_kind::permit);
+        if (h.name == "jobs/.pool") {
+            EXPECT_EQ(h.kind, dlock::hold_kind::permit);
+        }
     EXPECT_EQ(b.list().size(), 4u);
 }
 
