@@ -6,6 +6,8 @@
 
 #include "probes_support.hpp"
 
+#include "dlock/lab/operation_counts.hpp"
+
 #include <dlock/dlock.hpp>
 
 #include <fmt/format.h>
@@ -128,47 +130,11 @@ struct floor_client {
     }
 };
 
-std::string http_get(const dlock::lab::endpoint& where, const std::string& path) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(where.port);
-    ::inet_pton(AF_INET, where.host.c_str(), &address.sin_addr);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw std::runtime_error("cannot connect to " + where.to_string());
-    }
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + where.to_string() + "\r\n\r\n";
-    if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-        ::close(fd);
-        throw std::runtime_error("short write to " + where.to_string());
-    }
-    std::string body;
-    char buffer[65536];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) body.append(buffer, static_cast<std::size_t>(n));
-    ::close(fd);
-    return body;
-}
-
-// Sum of the samples of `metric` whose labels contain every fragment of `filters`.
-double metric_sum(const std::string& metrics, const std::string& metric, const std::vector<std::string>& filters) {
-    double sum = 0;
-    std::istringstream lines(metrics);
-    for (std::string line; std::getline(lines, line);) {
-        if (line.rfind(metric + "{", 0) != 0) continue;
-        bool match = true;
-        for (const auto& f : filters) match = match && line.find(f) != std::string::npos;
-        if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return sum;
-}
-
 // Requests the server received from clients that a lock cycle can cause: unary RPCs started, plus
 // messages on Watch streams (create, cancel). LeaseKeepAlive messages come by time, not by cycle.
 double requests_received(const dlock::lab::endpoint& where) {
-    const std::string m = http_get(where, "/metrics");
-    return metric_sum(m, "grpc_server_started_total", {"grpc_type=\"unary\""}) +
-           metric_sum(m, "grpc_server_msg_received_total", {"grpc_method=\"Watch\""});
+    return dlock::lab::prometheus_metric_sum(where, "grpc_server_started_total", {"grpc_type=\"unary\""}) +
+           dlock::lab::prometheus_metric_sum(where, "grpc_server_msg_received_total", {"grpc_method=\"Watch\""});
 }
 
 // Wall time of one run of `argv` (fork + exec + wait), in microseconds; negative when it failed.

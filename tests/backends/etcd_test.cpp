@@ -14,6 +14,7 @@
 #include "backend_test.hpp"
 #include "support.hpp"
 
+#include "dlock/lab/operation_counts.hpp"
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/proxy.hpp"
@@ -64,36 +65,6 @@ std::vector<std::string> etcdctl(const std::string& endpoint, const std::vector<
     for (const auto& a : args) command += " " + a;
     EXPECT_EQ(status, 0) << "etcdctl" << command;
     return lines;
-}
-
-// GET /metrics from an etcd member and sums the samples of `metric` whose labels contain every
-// fragment of `filters` (e.g. grpc_method="Txn").
-double metric_sum(const dlock::lab::endpoint& member, const std::string& metric, const std::vector<std::string>& filters = {}) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(member.port);
-    inet_pton(AF_INET, member.host.c_str(), &address.sin_addr);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        if (fd >= 0) close(fd);
-        ADD_FAILURE() << "cannot connect to " << member.to_string() << " for /metrics";
-        return -1;
-    }
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: " + member.to_string() + "\r\n\r\n";
-    if (write(fd, request.data(), request.size()) != ssize_t(request.size())) ADD_FAILURE() << "short write";
-    std::string body;
-    char buffer[65536];
-    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) body.append(buffer, size_t(n));
-    close(fd);
-    double sum = 0;
-    std::istringstream lines(body);
-    for (std::string line; std::getline(lines, line);) {
-        if (line.rfind(metric + "{", 0) != 0) continue;
-        bool match = true;
-        for (const auto& f : filters) match = match && line.find(f) != std::string::npos;
-        if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return sum;
 }
 
 // Waits up to `timeout` for `condition`, checking every 10 ms (test-side observation of state the
@@ -870,18 +841,18 @@ TEST_F(EtcdFaults, StreamsOnAMemberCutOffFromTheLeaderMoveOn) {
 // sends several keepalives, on one stream.
 TEST_F(EtcdFaults, KeepalivesShareOneStream) {
     const std::vector<std::string> keepalive = {"grpc_method=\"LeaseKeepAlive\""};
-    const double streams_before = metric_sum(single(), "grpc_server_started_total", keepalive);
-    const double messages_before = metric_sum(single(), "grpc_server_msg_received_total", keepalive);
-    const double revokes_before = metric_sum(single(), "grpc_server_handled_total", {"grpc_method=\"LeaseRevoke\"", "grpc_code=\"OK\""});
+    const double streams_before = dlock::lab::prometheus_metric_sum(single(), "grpc_server_started_total", keepalive);
+    const double messages_before = dlock::lab::prometheus_metric_sum(single(), "grpc_server_msg_received_total", keepalive);
+    const double revokes_before = dlock::lab::prometheus_metric_sum(single(), "grpc_server_handled_total", {"grpc_method=\"LeaseRevoke\"", "grpc_code=\"OK\""});
     {
         auto client = dlock::client::open(config(backend::etcd));
         auto lease = client.acquire("faults/stream", dlock::acquire_options().with_wait(0ms).with_ttl(1s));
         std::this_thread::sleep_for(2500ms);
         EXPECT_NE(lease.state(), dlock::lease_state::lost);
     }
-    const double streams = metric_sum(single(), "grpc_server_started_total", keepalive) - streams_before;
-    const double messages = metric_sum(single(), "grpc_server_msg_received_total", keepalive) - messages_before;
-    const double revokes = metric_sum(single(), "grpc_server_handled_total", {"grpc_method=\"LeaseRevoke\"", "grpc_code=\"OK\""}) - revokes_before;
+    const double streams = dlock::lab::prometheus_metric_sum(single(), "grpc_server_started_total", keepalive) - streams_before;
+    const double messages = dlock::lab::prometheus_metric_sum(single(), "grpc_server_msg_received_total", keepalive) - messages_before;
+    const double revokes = dlock::lab::prometheus_metric_sum(single(), "grpc_server_handled_total", {"grpc_method=\"LeaseRevoke\"", "grpc_code=\"OK\""}) - revokes_before;
     std::cout << "[etcd] " << messages << " keepalives on " << streams << " stream(s) in 2.5 s with a 1 s TTL\n";
     // One stream (a second only if a keepalive stalled on a busy machine and the stream was reopened).
     EXPECT_LE(streams, 2);
@@ -1043,7 +1014,7 @@ TEST_F(EtcdFaults, HundredWaitersCostO1ServerOperationsPerHandoff) {
     auto by_method = [&] {
         std::map<std::string, double> out;
         for (const char* method : {"Txn", "Range", "Put", "DeleteRange", "Watch", "LeaseGrant", "LeaseRevoke"})
-            out[method] = metric_sum(single(), "grpc_server_msg_received_total", {"grpc_method=\"" + std::string(method) + "\""});
+            out[method] = dlock::lab::prometheus_metric_sum(single(), "grpc_server_msg_received_total", {"grpc_method=\"" + std::string(method) + "\""});
         return out;
     };
     const auto before = by_method();

@@ -8,6 +8,7 @@
 #include "backend_test.hpp"
 #include "support.hpp"
 
+#include "dlock/lab/operation_counts.hpp"
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/secured.hpp"
 
@@ -59,36 +60,6 @@ std::vector<std::string> etcdctl(const std::string& endpoint, const std::vector<
     for (std::string line; p.read_line(line, 10000);) lines.push_back(line);
     EXPECT_EQ(p.wait(), 0) << "etcdctl " << args.front();
     return lines;
-}
-
-// GET /metrics from an etcd member and sums the samples of `metric` whose labels contain every
-// fragment of `filters` (as in etcd_test.cpp).
-double metric_sum(const dlock::lab::endpoint& member, const std::string& metric, const std::vector<std::string>& filters = {}) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(member.port);
-    inet_pton(AF_INET, member.host.c_str(), &address.sin_addr);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        if (fd >= 0) close(fd);
-        ADD_FAILURE() << "cannot connect to " << member.to_string() << " for /metrics";
-        return -1;
-    }
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: " + member.to_string() + "\r\n\r\n";
-    if (write(fd, request.data(), request.size()) != ssize_t(request.size())) ADD_FAILURE() << "short write";
-    std::string body;
-    char buffer[65536];
-    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) body.append(buffer, size_t(n));
-    close(fd);
-    double sum = 0;
-    std::istringstream lines(body);
-    for (std::string line; std::getline(lines, line);) {
-        if (line.rfind(metric + "{", 0) != 0) continue;
-        bool match = true;
-        for (const auto& f : filters) match = match && line.find(f) != std::string::npos;
-        if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return sum;
 }
 
 dlock::acquire_options permits(uint32_t n, std::chrono::milliseconds wait = 0ms) {
@@ -194,11 +165,11 @@ TEST_F(EtcdModes, SemaphoreReleaseWakesOneWaiterNotAll) {
     std::this_thread::sleep_for(500ms);  // every waiter's watch is in place
     const auto member = lab_->etcd().client_endpoint();
     const std::vector<std::string> txn = {"grpc_method=\"Txn\""};
-    const double before = metric_sum(member, "grpc_server_handled_total", txn);
+    const double before = dlock::lab::prometheus_metric_sum(member, "grpc_server_handled_total", txn);
     a.release();
     ASSERT_TRUE(eventually([&] { return admitted.load() >= 1; }, 5s));
     std::this_thread::sleep_for(500ms);  // any other waiter woken would have read by now
-    const double spent = metric_sum(member, "grpc_server_handled_total", txn) - before;
+    const double spent = dlock::lab::prometheus_metric_sum(member, "grpc_server_handled_total", txn) - before;
     std::cout << "[etcd] one permit release with " << waiters << " waiters: " << spent << " Txn on the server\n";
     // The release, the first waiter's read and its touch, the next waiter's read after that touch:
     // about 4, against one read per waiter (16) if all were woken.
@@ -217,7 +188,7 @@ TEST_F(EtcdModes, UncontendedCyclesCostOneTxnEachWay) {
     auto c = open();
     { auto warm = c.acquire("v2/cycle-warm", exclusive()); }  // the session lease is granted once
     const auto member = lab_->etcd().client_endpoint();
-    auto txns = [&] { return metric_sum(member, "grpc_server_handled_total", {"grpc_method=\"Txn\""}); };
+    auto txns = [&] { return dlock::lab::prometheus_metric_sum(member, "grpc_server_handled_total", {"grpc_method=\"Txn\""}); };
     auto cycle = [&](const std::string& name, const dlock::acquire_options& options) {
         const double before = txns();
         c.acquire(name, options).release();

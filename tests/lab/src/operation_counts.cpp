@@ -43,29 +43,35 @@ std::int64_t zookeeper_packets_received(const endpoint& server) {
   throw client_error("zookeeper " + server.to_string() + ": mntr has no zk_packets_received");
 }
 
-// Sum of the samples of `metric` whose label set contains `label` ("" for every sample).
-double metric_sum(const std::string& metrics, const std::string& metric, const std::string& label) {
+// Sum of the samples of `metric` whose label set contains every fragment of `filters`.
+double metric_sum(const std::string& metrics, const std::string& metric, const std::vector<std::string>& filters) {
   double sum = 0;
   std::istringstream lines(metrics);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind(metric + "{", 0) != 0) continue;
-    if (!label.empty() && line.find(label) == std::string::npos) continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
+    bool match = true;
+    for (const auto& f : filters) match = match && line.find(f) != std::string::npos;
+    if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
   }
   return sum;
 }
 
-std::int64_t etcd_requests(const endpoint& member) {
+std::string metrics_of(const endpoint& server) {
   detail::http_response response;
   try {
-    response = detail::http_request(member, "GET", "/metrics", "", std::chrono::seconds(5));
+    response = detail::http_request(server, "GET", "/metrics", "", std::chrono::seconds(5));
   } catch (const std::exception& e) {
-    throw client_error("etcd " + member.to_string() + ": GET /metrics failed: " + e.what());
+    throw client_error(server.to_string() + ": GET /metrics failed: " + e.what());
   }
   if (response.status != 200)
-    throw client_error("etcd " + member.to_string() + ": GET /metrics answered " + std::to_string(response.status));
-  const double unary = metric_sum(response.body, "grpc_server_started_total", "grpc_type=\"unary\"");
-  const double streamed = metric_sum(response.body, "grpc_server_msg_received_total", "grpc_type=\"bidi_stream\"");
+    throw client_error(server.to_string() + ": GET /metrics answered " + std::to_string(response.status));
+  return response.body;
+}
+
+std::int64_t etcd_requests(const endpoint& member) {
+  const std::string metrics = metrics_of(member);
+  const double unary = metric_sum(metrics, "grpc_server_started_total", {"grpc_type=\"unary\""});
+  const double streamed = metric_sum(metrics, "grpc_server_msg_received_total", {"grpc_type=\"bidi_stream\""});
   return static_cast<std::int64_t>(unary + streamed);
 }
 
@@ -83,6 +89,11 @@ std::int64_t mariadb_statements(const endpoint& server) {
 }
 
 }  // namespace
+
+double prometheus_metric_sum(const endpoint& server, const std::string& metric,
+                             const std::vector<std::string>& filters) {
+  return metric_sum(metrics_of(server), metric, filters);
+}
 
 std::int64_t server_operations(const backend_access& access) {
   std::int64_t total = 0;

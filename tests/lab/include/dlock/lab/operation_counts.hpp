@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dlock/lab/configs.hpp"
 
@@ -24,6 +25,12 @@ namespace dlock::lab {
 // Reading it costs nothing the count includes. Throws client_error when a server cannot be read,
 // std::invalid_argument for sql (use statement_sampler).
 std::int64_t server_operations(const backend_access& access);
+
+// GET /metrics from a server with a Prometheus endpoint (etcd) and the sum of the samples of `metric`
+// whose label sets contain every fragment of `filters` (e.g. grpc_method="Txn"; none: every sample).
+// Throws client_error when the endpoint cannot be read.
+double prometheus_metric_sum(const endpoint& server, const std::string& metric,
+                             const std::vector<std::string>& filters = {});
 
 // Counts the statements other sessions of a PostgreSQL server begin while it runs: a thread reads
 // pg_stat_activity every `interval` and counts each change of a session's query_start (a new
