@@ -50,6 +50,8 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+using dlock::test::eventually;
+
 
 
 // Runs etcdctl (v3 API) against `endpoint` and returns its stdout lines; fails the test on a
@@ -65,17 +67,6 @@ std::vector<std::string> etcdctl(const std::string& endpoint, const std::vector<
     for (const auto& a : args) command += " " + a;
     EXPECT_EQ(status, 0) << "etcdctl" << command;
     return lines;
-}
-
-// Waits up to `timeout` for `condition`, checking every 10 ms (test-side observation of state the
-// library changes by itself).
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-    const auto end = clock_type::now() + timeout;
-    while (!condition()) {
-        if (clock_type::now() >= end) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
 }
 
 std::chrono::milliseconds ms_since(clock_type::time_point t) {

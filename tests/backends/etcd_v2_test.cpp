@@ -41,14 +41,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-    const auto end = clock_type::now() + timeout;
-    while (!condition()) {
-        if (clock_type::now() >= end) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
+using dlock::test::eventually;
 
 // Runs etcdctl (v3 API) against `endpoint` and returns its stdout lines; fails the test on a
 // non-zero exit.

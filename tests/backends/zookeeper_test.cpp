@@ -47,17 +47,9 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+using dlock::test::eventually;
 
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds within, std::chrono::milliseconds step = 10ms) {
-    const auto until = clock_type::now() + within;
-    while (!pred()) {
-        if (clock_type::now() >= until) return false;
-        std::this_thread::sleep_for(step);
-    }
-    return true;
-}
 
 long long ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();

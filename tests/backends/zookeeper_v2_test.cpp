@@ -43,15 +43,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds within, std::chrono::milliseconds step = 5ms) {
-    const auto until = clock_type::now() + within;
-    while (!pred()) {
-        if (clock_type::now() >= until) return false;
-        std::this_thread::sleep_for(step);
-    }
-    return true;
-}
+using dlock::test::eventually;
 
 long long ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();

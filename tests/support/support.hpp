@@ -2,8 +2,10 @@
 // history checker that judges mutual exclusion from CLOCK_MONOTONIC intervals.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <sys/types.h>
 #include <vector>
 
@@ -37,6 +39,19 @@ private:
     bool reaped_ = false;
     int status_ = -1;
 };
+
+// Polls `condition` until it holds or `within` has passed, every `step`; true once it held. For a
+// test watching state the library changes by itself (the library under test never polls).
+template <typename Condition>
+bool eventually(Condition&& condition, std::chrono::milliseconds within,
+                std::chrono::milliseconds step = std::chrono::milliseconds(5)) {
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (!condition()) {
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(step);
+    }
+    return true;
+}
 
 // One successful acquisition as a worker recorded it.
 struct interval {
