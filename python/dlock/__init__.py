@@ -13,6 +13,9 @@ from .client import (FOREVER, INTERRUPT_SLICE_S, Capability, Client, HolderInfo,
 from .errors import (BackendError, Cancelled, ConfigError, DlockError, InternalError, InvalidArgument, Lost,
                      NotSupported, PermissionDenied, PluginError, Timeout, Unavailable, Unknown)
 
+# The package is released with libdlock and carries its version: the VERSION of CMakeLists.txt's
+# project(). pyproject.toml reads it from here (setuptools' `attr`, evaluated without importing),
+# and tests/python/test_version.py holds the two equal.
 __version__ = "0.1.0"
 
 
