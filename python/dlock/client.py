@@ -684,7 +684,7 @@ class Semaphore:
         the same), raising Timeout when every permit stays taken for `wait`; NotSupported without
         Capability.SEMAPHORE; InvalidArgument when the backend stores another limit for the name."""
         lease = self._client._acquire(self._name, wait, ttl, renew, fair, None, interruptible, permits=self._permits)
-        return self._client._granted(lease, f"no permit of semaphore {self._name!r} (limit {self._permits})", wait,
+        return self._client._granted(lease, f"a permit of semaphore {self._name!r} (limit {self._permits})", wait,
                                      on_lost)
 
     def try_acquire(self, *, ttl: Optional[Duration] = None, renew: Optional[bool] = None,
