@@ -8,11 +8,14 @@ dlock has (file, redis, redlock, zookeeper, etcd, sql), chosen by a YAML config 
 
 See docs/python.md for the whole API."""
 from ._native import lib as _lib
-from .client import (FOREVER, INTERRUPT_SLICE_S, Capability, Client, Lease, LeaseState, LockInfo,
-                     ReleaseOutcome)
+from .client import (FOREVER, INTERRUPT_SLICE_S, Capability, Client, HolderInfo, HoldKind, Lease, LeaseState,
+                     LockInfo, ReleaseOutcome, Semaphore, SharedLock)
 from .errors import (BackendError, Cancelled, ConfigError, DlockError, InternalError, InvalidArgument, Lost,
                      NotSupported, PermissionDenied, PluginError, Timeout, Unavailable, Unknown)
 
+# The package is released with libdlock and carries its version: the VERSION of CMakeLists.txt's
+# project(). pyproject.toml reads it from here (setuptools' `attr`, evaluated without importing),
+# and tests/python/test_version.py holds the two equal.
 __version__ = "0.1.0"
 
 
@@ -27,6 +30,6 @@ def library_path() -> str:
 
 
 __all__ = ["BackendError", "Cancelled", "Capability", "Client", "ConfigError", "DlockError", "FOREVER",
-           "INTERRUPT_SLICE_S", "InternalError", "InvalidArgument", "Lease", "LeaseState", "LockInfo", "Lost",
-           "NotSupported", "PermissionDenied", "PluginError", "ReleaseOutcome", "Timeout", "Unavailable", "Unknown",
-           "library_path", "library_version"]
+           "HoldKind", "HolderInfo", "INTERRUPT_SLICE_S", "InternalError", "InvalidArgument", "Lease", "LeaseState",
+           "LockInfo", "Lost", "NotSupported", "PermissionDenied", "PluginError", "ReleaseOutcome", "Semaphore",
+           "SharedLock", "Timeout", "Unavailable", "Unknown", "library_path", "library_version"]

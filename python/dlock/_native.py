@@ -45,7 +45,8 @@ LOST_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class AcquireOptions(ctypes.Structure):
-    """dlock_acquire_options. struct_size is set to this layout's size, as DLOCK_ACQUIRE_OPTIONS_INIT does."""
+    """dlock_acquire_options, version 3. struct_size is set to ACQUIRE_OPTIONS_SIZE: this layout's
+    size, or the version 1 size for a libdlock without semaphores and shared locks."""
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("wait_ms", ctypes.c_int64),
@@ -55,7 +56,39 @@ class AcquireOptions(ctypes.Structure):
         ("reentrant", ctypes.c_int),
         ("on_lost", LOST_CALLBACK),
         ("on_lost_user_data", ctypes.c_void_p),
+        # -- version 2 --
+        ("cancel", ctypes.c_void_p),
+        # -- version 3 --
+        ("permits", ctypes.c_uint32),
+        ("shared", ctypes.c_int),
     ]
+
+
+ACQUIRE_OPTIONS_V1_SIZE = AcquireOptions.on_lost_user_data.offset + ctypes.sizeof(ctypes.c_void_p)
+ACQUIRE_OPTIONS_V3_SIZE = AcquireOptions.shared.offset + ctypes.sizeof(ctypes.c_int)
+
+# dlock_hold_kind
+HOLD_EXCLUSIVE = 0
+HOLD_SHARED = 1
+HOLD_PERMIT = 2
+
+
+class HolderInfo(ctypes.Structure):
+    """dlock_holder_info (version 1)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_uint32),
+        ("permits", ctypes.c_uint32),
+        ("holder", ctypes.c_char * 64),
+        ("fencing_token", ctypes.c_uint64),
+        ("ttl_left_ms", ctypes.c_int64),
+    ]
+
+
+HOLDER_INFO_V1_SIZE = HolderInfo.ttl_left_ms.offset + ctypes.sizeof(ctypes.c_int64)
+
+HOLDER_VISITOR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(HolderInfo), ctypes.c_void_p)
 
 
 class LockInfo(ctypes.Structure):
@@ -92,11 +125,36 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "dlock_lease_destroy": (None, [c_void_p]),
         "dlock_inspect": (c_int, [c_void_p, c_char_p, ctypes.POINTER(LockInfo)]),
     }
+    # Came with acquire options version 3 (permits, shared); a libdlock of the same major version
+    # built before them lacks these symbols, and the package then offers plain locks only.
+    optional_signatures = {
+        "dlock_holders": (c_int, [c_void_p, c_char_p, c_int, HOLDER_VISITOR, c_void_p]),
+        "dlock_list": (c_int, [c_void_p, c_char_p, HOLDER_VISITOR, c_void_p]),
+        "dlock_break": (c_int, [c_void_p, c_char_p, c_int, ctypes.POINTER(ctypes.c_size_t)]),
+    }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
+    for name, (restype, argtypes) in optional_signatures.items():
+        function = getattr(lib, name, None)
+        if function is not None:
+            function.restype = restype
+            function.argtypes = argtypes
     return lib
+
+
+def has_modes(library: object) -> bool:
+    """Whether `library` understands acquire options version 3 (permits, shared) and has
+    dlock_holders, dlock_list and dlock_break: all four came in one libdlock release."""
+    return all(hasattr(library, name) for name in ("dlock_holders", "dlock_list", "dlock_break"))
+
+
+def acquire_options_size(library: object) -> int:
+    """The struct_size to send: version 3 where the library reads permits and shared. An older
+    library would accept the larger struct and ignore both fields (taking an exclusive lock for a
+    semaphore's permit), so it is sent version 1, and the package refuses the new modes itself."""
+    return ACQUIRE_OPTIONS_V3_SIZE if has_modes(library) else ACQUIRE_OPTIONS_V1_SIZE
 
 
 def _candidates() -> List[str]:
@@ -132,6 +190,8 @@ def load() -> ctypes.CDLL:
 
 
 lib: ctypes.CDLL = load()
+MODES = has_modes(lib)
+ACQUIRE_OPTIONS_SIZE = acquire_options_size(lib)
 
 
 def last_error() -> str:

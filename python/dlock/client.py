@@ -14,11 +14,12 @@ import threading
 import time
 import traceback
 import weakref
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Dict, NamedTuple, Optional, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Union
 
 from . import _native
-from .errors import InvalidArgument, Timeout, from_status
+from .errors import InvalidArgument, NotSupported, Timeout, from_status
 
 _lib = _native.lib
 
@@ -42,8 +43,10 @@ class Capability(enum.IntFlag):
     SESSION_BOUND = 1 << 4  #: locks are released when the holder dies
     QUORUM = 1 << 5         #: survives the loss of a minority of servers
     REENTRANT = 1 << 6      #: acquire(reentrant=True) counts holds per name
-    # SHARED and SEMAPHORE join here when dlock.h defines their bits; Client then gains
-    # acquire_shared() / acquire_semaphore() over the C entry points that come with them.
+    SEMAPHORE = 1 << 7      #: Client.semaphore(name, n): one of n permits per acquire
+    SHARED = 1 << 8         #: Client.shared_lock(name).shared(): many shared holders or one exclusive
+    LIST = 1 << 9           #: Client.list(prefix) enumerates the held locks and semaphores
+    BREAK = 1 << 10         #: Client.break_lock(name) force-releases a lock or semaphore, fenced
 
 
 class LeaseState(enum.IntEnum):
@@ -67,6 +70,24 @@ class LockInfo(NamedTuple):
     holder: str               #: the holder's owner token (hex) if known and held, else ""
     fencing_token: int        #: the last fencing token issued for the name; 0 if none or unknown
     ttl_left: Optional[float]  #: seconds until the holder's lease expires; None if no ttl or unknown
+
+
+class HoldKind(enum.IntEnum):
+    """dlock_hold_kind: how a holder holds what it holds."""
+    EXCLUSIVE = 0  #: a lock, held exclusively
+    SHARED = 1     #: a lock, held shared
+    PERMIT = 2     #: one permit of a semaphore
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One current holder, as Client.holders() and Client.list() report it (dlock_holder_info)."""
+    name: str                  #: the lock's or semaphore's name
+    kind: HoldKind
+    permits: int               #: PERMIT: the semaphore's limit as the backend stores it (0 unknown)
+    holder: str                #: the holder's owner token (hex) if known, else ""
+    fencing_token: int         #: this holder's fencing token; 0 if none or unknown
+    ttl_left: Optional[float]  #: seconds until this holder's lease expires; None if no ttl or unknown
 
 
 _FINITE_MS_LIMIT_S = (_native.WAIT_FOREVER - 1) // 1000
@@ -396,8 +417,13 @@ class Client:
         Unknown, Cancelled (the client was closed), PluginError or InternalError; on any of them
         nothing is left behind."""
         lease = self._acquire(name, wait, ttl, renew, fair, reentrant, interruptible)
+        return self._granted(lease, f"lock {name!r}", wait, on_lost)
+
+    def _granted(self, lease: Optional[Lease], what: str, wait: Optional[Duration],
+                 on_lost: Optional[LostCallback]) -> Lease:
+        """`lease` with `on_lost` registered, or Timeout naming `what` when the wait ran out (None)."""
         if lease is None:
-            raise Timeout(_native.TIMEOUT, f"lock {name!r} not acquired within the wait "
+            raise Timeout(_native.TIMEOUT, f"{what} not acquired within the wait "
                           f"({'config default' if wait is None else wait}) on the {self._backend} backend")
         if on_lost is not None:
             lease.on_lost(on_lost)
@@ -412,19 +438,72 @@ class Client:
             lease.on_lost(on_lost)
         return lease
 
-    # Shared (reader) and semaphore (N holders) modes: acquire_shared() and acquire_semaphore() go
-    # here, over the C entry points and DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE bits that dlock.h will
-    # add; until then the C ABI has neither, and this package declares nothing the library lacks.
+    def semaphore(self, name: Union[str, bytes], permits: int) -> "Semaphore":
+        """The counting semaphore `name` with `permits` (>= 1) permits: at most that many holders at
+        once, across processes. Every client of one semaphore must give the same number; where the
+        backend stores it, another number is refused with InvalidArgument naming both. A semaphore
+        and a lock of the same name are different objects. Contacts no server; its acquires raise
+        NotSupported without Capability.SEMAPHORE."""
+        return Semaphore(self, name, permits)
+
+    def shared_lock(self, name: Union[str, bytes]) -> "SharedLock":
+        """The lock `name` as a read-write lock: SharedLock.shared() holds it beside other shared
+        holders, SharedLock.exclusive() (the same as Client.acquire(name)) alone. Contacts no
+        server; shared() raises NotSupported without Capability.SHARED."""
+        return SharedLock(self, name)
+
+    def holders(self, name: Union[str, bytes], semaphore: bool = False) -> List[HolderInfo]:
+        """Every current holder of the lock `name` (its exclusive or shared holders) or, with
+        semaphore=True, every permit holder of the semaphore `name`; [] when free (dlock_holders).
+        Raises NotSupported where the backend cannot enumerate holders, InvalidArgument,
+        Unavailable, BackendError or PermissionDenied."""
+        raw_name = _encode_name(name)
+        handle = self._handle
+        holders_entry = self._modes_entry("dlock_holders")
+        return _collect_holders(lambda visit: holders_entry(handle, raw_name, int(bool(semaphore)), visit, None))
+
+    def list(self, prefix: Union[str, bytes] = "") -> List[HolderInfo]:
+        """Every holder of every lock and semaphore whose name starts with `prefix` ("" = all of
+        this client's keyspace), in no particular order: a snapshot read once (dlock_list). Raises
+        NotSupported without Capability.LIST, InvalidArgument, Unavailable, BackendError or
+        PermissionDenied."""
+        raw_prefix = _encode_name(prefix) if prefix else b""
+        handle = self._handle
+        list_entry = self._modes_entry("dlock_list")
+        return _collect_holders(lambda visit: list_entry(handle, raw_prefix, visit, None))
+
+    def break_lock(self, name: Union[str, bytes], semaphore: bool = False) -> int:
+        """An administrator's forced release of every holder of the lock `name` (or, with
+        semaphore=True, of every permit of the semaphore `name`), whoever holds it (dlock_break).
+        Fenced: the next holder's fencing token is above every broken one's; the broken leases
+        become LOST at their next renewal at the latest. Returns how many holds were removed (0:
+        it was free). Raises NotSupported without Capability.BREAK, PermissionDenied (this identity
+        may not remove other holders' locks), InvalidArgument, Unavailable, Unknown or BackendError."""
+        raw_name = _encode_name(name)
+        handle = self._handle
+        broken = ctypes.c_size_t(0)
+        status = self._modes_entry("dlock_break")(handle, raw_name, int(bool(semaphore)), ctypes.byref(broken))
+        if status != _native.OK:
+            raise from_status(status)
+        return broken.value
+
+    def _modes_entry(self, symbol: str) -> Callable[..., int]:
+        if not _native.MODES:
+            raise NotSupported(_native.NOT_SUPPORTED, _old_library_message(symbol))
+        return getattr(_lib, symbol)
 
     def _acquire(self, name: Union[str, bytes], wait: Optional[Duration], ttl: Optional[Duration],
                  renew: Optional[bool], fair: Optional[bool], reentrant: Optional[bool],
-                 interruptible: Optional[bool]) -> Optional[Lease]:
+                 interruptible: Optional[bool], permits: int = 0, shared: bool = False) -> Optional[Lease]:
         """One acquire as the C ABI does it; None on DLOCK_TIMEOUT."""
         raw_name = _encode_name(name)
-        options = _native.AcquireOptions(ctypes.sizeof(_native.AcquireOptions),
+        if (permits or shared) and not _native.MODES:
+            raise NotSupported(_native.NOT_SUPPORTED, _old_library_message("semaphores" if permits else "shared locks"))
+        options = _native.AcquireOptions(_native.ACQUIRE_OPTIONS_SIZE,
                                          _milliseconds(wait, "wait", allow_forever=True),
                                          _milliseconds(ttl, "ttl", allow_forever=False),
-                                         _flag(renew), _flag(fair), _flag(reentrant))
+                                         _flag(renew), _flag(fair), _flag(reentrant),
+                                         permits=permits, shared=int(shared))
         if interruptible is None:
             interruptible = threading.current_thread() is threading.main_thread()
         slice_ms = math.ceil(INTERRUPT_SLICE_S * 1000)
@@ -536,5 +615,148 @@ class Client:
         return f"<dlock.Client {self._backend}{' closed' if self._ptr is None else ''}>"
 
 
-__all__ = ["Capability", "Client", "FOREVER", "INTERRUPT_SLICE_S", "Lease", "LeaseState",
-           "LockInfo", "ReleaseOutcome"]
+def _old_library_message(what: str) -> str:
+    return (f"{what}: the loaded libdlock {_native.text(_lib.dlock_version())} ({_lib._name}) predates "
+            "semaphores, shared locks, holders, list and break; install a newer libdlock")
+
+
+def _collect_holders(call: Callable[["_native.HOLDER_VISITOR"], int]) -> List[HolderInfo]:
+    """Runs `call(visitor)` (dlock_holders or dlock_list) and returns what the visitor was given.
+    The visitor runs on this thread inside the C call; nothing may be raised through the C caller,
+    so a failure stops the visit (returns 1) and is raised once the call has returned."""
+    found: List[HolderInfo] = []
+    failure: List[BaseException] = []
+
+    def visit(info_ptr: "ctypes._Pointer[_native.HolderInfo]", _user_data: Optional[int]) -> int:
+        try:
+            info = info_ptr.contents
+            found.append(HolderInfo(_native.text(info.name), HoldKind(info.kind), info.permits,
+                                    info.holder.decode("ascii", "replace"), info.fencing_token,
+                                    None if info.ttl_left_ms < 0 else info.ttl_left_ms / 1000))
+            return 0
+        except BaseException as e:  # noqa: BLE001 - raised below, outside the C call
+            failure.append(e)
+            return 1
+
+    status = call(_native.HOLDER_VISITOR(visit))
+    if status != _native.OK:
+        raise from_status(status)
+    if failure:
+        raise failure[0]
+    return found
+
+
+def _permit_count(permits: object) -> int:
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise TypeError(f"permits must be an int, not {type(permits).__name__}")
+    if not 1 <= permits <= 0xFFFFFFFF:
+        raise InvalidArgument(_native.INVALID_ARGUMENT,
+                              f"permits must be 1..4294967295 (a semaphore has at least 1 permit), got {permits}")
+    return permits
+
+
+class Semaphore:
+    """The counting semaphore `name` with `permits` permits (Client.semaphore). Each acquire takes
+    one permit and returns it as a Lease: its own owner token, ttl and renewal, lost callback,
+    fencing token (permits of a name share one strictly increasing counter where the backend has
+    Capability.FENCING) and owner-only release; ``with sem.acquire(wait=5) as permit:`` gives it
+    back when the block ends. Holds no state besides its client, name and count: any thread may use it."""
+
+    __slots__ = ("_client", "_name", "_permits")
+
+    def __init__(self, client: Client, name: Union[str, bytes], permits: int) -> None:
+        _encode_name(name)  # a wrong type is a TypeError here, not at the first acquire
+        self._client, self._name, self._permits = client, name, _permit_count(permits)
+
+    @property
+    def name(self) -> Union[str, bytes]:
+        return self._name
+
+    @property
+    def permits(self) -> int:
+        """The permit limit N this semaphore is used with."""
+        return self._permits
+
+    def acquire(self, *, wait: Optional[Duration] = None, ttl: Optional[Duration] = None,
+                renew: Optional[bool] = None, fair: Optional[bool] = None, on_lost: Optional[LostCallback] = None,
+                interruptible: Optional[bool] = None) -> Lease:
+        """Takes one permit: as Client.acquire (wait, ttl, renew, fair, on_lost, interruptible mean
+        the same), raising Timeout when every permit stays taken for `wait`; NotSupported without
+        Capability.SEMAPHORE; InvalidArgument when the backend stores another limit for the name."""
+        lease = self._client._acquire(self._name, wait, ttl, renew, fair, None, interruptible, permits=self._permits)
+        return self._client._granted(lease, f"a permit of semaphore {self._name!r} (limit {self._permits})", wait,
+                                     on_lost)
+
+    def try_acquire(self, *, ttl: Optional[Duration] = None, renew: Optional[bool] = None,
+                    on_lost: Optional[LostCallback] = None) -> Optional[Lease]:
+        """Tries once: a permit's Lease, or None when every permit is taken."""
+        lease = self._client._acquire(self._name, 0, ttl, renew, None, None, False, permits=self._permits)
+        if lease is not None and on_lost is not None:
+            lease.on_lost(on_lost)
+        return lease
+
+    def holders(self) -> List[HolderInfo]:
+        """The current permit holders (Client.holders(name, semaphore=True))."""
+        return self._client.holders(self._name, semaphore=True)
+
+    def __repr__(self) -> str:
+        return f"<dlock.Semaphore {self._name!r} permits={self._permits}>"
+
+
+class SharedLock:
+    """The lock `name` as a read-write lock (Client.shared_lock): any number of shared holders at
+    once, or one exclusive holder. Each hold is a Lease of its own, usable as a context manager:
+    ``with rw.shared(wait=5):`` beside other readers, ``with rw.exclusive(wait=5) as lease:`` alone.
+    The exclusive side is the ordinary lock `name`: Client.acquire(name) excludes every shared
+    holder too. Writers do not starve: each backend with Capability.SHARED serves FIFO or prefers
+    writers (its page in docs/backends says which). Holds no state besides its client and name."""
+
+    __slots__ = ("_client", "_name")
+
+    def __init__(self, client: Client, name: Union[str, bytes]) -> None:
+        _encode_name(name)
+        self._client, self._name = client, name
+
+    @property
+    def name(self) -> Union[str, bytes]:
+        return self._name
+
+    def shared(self, *, wait: Optional[Duration] = None, ttl: Optional[Duration] = None,
+               renew: Optional[bool] = None, fair: Optional[bool] = None, on_lost: Optional[LostCallback] = None,
+               interruptible: Optional[bool] = None) -> Lease:
+        """Holds the lock shared: as Client.acquire, raising Timeout while an exclusive holder keeps
+        it (or, on a writer-preferring backend, a writer waits) for `wait`; NotSupported without
+        Capability.SHARED."""
+        lease = self._client._acquire(self._name, wait, ttl, renew, fair, None, interruptible, shared=True)
+        return self._client._granted(lease, f"lock {self._name!r} (shared)", wait, on_lost)
+
+    def try_shared(self, *, ttl: Optional[Duration] = None, renew: Optional[bool] = None,
+                   on_lost: Optional[LostCallback] = None) -> Optional[Lease]:
+        """Tries once to hold the lock shared: the Lease, or None while it is held exclusively."""
+        lease = self._client._acquire(self._name, 0, ttl, renew, None, None, False, shared=True)
+        if lease is not None and on_lost is not None:
+            lease.on_lost(on_lost)
+        return lease
+
+    def exclusive(self, *, wait: Optional[Duration] = None, ttl: Optional[Duration] = None,
+                  renew: Optional[bool] = None, fair: Optional[bool] = None, on_lost: Optional[LostCallback] = None,
+                  interruptible: Optional[bool] = None) -> Lease:
+        """Holds the lock alone, excluding every shared holder: Client.acquire(name, ...)."""
+        return self._client.acquire(self._name, wait=wait, ttl=ttl, renew=renew, fair=fair, on_lost=on_lost,
+                                    interruptible=interruptible)
+
+    def try_exclusive(self, *, ttl: Optional[Duration] = None, renew: Optional[bool] = None,
+                      on_lost: Optional[LostCallback] = None) -> Optional[Lease]:
+        """Tries once to hold the lock alone: Client.try_acquire(name, ...)."""
+        return self._client.try_acquire(self._name, ttl=ttl, renew=renew, on_lost=on_lost)
+
+    def holders(self) -> List[HolderInfo]:
+        """The current holders, shared and exclusive (Client.holders(name))."""
+        return self._client.holders(self._name)
+
+    def __repr__(self) -> str:
+        return f"<dlock.SharedLock {self._name!r}>"
+
+
+__all__ = ["Capability", "Client", "FOREVER", "HoldKind", "HolderInfo", "INTERRUPT_SLICE_S", "Lease", "LeaseState",
+           "LockInfo", "ReleaseOutcome", "Semaphore", "SharedLock"]

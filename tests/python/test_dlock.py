@@ -533,8 +533,9 @@ def test_the_package_installs_offline_and_works_from_the_install(tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stdout + install.stderr
     locks = tmp_path / "locks"
-    script = ("import dlock, sys\n"
+    script = ("import dlock, importlib.metadata, sys\n"
               "assert dlock.__file__.startswith(sys.prefix), dlock.__file__\n"
+              "assert importlib.metadata.version('dlock') == dlock.__version__, importlib.metadata.version('dlock')\n"
               f"with dlock.Client.open('file://{locks}') as c, c.acquire('installed', wait=1) as lease:\n"
               "    print(lease.fencing_token)\n")
     run = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=60,

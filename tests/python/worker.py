@@ -5,6 +5,9 @@ usage:
       ITERATIONS times: acquire NAME, read-sleep-write an 8-byte counter, release. Prints one line
       per hold: "<fencing token> <start ns> <end ns> <release outcome>" (CLOCK_MONOTONIC, shared by
       every process of the machine).
+  worker.py permit CONFIG NAME PERMITS ITERATIONS
+      ITERATIONS times: take one of the PERMITS permits of the semaphore NAME, hold it 20 ms,
+      release. Prints one line per hold: "<fencing token> <start ns> <end ns> <release outcome>".
   worker.py interrupt CONFIG NAME WAIT
       Prints "waiting", then acquires NAME in the main thread with wait=WAIT ("forever", "default" or
       seconds). On KeyboardInterrupt prints "interrupted <seconds since the wait began>"; on success
@@ -29,6 +32,20 @@ def contend(config, name, iterations, counter):
                 time.sleep(0.001)
                 f.seek(0)
                 f.write((value + 1).to_bytes(8, "little"))
+            end = time.monotonic_ns()
+            fence = lease.fencing_token
+            outcome = lease.release()
+        print(fence, start, end, outcome.value, flush=True)
+    client.close()
+
+
+def permit(config, name, permits, iterations):
+    client = dlock.Client.open(config)
+    semaphore = client.semaphore(name, int(permits))
+    for _ in range(int(iterations)):
+        with semaphore.acquire(wait=60, ttl=30) as lease:
+            start = time.monotonic_ns()
+            time.sleep(0.02)
             end = time.monotonic_ns()
             fence = lease.fencing_token
             outcome = lease.release()
@@ -62,4 +79,4 @@ def interrupt(config, name, wait):
 
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    {"contend": contend, "interrupt": interrupt}[mode](*args)
+    {"contend": contend, "permit": permit, "interrupt": interrupt}[mode](*args)
