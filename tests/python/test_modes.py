@@ -32,6 +32,7 @@ EXPECTED = {
     "redlock": Cap.SHARED | Cap.LIST | Cap.BREAK,
     "zookeeper": Cap.SEMAPHORE | Cap.SHARED | Cap.LIST | Cap.BREAK,
     "etcd": Cap.SEMAPHORE | Cap.SHARED | Cap.LIST | Cap.BREAK,
+    "sql": Cap.SEMAPHORE | Cap.SHARED | Cap.LIST | Cap.BREAK,  # lease mode, the lab's PostgreSQL
 }
 
 
