@@ -451,9 +451,22 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
         } catch (const error& e) {
             c->mark_broken();  // ends the session: an open transaction rolls back
             // InnoDB chose this transaction as a deadlock's victim and rolled it back (a new slot's
-            // INSERT against a release's next-key locks): nothing was written, so try again.
-            if (!e.lost && e.code == 1213 && ++deadlocks <= 8) continue;
-            if (!e.lost) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
+            // INSERT against a release's next-key locks): nothing was written, so try again — a wait
+            // for as long as its deadline allows (after the poll's pause, so that the transactions
+            // do not meet again in step), a try-once a few times at once, then it reports the
+            // permit not taken (the server answered: contention, not an outage).
+            if (!e.lost && e.code == 1213) {
+                if (req->deadline_ns == 0 && ++deadlocks <= 8) continue;
+                if (req->deadline_ns == 0)
+                    fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}` on {}: the try-once was chosen as a deadlock's victim {} "
+                                                    "times by contending acquirers and releases; no permit taken",
+                                                    h.name, where(), deadlocks - 1));
+                goto not_taken;
+            }
+            // Cut while queued behind slot 0's row lock: by the client at its deadline, or by the
+            // server at max_statement_time (MariaDB's error 1969). The session is not known ended.
+            const bool cut = e.code == 1969 || (e.lost && e.message.find("client's deadline") != std::string::npos);
+            if (!e.lost && !cut) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
             // The COMMIT may have been applied: only a permit row carrying our token proves it.
             connections_->give_back(c.detach());
             auto again = connections_->borrow(statement_deadline());
@@ -462,6 +475,12 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
                 if (!back.rows.empty()) {
                     taken = true;
                     fence = as_u64(back.rows[0][0]);
+                } else if (cut) {
+                    // The server answers: the statement was only slow (queued behind slot 0's row
+                    // lock). Not taken; a wait goes on polling within its deadline, a try-once ends.
+                    if (req->deadline_ns == 0)
+                        fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}` on {}: the try-once queued behind other acquirers "
+                                                        "until its statement was cut ({}); no permit taken", h.name, where(), e.message));
                 } else if (req->deadline_ns == 0 || (!retried_unknown && now_ns() < req->deadline_ns)) {
                     // A try, or the first loss of a wait: a connection the server ended while idle
                     // looks the same, so one immediate retry on a fresh connection is safe.
@@ -481,6 +500,7 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
                                                 "committed, the permit expires after its ttl", where(), h.name, e.message, e2.message));
             }
         }
+    not_taken:
         if (taken) {
             grant->fencing_token = fence;
             grant->valid_until_ns = h.granted(sent, req->ttl_ms);

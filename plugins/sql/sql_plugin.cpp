@@ -883,7 +883,8 @@ struct holder_attempt {
 };
 
 // One attempt at a shared hold or a permit (statements shared_acquire, permit_acquire). `admitted`:
-// a reader the turnstile admitted (it no longer yields to queued writers); `on`: its session.
+// a reader (permit acquirer) the turnstile admitted (it no longer yields to queued writers (fair
+// waiters)); `on`: its session.
 holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acquire_request* req, bool admitted, session* on) {
     holder_attempt a;
     int64_t deadline = b->statement_deadline();
@@ -907,11 +908,13 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
                 return a;
             }
             const int limit = int(req->permits);
-            pqxx::result r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit);
+            pqxx::result r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit,
+                                                admitted, b->semaphore_turnstile_key_for(h.name));
             if (r[0][1].is_null()) {  // no slots yet, or a break forgot the limit: store ours
                 s->run_until(deadline, "permit_create", h.name, limit);
                 a.sent_ns = now_ns();
-                r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit);
+                r = s->run_until(deadline, "permit_acquire", h.name, h.owner, req->ttl_ms, b->holder, limit,
+                                                admitted, b->semaphore_turnstile_key_for(h.name));
             }
             if (!r[0][1].is_null() && r[0][1].as<int64_t>() != limit)
                 fail(DLOCK_INVALID_ARGUMENT,

@@ -183,13 +183,21 @@ struct statements {
                  " UPDATE {1} h SET expiry = clock_timestamp() + b.ttl * interval '1 millisecond' FROM b, m"
                  " WHERE h.kind = 'S' AND h.name = b.name AND m.name = b.name AND h.owner = b.owner AND h.expiry > clock_timestamp()"
                  " RETURNING h.owner", T, H)},
-            // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N. Takes a free or expired permit slot
-            // (1..N; SKIP LOCKED: slots another statement is taking are passed over) and the next
-            // fence from slot 0, whose stored limit must equal N. Returns (fence or NULL, the stored
-            // limit or NULL when the semaphore has no slots yet, ms until the first permit expires).
+            // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N, $6 admitted by the turnstile, $7
+            // turnstile key. Takes a free or expired permit slot (1..N; SKIP LOCKED: slots another
+            // statement is taking are passed over) and the next fence from slot 0, whose stored limit
+            // must equal N — unless a fair waiter is queued in the semaphore's turnstile and this
+            // acquirer is not the one it admitted (no barging past the queue, a releaser's re-acquire
+            // included). Returns (fence or NULL, the stored limit or NULL when the semaphore has no
+            // slots yet, ms until the first permit expires).
             {"permit_acquire", fmt::format(
                  "WITH free AS (SELECT slot FROM {0} WHERE kind = 'P' AND name = $1 AND slot BETWEEN 1 AND $5"
-                 "  AND (owner IS NULL OR expiry <= clock_timestamp()) ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED),"
+                 "  AND (owner IS NULL OR expiry <= clock_timestamp())"
+                 "  AND ($6::bool OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock'"
+                 "   AND l.objsubid = 1 AND l.classid::bigint = (($7::bigint >> 32) & 4294967295)"
+                 "   AND l.objid::bigint = ($7::bigint & 4294967295)"
+                 "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))"
+                 "  ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED),"
                  " hdr AS (UPDATE {0} SET fence = fence + 1 WHERE kind = 'P' AND name = $1 AND slot = 0 AND permits = $5"
                  "  AND EXISTS (SELECT 1 FROM free) RETURNING fence),"
                  " taken AS (UPDATE {0} h SET owner = $2, fence = hdr.fence, expiry = {1}, holder = $4, acquired_at = clock_timestamp()"

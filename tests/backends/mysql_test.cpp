@@ -423,3 +423,27 @@ int main(int argc, char** argv) {
     dlock::lab::add_lab_environment({backend::mariadb});
     return RUN_ALL_TESTS();
 }
+
+// An acquire of a permit queued behind the semaphore's slot 0 row lock (here held by another
+// session's open transaction) past statement_timeout is cut by the server (max_statement_time) or
+// the client: the permit is not taken, so a try-once and a wait end in TIMEOUT, never UNAVAILABLE,
+// and the semaphore is usable as soon as the row lock goes.
+TEST_F(MysqlBackend, PermitAcquireQueuedPastStatementTimeoutEndsInTimeout) {
+    auto client = open("lease", "  statement_timeout: 300ms\n");
+    const auto permit = dlock::acquire_options().with_permits(3).with_ttl(5000ms);
+    client.acquire("cut/sem", dlock::acquire_options(permit).with_wait(0ms)).release();  // creates slot 0
+    auto blocker = server().client();
+    blocker.execute("START TRANSACTION");
+    blocker.execute("SELECT permits FROM dlock.dlock_locks_holders WHERE kind = 'P' AND name = 'cut/sem' AND slot = 0 FOR UPDATE");
+    std::error_code ec;
+    const auto started = clock_type::now();
+    client.acquire("cut/sem", dlock::acquire_options(permit).with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << ec.message() << ": " << dlock_last_error();
+    ec.clear();
+    client.acquire("cut/sem", dlock::acquire_options(permit).with_wait(1500ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << ec.message() << ": " << dlock_last_error();
+    EXPECT_GE(ms_since(started), 1500);
+    blocker.execute("ROLLBACK");
+    auto held = client.acquire("cut/sem", dlock::acquire_options(permit).with_wait(5000ms));
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+}

@@ -117,6 +117,37 @@ TEST_F(SqlModes, AllNPermitsAreUsableAtOnceAndAReleaseWakesTheNextWaiter) {
     EXPECT_GT(p3.fencing_token(), p1.fencing_token()) << "each grant of the semaphore takes the next token";
 }
 
+// fair: true (the default): a permit released while a fair waiter is queued in the semaphore's
+// turnstile goes to that waiter; the releaser's immediate re-acquire (a try-once, and a wait) does
+// not barge past it, and the waiters are served in the order they queued.
+TEST_F(SqlModes, ReleasedPermitGoesToTheQueuedFairWaitersInOrderNotBackToTheReleaser) {
+    auto client = open("lease");
+    dlock::semaphore sem(client, "v2/fair", 1);
+    auto held = sem.acquire();
+    std::atomic<int> served{0};
+    std::promise<int> first_turn, second_turn;
+    auto queue = [&](std::promise<int>& turn) {
+        return std::thread([&] {
+            auto other = open("lease");
+            auto p = dlock::semaphore(other, "v2/fair", 1).try_acquire_for(20s);
+            turn.set_value(p ? ++served : -1);
+            std::this_thread::sleep_for(200ms);  // holds its permit a while
+        });
+    };
+    std::thread first = queue(first_turn);
+    std::this_thread::sleep_for(500ms);  // the first waiter has queued in the turnstile
+    std::thread second = queue(second_turn);
+    std::this_thread::sleep_for(500ms);
+    held.release();
+    EXPECT_FALSE(sem.try_acquire()) << "the releaser took its permit straight back past the queued waiters";
+    auto again = std::async(std::launch::async, [&] { return bool(sem.try_acquire_for(20s)); });
+    EXPECT_EQ(first_turn.get_future().get(), 1) << "the first queued waiter is served first";
+    EXPECT_EQ(second_turn.get_future().get(), 2) << "the second queued waiter is served before the releaser's wait";
+    EXPECT_TRUE(again.get());
+    first.join();
+    second.join();
+}
+
 TEST_F(SqlModes, MismatchedLimitIsRefusedNamingBothNumbersAndTheName) {
     auto client = open("lease");
     auto held = client.acquire("v2/limit", permits(3).with_wait(0ms));
