@@ -208,10 +208,12 @@ end
 }  // namespace
 
 // A lock key holding shared holders (a sorted set: GET fails with WRONGTYPE) is held too: then
-// the reply says so, {0, pttl, 1}.
+// the reply says so, {0, pttl, 1}. A key of any other type is not dlock's: ZCARD raises WRONGTYPE
+// for it, so the caller hears "another type", never "held".
 static const std::string acquire_source = std::string(grant_lua) + R"lua(
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
+  redis.call('ZCARD', KEYS[1])
   return {0, redis.call('PTTL', KEYS[1]), 1}
 elseif holder then
   return {0, redis.call('PTTL', KEYS[1])}
