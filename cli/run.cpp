@@ -90,6 +90,17 @@ int watch_for_loss(dlock::lease& lease) {
     return lost_fd;
 }
 
+// Closes watch_for_loss's eventfd once no callback can write to it any more: replacing the callback
+// waits for a run of the old one to return, so a late loss never writes to a closed (or reused)
+// descriptor.
+void stop_watching_for_loss(dlock::lease& lease, int lost_fd) {
+    try {
+        lease.on_lost([] {});
+    } catch (const std::system_error&) {  // not expected: on_lost answers OK for any live handle
+    }
+    close(lost_fd);
+}
+
 // The command's argv and environment (ours plus the lease's identity), built before fork: the
 // child may only call async-signal-safe functions.
 struct command_image {
@@ -239,12 +250,12 @@ int run(const std::string& config, const run_args& args) {
     if (started.child < 0) {
         std::error_code ec;
         lease.release(ec);
-        close(lost_fd);
+        stop_watching_for_loss(lease, lost_fd);
         return started.exit_status;
     }
     const supervised ran = supervise(started.child, lost_fd, signals, args, plan.kill_after);
     const int status = release_and_exit_status(lease, ran, args);
-    close(lost_fd);
+    stop_watching_for_loss(lease, lost_fd);
     return status;
 }
 
