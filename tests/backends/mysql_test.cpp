@@ -27,19 +27,10 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+using dlock::test::eventually;
+
 int64_t ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
-}
-
-// Polls a condition for at most `limit` (test-side only).
-template <typename F>
-bool eventually(F&& condition, std::chrono::milliseconds limit) {
-    const auto until = clock_type::now() + limit;
-    while (clock_type::now() < until) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return condition();
 }
 
 // What opening a client from YAML gave: its status and dlock_last_error().

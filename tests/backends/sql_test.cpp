@@ -40,23 +40,14 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+using dlock::test::eventually;
+
 // The SQL tests wait at most 10 s for a worker's answer (the shared default is 15 s).
 constexpr int worker_answer_timeout_ms = 10000;
 std::string worker_answer(child_process& p) { return dlock::test::expect_line(p, worker_answer_timeout_ms); }
 
 int64_t ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
-}
-
-// Polls a condition for at most `limit` (test-side only: the library under test never polls).
-template <typename F>
-bool eventually(F&& condition, std::chrono::milliseconds limit) {
-    const auto until = clock_type::now() + limit;
-    while (clock_type::now() < until) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return condition();
 }
 
 // A postgresql:// DSN to `port` on loopback, with the lab's user and database.

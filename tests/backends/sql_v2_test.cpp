@@ -30,21 +30,12 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+using dlock::test::eventually;
+
 dlock::acquire_options permits_of(uint32_t n) { return dlock::acquire_options().with_permits(n).with_wait(0ms); }
 
 int64_t ms_since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t).count();
-}
-
-// Polls a condition for at most `limit` (test-side only: the library under test never polls).
-template <typename F>
-bool eventually(F&& condition, std::chrono::milliseconds limit) {
-    const auto until = clock_type::now() + limit;
-    while (clock_type::now() < until) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return condition();
 }
 
 class SqlModes : public dlock::test::lab_backend_test {
