@@ -27,6 +27,26 @@ constexpr int schema_version = 1;
 // Lease-mode waiters poll: the first retry after 1 ms, the pause doubling up to this.
 constexpr int64_t longest_poll_ns = 32'000'000;
 
+// The pause between a polling waiter's attempts (lease mode: locks and permits). It doubles from
+// 1 ms up to longest_poll_ns, with jitter so that waiters do not retry in step, and never sleeps
+// past the deadline. The generator is seeded only when a wait begins: std::random_device costs µs.
+class poll_pause {
+public:
+    // Sleeps the next pause from `now`, at most `cap_ns` and never past `deadline_ns`.
+    void sleep(int64_t now, int64_t deadline_ns, int64_t cap_ns = INT64_MAX) {
+        if (!jitter_) jitter_.emplace(std::random_device{}());
+        const int64_t sleep_ns = std::min(cap_ns, pause_ns_ / 2 + int64_t((*jitter_)() % uint64_t(pause_ns_ / 2 + 1)));
+        pause_ns_ = std::min(pause_ns_ * 2, longest_poll_ns);
+        const int64_t until = std::min(deadline_ns, now + sleep_ns);
+        const timespec ts{time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
+        nanosleep(&ts, nullptr);
+    }
+
+private:
+    std::optional<std::minstd_rand> jitter_;
+    int64_t pause_ns_ = 1'000'000;
+};
+
 bool safe_key_char(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '/' || c == '-'; }
 
 std::string holder_description() {
@@ -435,8 +455,7 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
     h.permit = true;
     int deadlocks = 0;
     bool retried_unknown = false;
-    std::optional<std::minstd_rand> jitter;
-    int64_t pause_ns = 1'000'000;
+    poll_pause pause;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         int64_t deadline = statement_deadline();
@@ -511,37 +530,19 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
         if (req->deadline_ns == 0 || now >= req->deadline_ns)
             fail(DLOCK_TIMEOUT, fmt::format("all {} permits of semaphore `{}` are held on {}", req->permits, h.name, where()));
         // Held: poll as a lock waiter does, but never past the first permit's expiry.
-        if (!jitter) jitter.emplace(std::random_device{}());
-        int64_t sleep_ns = pause_ns / 2 + int64_t((*jitter)() % uint64_t(pause_ns / 2 + 1));
-        if (wait_ms >= 0) sleep_ns = std::min(sleep_ns, (wait_ms + 1) * 1'000'000);
-        pause_ns = std::min(pause_ns * 2, longest_poll_ns);
-        const int64_t until = std::min(req->deadline_ns, now + sleep_ns);
-        const timespec ts{time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
-        nanosleep(&ts, nullptr);
+        pause.sleep(now, req->deadline_ns, wait_ms >= 0 ? (wait_ms + 1) * 1'000'000 : INT64_MAX);
     }
 }
 
 int backend::release_permit(hold* h) {
-    const int64_t deadline = statement_deadline();
-    auto c = connections_->borrow(deadline);
-    const int64_t sent = now_ns();
-    try {
-        const result r = c->run("permit_release", {h->name, h->owner}, deadline);
-        return h->release_answered(r.affected > 0);
-    } catch (const error& e) {
-        if (e.lost) c->mark_broken();
-        h->release_unanswered(sent);
-        const failure f = classify(config_, e, fmt::format("the release of a permit of `{}`", h->name), true);
-        fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
-    }
+    return release_row(h, true);
 }
 
 // ---- lease mode ---------------------------------------------------------------------------------
 
 int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_grant* grant) {
     const int64_t ttl_us = req->ttl_ms * 1000;
-    std::optional<std::minstd_rand> jitter;  // seeded only when a wait begins: std::random_device costs µs
-    int64_t pause_ns = 1'000'000;
+    poll_pause pause;
     bool retried_unknown = false;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
@@ -599,28 +600,30 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
         const int64_t now = now_ns();
         if (req->deadline_ns == 0 || now >= req->deadline_ns)
             fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {}", h.name, where()));
-        // Held: poll. The pause doubles up to longest_poll_ns, with jitter so that waiters do not
-        // retry in step, and never sleeps past the deadline.
-        if (!jitter) jitter.emplace(std::random_device{}());
-        const int64_t sleep_ns = pause_ns / 2 + int64_t((*jitter)() % uint64_t(pause_ns / 2 + 1));
-        pause_ns = std::min(pause_ns * 2, longest_poll_ns);
-        const int64_t until = std::min(req->deadline_ns, now + sleep_ns);
-        const timespec ts{time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
-        nanosleep(&ts, nullptr);
+        // Held: poll.
+        pause.sleep(now, req->deadline_ns);
     }
 }
 
 int backend::release_lease(hold* h) {
+    return release_row(h, false);
+}
+
+// Runs lease mode's release statement of a permit or of a lock (name, owner → the row deleted or
+// cleared when ours). A release the server did not answer may have happened: UNKNOWN, safe to retry.
+int backend::release_row(hold* h, bool permit) {
     const int64_t deadline = statement_deadline();
     auto c = connections_->borrow(deadline);
     const int64_t sent = now_ns();
     try {
-        const result r = c->run("release", {h->name, h->owner}, deadline);
+        const result r = c->run(permit ? "permit_release" : "release", {h->name, h->owner}, deadline);
         return h->release_answered(r.affected > 0);
     } catch (const error& e) {
         if (e.lost) c->mark_broken();
         h->release_unanswered(sent);
-        const failure f = classify(config_, e, fmt::format("the release of `{}`", h->name), true);
+        const failure f = classify(config_, e,
+                                   permit ? fmt::format("the release of a permit of `{}`", h->name)
+                                          : fmt::format("the release of `{}`", h->name), true);
         fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
     }
 }

@@ -123,6 +123,7 @@ private:
     // returns false with the ms until the first held permit expires in `wait_ms`.
     bool try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence, int64_t& wait_ms);
     int release_permit(hold* h);
+    int release_row(hold* h, bool permit);  // the shared body of release_lease and release_permit
     bool ensure_holders_table(connection& c);
     int release_named(hold* h);
     held_monitor& monitor_for_holds();
