@@ -187,6 +187,17 @@ extern const script queue_acquire_script;
 extern const script queue_release_script;
 extern const script leave_queue_script;
 
+// Redlock's exclusive holds with a waiter queue whose order every node agrees on (the client picks
+// each waiter's score once; layout and contract in scripts.cpp).
+// redlock_acquire_script: KEYS lock, fence, queue, queue_lapses; ARGV value, ttl_ms, member, score,
+//   mode (0 barging try, 1 fair try, 2 fair wait, 3 barging wait), entry_grace_ms
+//   -> {1, fence} | {0, ms to wait at most, 1 held shared | 0, 1 held | 0}.
+// redlock_release_script: KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms,
+//   waiter_channel_prefix, member to put back in the queue ("" none), its score, entry_grace_ms
+//   -> 1 released | 0 not ours.
+extern const script redlock_acquire_script;
+extern const script redlock_release_script;
+
 // Semaphores and shared locks (the layout is described in scripts.cpp and docs/backends/redis.md).
 // A shared hold or a permit is the member "<owner>:<fencing token>" of a sorted set scored by the
 // server time its lease ends: for a shared hold the set is at the lock key itself (so the

@@ -340,6 +340,73 @@ return {0, wait_ms, holder and 1 or 0}
 )lua";
 const script shared_acquire_script(shared_acquire_source.c_str());
 
+// Redlock's waiter queue, one per node, whose order the nodes agree on: each waiter enqueues with
+// the same score (its arrival time, chosen once by its client) and the same member on every node,
+// and a sorted set orders equal scores by member, so every node that holds the same entries has the
+// same first waiter. A free node grants only to its first waiter (or to anyone when nobody queues);
+// a refused waiter (re-)enqueues wherever it is refused, so an entry missing on some nodes is back
+// after that waiter's next round. Only the lock key's quorum decides who holds the lock: the queue
+// orders the grants, it never grants by itself.
+// KEYS lock, fence, queue, queue_lapses. ARGV value (the round's), ttl_ms, member, score, mode (0
+// barging try, 1 fair try, 2 fair wait: queues us, 3 barging wait: grants whatever queues, queues
+// us when refused), entry_grace_ms.
+// -> {1, fence} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
+// until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0}.
+static const std::string redlock_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
+local mode = tonumber(ARGV[5])
+local now = server_time()
+drop_lapsed(now)
+local first
+if mode == 1 or mode == 2 then first = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end
+local holder = lock_holder(now)
+if not holder and (first == nil or first == ARGV[3]) then
+  return grant(function()
+    if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then redis.call('ZREM', KEYS[4], ARGV[3]) end
+  end)
+end
+local wait_ms
+if holder then wait_ms = redis.call('PTTL', KEYS[1]) else wait_ms = first_lapses_in(now) end
+if mode >= 2 then
+  local keep = math.max(wait_ms, 0) + tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+  redis.call('ZADD', KEYS[4], now + keep, ARGV[3])
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+return {0, wait_ms, holder == true and 1 or 0, holder and 1 or 0}
+)lua";
+const script redlock_acquire_script(redlock_acquire_source.c_str());
+
+// Redlock's release of an exclusive hold on one node, also used to give back what a failed round
+// got. KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms, waiter_channel_prefix,
+// member ("" for a holder's release), score, entry_grace_ms. A failed round's give-back puts the
+// waiter back in the queue with its own score (the grant removed its entry), so it keeps its place
+// there. The first waiter is woken unless it is that waiter itself, which retries anyway; the
+// broadcast channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see
+// release_script.
+static const std::string redlock_release_source = std::string(queue_lua) + R"lua(
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PUBLISH', KEYS[5], 'released')
+local now, now_us = server_time()
+if ARGV[4] ~= '' then
+  local keep = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+  redis.call('ZADD', KEYS[4], now + keep, ARGV[4])
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+drop_lapsed(now)
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if first and first ~= ARGV[4] then wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3]) end
+redis.call('DEL', KEYS[1])
+return 1
+)lua";
+const script redlock_release_script(redlock_release_source.c_str());
+
 // Redlock's writer preference without a queue of waiters: an exclusive waiter refused by the nodes
 // marks itself waiting in each node's queue (a writer entry, ARGV[1], lapsing ARGV[2] ms from now
 // unless marked again), which stops new shared holders there (shared_acquire_script in mode 1),

@@ -16,14 +16,23 @@
 // majority's counters are not monotonic across holders (two successive quorums may share only one
 // node, whose counter need not be the largest). The capability says so; the token is 0.
 //
-// Waiting: the client watches the name's channel on every node (a release publishes where the
-// holder's key was: on a quorum, which meets any quorum of listeners); a waiter wakes on a message
-// from any node, at the holders' expiry, or after retry_delay, and then retries at once. Only a
-// round that failed without a quorum refusing it (a split vote, or too few nodes answering) is
-// followed by a random pause of up to retry_delay, so waiters woken by the same release do not
-// keep splitting the votes in lockstep; a waiter that lost a race after a wake pauses after every
-// later wake too, or a crowd of waiters would all retry on every message. While fewer than a
-// quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the release.
+// Waiting: each node keeps a queue of exclusive waiters, and the nodes agree on its order: a waiter
+// enqueues with the same score (its arrival time on its client's clock) and the same member on
+// every node (redlock_acquire_script). `fair: true`: a free node grants only to its first waiter,
+// or to anyone while nobody queues; `fair: false`: to anyone. A release wakes only the first
+// waiter of each node's queue, on the waiting thread's own channel (subscribed once per thread and
+// client), so the server work of a handoff does not grow with the number of waiters. Mutual
+// exclusion never rests on the queues: the quorum of lock keys decides; the queues only order the
+// grants. A node missing a waiter's entry (it was down, or lost its data) gets it back with that
+// waiter's next refused round, and a failed round's give-back restores the entry its grant removed,
+// so heads that disagreed converge after one round; an entry lapses unless its waiter retries, and
+// a woken first waiter has `claim` (command_timeout, at least 500 ms) to take the lock, so a dead
+// waiter leaves no lasting hole. A waiter woken (or whose holders' keys expire) retries at once; only
+// a round that failed as a split vote (some node granted, no quorum, and no quorum holds the lock)
+// or with too few nodes answering is followed by a random pause of up to retry_delay. While fewer
+// than a quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the
+// release. Shared waiters (and a writer held up by shared holders) listen on the name's channel,
+// where every release publishes.
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
 
@@ -65,6 +74,16 @@ struct dlock_backend {
     // Declared after sleep_mutex/sleep_cv, which their callbacks use: destroyed before them.
     std::mutex waker_mutex;
     std::vector<std::unique_ptr<subscriber>> wakers;
+    // The waiting threads' channels the wakers watch: each stays watched for the client's lifetime,
+    // so a thread's later waits cost no SUBSCRIBE and start listening.
+    std::set<std::string> waiter_channels;
+
+    // How long a woken first waiter has to take the lock before it loses its place; how long a
+    // queue entry outlives the latest time its waiter retries by (as the redis backend's).
+    int64_t claim_ms() const { return std::max<int64_t>(500, config.command_timeout_ms); }
+    int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
+    // The channel prefix of the waiters' own channels; a waiter's is this + its queue member.
+    std::string waiter_channel_prefix() const { return config.key_prefix + "redlock-waiter:"; }
 
     std::string names() const {
         std::string out;
@@ -79,6 +98,40 @@ struct dlock_hold {
     std::string owner;    // the lease's owner token
     std::string value;    // what the winning round wrote: round_value(owner, round)
 };
+
+namespace {
+
+// An exclusive acquisition's place in the nodes' waiter queues (redlock_acquire_script): the same
+// member and score on every node, so that the nodes agree on who is first.
+struct queue_place {
+    int mode = 0;       // redlock_acquire_script's mode
+    std::string member;  // the waiting thread's id: its channel's suffix too
+    std::string score;   // the arrival time, µs since the epoch on the client's clock
+    bool queues() const { return mode >= 2; }
+};
+
+// The waiting thread's queue member: random, fixed for the thread's life. A thread waits for one
+// lock at a time, so its channel (subscribed once per client) serves all its waits.
+const std::string& waiting_thread_id() {
+    thread_local const std::string id = [] {
+        std::random_device seed;
+        std::mt19937_64 rng{(uint64_t(seed()) << 32) ^ seed()};
+        return fmt::format("{:016x}{:016x}", rng(), rng());
+    }();
+    return id;
+}
+
+// The queue keys of a lock's exclusive waiters on redlock: not the `queue` of lock_keys, whose
+// entries are the waiting writers' marks that stop new shared holders.
+lock_keys fifo_keys(const lock_keys& lock) {
+    lock_keys out = lock;
+    const std::string base = lock.lock.substr(0, lock.lock.size() - std::strlen(":lock"));
+    out.queue = base + ":redlock-queue";
+    out.queue_lapses = base + ":redlock-queue-lapses";
+    return out;
+}
+
+}  // namespace
 
 namespace {
 
@@ -213,7 +266,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
             try {
                 auto c = nd.connections->borrow();
                 ++reachable;
-                check_permissions(*c, b->config, /*waiter_queue=*/false);
+                check_permissions(*c, b->config, /*waiter_queue=*/true);
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
@@ -232,9 +285,11 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
 void redlock_destroy(dlock_backend* b) { delete b; }
 
 // SHARED: a reader's quorum and a writer's quorum share a node, whose script refuses the later of
-// the two. No SEMAPHORE: a per-node count is not safe (docs/backends/redlock.md).
+// the two. No SEMAPHORE: a per-node count is not safe (docs/backends/redlock.md). FAIR: exclusive
+// waiters are granted in the order of the queues the nodes agree on (see Waiting above).
 uint64_t redlock_capabilities(dlock_backend*) {
-    return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK;
+    return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK |
+           DLOCK_CAP_FAIR;
 }
 
 void redlock_interrupt(dlock_backend* b) {
@@ -253,6 +308,7 @@ struct round_result {
     int64_t sent_ns = 0;
     int64_t min_holder_ttl_ms = -1;
     size_t held_shared = 0;           // nodes that refused because shared holders hold the lock
+    size_t held = 0;                  // nodes that refused because somebody holds the lock there
     std::string error;                // the first error reply, if any
     int error_status = DLOCK_BACKEND;  // its status (DLOCK_PERMISSION for an ACL refusal)
 };
@@ -261,39 +317,48 @@ struct round_result {
 // execute our SET later; if the round fails, the release of `value` is pipelined behind that SET on
 // the same connection, so the node runs both, in order, whenever it wakes. That late release can
 // only delete this round's value: the next round writes another.
-// The scripts of a hold on every node. A shared hold is the redis backend's (shared_acquire_script
-// in its barging mode: the nodes keep no waiter queue for redlock), its member on each node
-// "<value>:<that node's token>" and found by `value` for release and renewal.
-const script& acquire_script_for(bool shared) { return shared ? shared_acquire_script : acquire_script; }
+// The scripts of a hold on every node. An exclusive hold is granted by redlock_acquire_script, in
+// the order of the nodes' waiter queues (fifo_keys), and its release wakes the first waiter only.
+// A shared hold is the redis backend's (shared_acquire_script in its fair-try mode, whose queue
+// holds only the waiting writers' marks), its member on each node "<value>:<that node's token>"
+// and found by `value` for release and renewal.
+const script& acquire_script_for(bool shared) { return shared ? shared_acquire_script : redlock_acquire_script; }
 std::vector<std::string> acquire_keys(const lock_keys& lock, bool shared) {
     if (shared) return {lock.lock, lock.fence, lock.queue, lock.queue_lapses};
-    return {lock.lock, lock.fence};
+    const lock_keys fifo = fifo_keys(lock);
+    return {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses};
 }
-std::vector<std::string> acquire_args(const std::string& value, int64_t ttl_ms, bool shared) {
+std::vector<std::string> acquire_args(const dlock_backend* b, const std::string& value, int64_t ttl_ms, bool shared,
+                                      const queue_place& place) {
     // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script).
     if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", ""};
-    return {value, std::to_string(ttl_ms)};
+    return {value, std::to_string(ttl_ms), place.member, place.score, std::to_string(place.mode),
+            std::to_string(b->entry_grace_ms())};
 }
-const script& release_script_for(bool shared) { return shared ? shared_release_script : release_script; }
+const script& release_script_for(bool shared) { return shared ? shared_release_script : redlock_release_script; }
 std::vector<std::string> release_keys(const lock_keys& lock, bool shared) {
     if (shared) return {lock.lock, lock.fence, lock.queue, lock.queue_lapses, lock.channel};
-    return {lock.lock, lock.fence, lock.channel};
+    const lock_keys fifo = fifo_keys(lock);
+    return {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses, fifo.channel};
 }
-std::vector<std::string> release_args(const std::string& value, bool shared) {
+// `requeue`: a failed round's give-back, which puts the waiter back in the queue where its round
+// was granted (and so dequeued it); nullptr for a holder's release.
+std::vector<std::string> release_args(const dlock_backend* b, const std::string& value, bool shared,
+                                      const queue_place* requeue) {
     // No waiter channel to wake (the nodes' queues hold only waiting writers' marks); the member
     // found by value.
     if (shared) return {value, "0", "", ""};
-    return {value};
-}
-std::vector<std::string> release_command(const lock_keys& lock, const std::string& value, bool shared, bool by_source) {
-    return script_command(release_script_for(shared), by_source, release_keys(lock, shared), release_args(value, shared));
+    const bool back = requeue && requeue->queues();
+    return {value, std::to_string(b->claim_ms()), b->waiter_channel_prefix(), back ? requeue->member : "",
+            back ? requeue->score : "0", std::to_string(b->entry_grace_ms())};
 }
 
-round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared) {
+round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared,
+                           const queue_place& place) {
     round_result r;
     round_connections round(b);
     const std::vector<std::string> keys = acquire_keys(lock, shared);
-    const std::vector<std::string> args = acquire_args(value, ttl_ms, shared);
+    const std::vector<std::string> args = acquire_args(b, value, ttl_ms, shared, place);
     const script& acquire = acquire_script_for(shared);
     std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire, false, keys, args));
     std::vector<bool> late;
@@ -337,6 +402,9 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) continue;
         ++r.answered;
         if (rep->elements > 2 && rep->element[0]->integer == 0 && rep->element[2]->integer == 1) ++r.held_shared;
+        // redlock_acquire_script says whether the key is held in its fourth element; the shared
+        // script's refusals are all "held" (by a writer, or a writer's mark stops this reader).
+        if (rep->element[0]->integer == 0 && (rep->elements < 4 || rep->element[3]->integer == 1)) ++r.held;
         if (rep->element[0]->integer == 1) {
             ++r.granted;
         } else if (rep->element[1]->integer >= 0) {
@@ -347,12 +415,17 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
     const int64_t validity_ns = ttl_ms * 1'000'000 - (now_ns() - r.sent_ns) - drift_ns(ttl_ms);
     r.acquired = r.granted >= b->quorum && validity_ns > 0;
     if (!r.acquired) {
-        // Give back what was granted: the owner-fenced release goes to every node of the round,
-        // pipelined on the same connection behind the acquire (so a node that has not answered yet
-        // runs SET, then release, in that order) without waiting for the replies.
-        const auto give_back = release_command(lock, value, shared, true);
-        for (connection* c : round.conns)
-            if (c && !c->broken()) pipeline(*c, give_back);
+        // Give back what was granted: the owner-fenced release goes to every node of the round
+        // that did not refuse (a refusal set nothing: the script is atomic), pipelined on the same
+        // connection behind the acquire (so a node that has not answered yet runs SET, then
+        // release, in that order) without waiting for the replies.
+        const auto give_back = script_command(release_script_for(shared), true, release_keys(lock, shared),
+                                              release_args(b, value, shared, &place));
+        for (size_t i = 0; i < round.conns.size(); ++i) {
+            const redisReply* rep = replies[i].get();
+            const bool refused = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->integer == 0;
+            if (round.conns[i] && !round.conns[i]->broken() && !refused) pipeline(*round.conns[i], give_back);
+        }
     }
     for (size_t i = 0; i < late.size(); ++i)
         if (late[i]) round.conns[i]->mark_broken();
@@ -425,18 +498,68 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
         }
         h->keys = keys_for(b->config.key_prefix, req->name);
         h->owner = req->owner;
-        const std::string& channel = h->keys.channel;
         thread_local std::mt19937_64 rng{std::random_device{}()};
 
+        // An exclusive acquisition's place in the nodes' queues (none for a shared one).
+        queue_place place;
+        if (!h->shared) {
+            const bool waits = req->deadline_ns != 0;
+            place.mode = req->fair ? (waits ? 2 : 1) : (waits ? 3 : 0);
+            place.member = waiting_thread_id();
+            place.score = std::to_string(
+                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        }
+        // What wakes this waiter: an exclusive one its thread's own channel (the release that makes
+        // it first in a node's queue publishes there), a shared one the name's channel, on which
+        // every release publishes; an exclusive one held up by shared holders listens there too.
+        const std::string own_channel = b->waiter_channel_prefix() + place.member;
+        const std::string& broadcast = h->keys.channel;
+        const std::string& channel = h->shared ? broadcast : own_channel;
+
         const waker_set* wakers = nullptr;
+        bool broadcast_watched = false;
         struct unwatch_guard {
             const waker_set*& wakers;
+            const bool& watched;
             const std::string& channel;
             ~unwatch_guard() {
-                if (wakers)
+                if (wakers && watched)
                     for (const auto& s : *wakers) s->unwatch(channel);
             }
-        } guard{wakers, channel};
+        } guard{wakers, broadcast_watched, broadcast};
+        // The thread's own channel stays watched once it is: wait on it from the first round.
+        if (!h->shared) {
+            std::lock_guard<std::mutex> lock(b->waker_mutex);
+            if (b->waiter_channels.count(own_channel)) wakers = &b->wakers;
+        }
+        const auto watch_broadcast = [&] {
+            if (broadcast_watched) return;
+            for (const auto& s : *wakers) s->watch(broadcast);
+            broadcast_watched = true;
+        };
+        const auto heard_since = [&] {
+            return heard(*wakers, channel) + (broadcast_watched && !h->shared ? heard(*wakers, broadcast) : 0);
+        };
+
+        // A waiter queued by a round leaves the queues unless it got the lock (a timeout, an error):
+        // best effort, as its entries lapse anyway; and the waiter after it is woken if the lock is
+        // free. Not when the client is closing, which must not wait on the servers.
+        struct leave_guard {
+            dlock_backend* b;
+            const dlock_hold* h;
+            const queue_place& place;
+            bool queued = false;
+            ~leave_guard() {
+                if (!queued || b->interrupted) return;
+                try {
+                    const lock_keys fifo = fifo_keys(h->keys);
+                    on_all_nodes(b, leave_queue_script, {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses},
+                                 {place.member, std::to_string(b->claim_ms()), b->waiter_channel_prefix(), "lock"},
+                                 command_timeout_ns(b));
+                } catch (...) {  // a destructor: nothing escapes
+                }
+            }
+        } leave{b, h.get(), place};
 
         // A waiting exclusive acquirer marks itself on the nodes so that new shared holders wait
         // behind it (writer preference), and unmarks itself however the wait ends.
@@ -459,15 +582,13 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             }
         } writer{b, *h};
 
-        bool woken = false;  // the coming round starts at once on a wake
-        bool raced = false;  // a round that started at once on a wake has failed
         for (uint64_t round = 1;; ++round) {
-            const uint64_t seen = wakers ? heard(*wakers, channel) : 0;  // before the round
-            const size_t listeners = wakers ? listening(*wakers, channel) : 0;
+            const uint64_t seen = wakers ? heard_since() : 0;  // before the round
             const std::string value = round_value(h->owner, round);
-            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared);
+            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared, place);
             if (r.acquired) {
                 h->value = value;
+                leave.queued = false;  // the grants dequeued it
                 if (writer.marked) {  // unmarked before the hold is handed out (h is moved below)
                     writer.marked = false;
                     try {
@@ -482,6 +603,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 *out_hold = h.release();
                 return DLOCK_OK;
             }
+            if (place.queues()) leave.queued = true;
             const int64_t now = now_ns();
             if (req->deadline_ns == 0 || now >= req->deadline_ns) {
                 if (!r.error.empty() && r.answered < b->quorum) fail(r.error_status, r.error);
@@ -496,40 +618,41 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 writer.mark(std::max<int64_t>(r.min_holder_ttl_ms, 0) + 2 * b->config.command_timeout_ms + b->retry_delay_ms);
             if (!wakers) {
                 wakers = &wakers_for(b);
-                for (const auto& s : *wakers) s->watch(channel);
+                if (h->shared) {
+                    watch_broadcast();
+                } else {
+                    std::lock_guard<std::mutex> lock(b->waker_mutex);
+                    if (b->waiter_channels.insert(own_channel).second)
+                        for (const auto& s : *wakers) s->watch(own_channel);
+                }
                 // Retry once a quorum listens: a release after that cannot go unheard.
                 wait_for_wakers(b, std::min(req->deadline_ns, now_ns() + command_timeout_ns(b)),
                                 [&] { return listening(*wakers, channel) >= b->quorum; });
                 continue;
             }
-            // A round that started at once on a wake and still failed lost a race to other waiters
-            // woken with it (or to the releaser): from then on this waiter pauses after every wake.
-            if (woken) raced = true;
-            woken = false;
-            const auto pause = [&] {
+            // Shared holders publish only on the name's channel when they leave.
+            if (!h->shared && r.held_shared > 0 && !broadcast_watched) {
+                watch_broadcast();
+                continue;  // a release before the subscription could have gone unheard
+            }
+            // A split vote (some node granted, yet no quorum, and no quorum holds the lock) or too few
+            // nodes answering: no release is coming, so pause a random part of retry_delay, so that
+            // waiters that split the vote do not split the next one in lockstep as well. (The
+            // round's give-back put this waiter back in the queues; the refusing nodes queued it.)
+            if ((r.granted > 0 && r.held < b->quorum) || r.answered < b->quorum) {
+                sleep_interruptibly(b, std::min(now + 1'000'000, req->deadline_ns));  // never a spin
                 const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
                 sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
-            };
-            // A quorum refusing without a single grant means the lock is held: wait for its release
-            // (a message), the holders' expiry, or the retry time, and then retry at once unless
-            // this waiter already lost such a race. Any other failed round was a split vote (some
-            // node was free, yet no quorum) or too few nodes answered: no release is coming, so
-            // pause a random part of retry_delay instead, so that waiters woken together do not
-            // split the next vote in lockstep as well.
-            if (r.granted > 0 || r.answered < b->quorum) {
-                sleep_interruptibly(b, std::min(now + 1'000'000, req->deadline_ns));  // never a spin
-                pause();
                 continue;
             }
+            // Held, or free but promised to waiters queued first: wait for the release that wakes
+            // this waiter (a message), the holders' expiry or the first waiter's claim lapsing, or
+            // the retry time; then retry at once.
             int64_t until = r.min_holder_ttl_ms >= 0 ? now + (r.min_holder_ttl_ms + 1) * 1'000'000
                                                      : now + b->retry_delay_ms * 1'000'000;
             // Fewer than a quorum listening could miss the release: poll until they are back.
             if (listening(*wakers, channel) < b->quorum) until = std::min(until, now + b->retry_delay_ms * 1'000'000);
-            wait_for_wakers(b, std::min(until, req->deadline_ns), [&] { return heard(*wakers, channel) != seen; });
-            // A node confirming its subscription also wakes us; that wake announces no release, and
-            // finding the lock still held after it is no lost race.
-            woken = listening(*wakers, channel) <= listeners;
-            if (raced) pause();
+            wait_for_wakers(b, std::min(until, req->deadline_ns), [&] { return heard_since() != seen; });
         }
     });
 }
@@ -544,7 +667,7 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
             return released >= b->quorum || not_ours >= b->quorum;
         };
         const auto replies = on_all_nodes(b, release_script_for(h->shared), release_keys(h->keys, h->shared),
-                                          release_args(h->value, h->shared), command_timeout_ns(b), decided)
+                                          release_args(b, h->value, h->shared, nullptr), command_timeout_ns(b), decided)
                                  .replies;
         size_t released = 0, not_ours = 0;
         for (const auto& r : replies) {
@@ -770,6 +893,14 @@ int redlock_break(dlock_backend* b, const char* name, int semaphore, size_t* out
             fail(confirmed == 0 ? DLOCK_UNAVAILABLE : DLOCK_UNKNOWN,
                  fmt::format("redlock: the break of `{}` was confirmed by {} of {} nodes; a quorum of {} is needed (retry)", name,
                              confirmed, b->nodes.size(), b->quorum));
+        // The nodes' first exclusive waiters are woken as by a release (leave_queue_script for a
+        // member that is not queued wakes the first waiter of a free lock).
+        try {
+            const lock_keys fifo = fifo_keys(keys);
+            on_all_nodes(b, leave_queue_script, {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses},
+                         {"", std::to_string(b->claim_ms()), b->waiter_channel_prefix(), "lock"}, command_timeout_ns(b));
+        } catch (const failure&) {  // the waiters still retry when the broken holders' keys would have expired
+        }
         if (out_broken) *out_broken = size_t(most);
         return DLOCK_OK;
     });
