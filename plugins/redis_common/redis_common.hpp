@@ -193,7 +193,8 @@ extern const script leave_queue_script;
 //   mode (0 barging try, 1 fair try, 2 fair wait, 3 barging wait), entry_grace_ms
 //   -> {1, fence} | {0, ms to wait at most, 1 held shared | 0, 1 held | 0}.
 // redlock_release_script: KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms,
-//   waiter_channel_prefix, member to put back in the queue ("" none), its score, entry_grace_ms
+//   waiter_channel_prefix, member ("" none), its score, entry_grace_ms, 'release' (drops the
+//   holder's stale entry) | 'give back' (a failed round's: puts the waiter back in the queue)
 //   -> 1 released | 0 not ours.
 extern const script redlock_acquire_script;
 extern const script redlock_release_script;

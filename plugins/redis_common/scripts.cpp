@@ -381,16 +381,23 @@ const script redlock_acquire_script(redlock_acquire_source.c_str());
 
 // Redlock's release of an exclusive hold on one node, also used to give back what a failed round
 // got. KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms, waiter_channel_prefix,
-// member ("" for a holder's release), score, entry_grace_ms. A failed round's give-back puts the
-// waiter back in the queue with its own score (the grant removed its entry), so it keeps its place
-// there. The first waiter is woken unless it is that waiter itself, which retries anyway; the
-// broadcast channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see
-// release_script.
+// member, score, entry_grace_ms, 'release' | 'give back'.
+// A holder's release ('release') removes the holder's entry where it is still queued with this
+// acquisition's score: the nodes that refused its winning round queued it, and that stale entry
+// would stand first there. A failed round's give-back ('give back') puts the waiter back in the
+// queue with its own score (the grant removed its entry), so it keeps its place there. Then the
+// first waiter is woken unless it is the one giving back, which retries anyway; the broadcast
+// channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see release_script.
 static const std::string redlock_release_source = std::string(queue_lua) + R"lua(
+local giving_back = ARGV[7] == 'give back'
+if not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[4])) == tonumber(ARGV[5]) then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('ZREM', KEYS[4], ARGV[4])
+end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
 local now, now_us = server_time()
-if ARGV[4] ~= '' then
+if giving_back and ARGV[4] ~= '' then
   local keep = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
   redis.call('ZADD', KEYS[4], now + keep, ARGV[4])
@@ -401,7 +408,7 @@ if ARGV[4] ~= '' then
 end
 drop_lapsed(now)
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if first and first ~= ARGV[4] then wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3]) end
+if first and not (giving_back and first == ARGV[4]) then wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3]) end
 redis.call('DEL', KEYS[1])
 return 1
 )lua";

@@ -92,13 +92,6 @@ struct dlock_backend {
     }
 };
 
-struct dlock_hold {
-    lock_keys keys;
-    bool shared = false;  // a shared hold: `value` is a member of the set at the lock key on each node
-    std::string owner;    // the lease's owner token
-    std::string value;    // what the winning round wrote: round_value(owner, round)
-};
-
 namespace {
 
 // An exclusive acquisition's place in the nodes' waiter queues (redlock_acquire_script): the same
@@ -109,6 +102,18 @@ struct queue_place {
     std::string score;   // the arrival time, µs since the epoch on the client's clock
     bool queues() const { return mode >= 2; }
 };
+
+}  // namespace
+
+struct dlock_hold {
+    lock_keys keys;
+    bool shared = false;  // a shared hold: `value` is a member of the set at the lock key on each node
+    std::string owner;    // the lease's owner token
+    std::string value;    // what the winning round wrote: round_value(owner, round)
+    queue_place place;    // where the acquisition queued (an exclusive one's stale entries go at release)
+};
+
+namespace {
 
 // The waiting thread's queue member: random, fixed for the thread's life. A thread waits for one
 // lock at a time, so its channel (subscribed once per client) serves all its waits.
@@ -341,16 +346,17 @@ std::vector<std::string> release_keys(const lock_keys& lock, bool shared) {
     const lock_keys fifo = fifo_keys(lock);
     return {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses, fifo.channel};
 }
-// `requeue`: a failed round's give-back, which puts the waiter back in the queue where its round
-// was granted (and so dequeued it); nullptr for a holder's release.
+// `giving_back`: a failed round's give-back, which puts the waiter back in the queue where its
+// round was granted (and so dequeued it); else a holder's release, which drops the entries the
+// nodes that refused its winning round still keep.
 std::vector<std::string> release_args(const dlock_backend* b, const std::string& value, bool shared,
-                                      const queue_place* requeue) {
+                                      const queue_place& place, bool giving_back) {
     // No waiter channel to wake (the nodes' queues hold only waiting writers' marks); the member
     // found by value.
     if (shared) return {value, "0", "", ""};
-    const bool back = requeue && requeue->queues();
-    return {value, std::to_string(b->claim_ms()), b->waiter_channel_prefix(), back ? requeue->member : "",
-            back ? requeue->score : "0", std::to_string(b->entry_grace_ms())};
+    const bool queued = place.queues();
+    return {value, std::to_string(b->claim_ms()), b->waiter_channel_prefix(), queued ? place.member : "",
+            queued ? place.score : "0", std::to_string(b->entry_grace_ms()), giving_back ? "give back" : "release"};
 }
 
 round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared,
@@ -420,7 +426,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         // connection behind the acquire (so a node that has not answered yet runs SET, then
         // release, in that order) without waiting for the replies.
         const auto give_back = script_command(release_script_for(shared), true, release_keys(lock, shared),
-                                              release_args(b, value, shared, &place));
+                                              release_args(b, value, shared, place, true));
         for (size_t i = 0; i < round.conns.size(); ++i) {
             const redisReply* rep = replies[i].get();
             const bool refused = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->integer == 0;
@@ -430,12 +436,6 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
     for (size_t i = 0; i < late.size(); ++i)
         if (late[i]) round.conns[i]->mark_broken();
     return r;
-}
-
-void sleep_interruptibly(dlock_backend* b, int64_t until_ns) {
-    std::unique_lock<std::mutex> lock(b->sleep_mutex);
-    b->sleep_cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
-                           [&] { return b->interrupted.load(); });
 }
 
 using waker_set = std::vector<std::unique_ptr<subscriber>>;
@@ -588,6 +588,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared, place);
             if (r.acquired) {
                 h->value = value;
+                h->place = place;
                 leave.queued = false;  // the grants dequeued it
                 if (writer.marked) {  // unmarked before the hold is handed out (h is moved below)
                     writer.marked = false;
@@ -636,13 +637,15 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 continue;  // a release before the subscription could have gone unheard
             }
             // A split vote (some node granted, yet no quorum, and no quorum holds the lock) or too few
-            // nodes answering: no release is coming, so pause a random part of retry_delay, so that
-            // waiters that split the vote do not split the next one in lockstep as well. (The
-            // round's give-back put this waiter back in the queues; the refusing nodes queued it.)
+            // nodes answering: no release is coming, so pause a random part of retry_delay (at least
+            // 1 ms: never a spin), so that waiters that split the vote do not split the next one in
+            // lockstep as well. (The round's give-back put this waiter back in the queues; the
+            // refusing nodes queued it.) A wake ends the pause: a waiter's give-back wakes the first
+            // waiter where the giver was not first, and that waiter then retries at once.
             if ((r.granted > 0 && r.held < b->quorum) || r.answered < b->quorum) {
-                sleep_interruptibly(b, std::min(now + 1'000'000, req->deadline_ns));  // never a spin
                 const int64_t jitter_ns = int64_t(rng() % uint64_t(std::max<int64_t>(b->retry_delay_ms, 1))) * 1'000'000;
-                sleep_interruptibly(b, std::min(now_ns() + jitter_ns, req->deadline_ns));
+                wait_for_wakers(b, std::min(now + std::max<int64_t>(jitter_ns, 1'000'000), req->deadline_ns),
+                                [&] { return heard_since() != seen; });
                 continue;
             }
             // Held, or free but promised to waiters queued first: wait for the release that wakes
@@ -667,7 +670,7 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
             return released >= b->quorum || not_ours >= b->quorum;
         };
         const auto replies = on_all_nodes(b, release_script_for(h->shared), release_keys(h->keys, h->shared),
-                                          release_args(b, h->value, h->shared, nullptr), command_timeout_ns(b), decided)
+                                          release_args(b, h->value, h->shared, h->place, false), command_timeout_ns(b), decided)
                                  .replies;
         size_t released = 0, not_ours = 0;
         for (const auto& r : replies) {
