@@ -353,17 +353,27 @@ const script shared_acquire_script(shared_acquire_source.c_str());
 // -> {1, fence} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
 // until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0}.
 static const std::string redlock_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
+-- An empty queue (the uncontended case) costs one ZRANGE more than acquire_script.
 local mode = tonumber(ARGV[5])
-local now = server_time()
-drop_lapsed(now)
-local first
-if mode == 1 or mode == 2 then first = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end
-local holder = lock_holder(now)
-if not holder and (first == nil or first == ARGV[3]) then
+local now
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if first then
+  now = server_time()
+  drop_lapsed(now)
+  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  now = now or server_time()
+  holder = lock_holder(now)
+end
+local fair = mode == 1 or mode == 2
+if not holder and (not fair or first == nil or first == ARGV[3]) then
   return grant(function()
-    if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then redis.call('ZREM', KEYS[4], ARGV[3]) end
+    if first and redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then redis.call('ZREM', KEYS[4], ARGV[3]) end
   end)
 end
+now = now or server_time()
 local wait_ms
 if holder then wait_ms = redis.call('PTTL', KEYS[1]) else wait_ms = first_lapses_in(now) end
 if mode >= 2 then
@@ -390,12 +400,17 @@ const script redlock_acquire_script(redlock_acquire_source.c_str());
 // channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see release_script.
 static const std::string redlock_release_source = std::string(queue_lua) + R"lua(
 local giving_back = ARGV[7] == 'give back'
-if not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[4])) == tonumber(ARGV[5]) then
+local queued = redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= nil
+if queued and not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[4])) == tonumber(ARGV[5]) then
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
+if not queued and not giving_back then  -- nobody to wake (the uncontended case)
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 local now, now_us = server_time()
 if giving_back and ARGV[4] ~= '' then
   local keep = tonumber(ARGV[6])
