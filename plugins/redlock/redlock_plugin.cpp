@@ -140,6 +140,17 @@ lock_keys fifo_keys(const lock_keys& lock) {
 
 namespace {
 
+// The scripts only redlock runs, which a new connection does not load (that is the scripts both
+// plugins run): loaded once on `c`'s server so that their SHA1 is known and rounds send EVALSHA.
+// A server that lacks them later (restarted) answers NOSCRIPT, and the round falls back to EVAL.
+void learn_redlock_scripts(connection& c) {
+    for (const script* sc : {&redlock_acquire_script, &redlock_release_script}) {
+        if (!sc->sha1().empty()) continue;
+        reply_ptr r = c.command({"SCRIPT", "LOAD", sc->source()});
+        if (r->type == REDIS_REPLY_STRING) sc->learn_sha1(std::string(r->str, r->len));
+    }
+}
+
 // Connections to every node for one round; a node whose connection cannot be borrowed has none.
 struct round_connections {
     std::vector<std::unique_ptr<pool::borrowed>> borrowed;
@@ -148,8 +159,10 @@ struct round_connections {
         for (size_t i = 0; i < b->nodes.size(); ++i) {
             try {
                 borrowed[i] = std::make_unique<pool::borrowed>(b->nodes[i].connections->borrow());
+                if (redlock_release_script.sha1().empty()) learn_redlock_scripts(**borrowed[i]);
                 conns[i] = &**borrowed[i];
             } catch (const failure&) {
+                borrowed[i].reset();  // a connection a failed SCRIPT LOAD broke is dropped, not used
             }
         }
     }
@@ -272,6 +285,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 auto c = nd.connections->borrow();
                 ++reachable;
                 check_permissions(*c, b->config, /*waiter_queue=*/true);
+                learn_redlock_scripts(*c);
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
