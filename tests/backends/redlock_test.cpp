@@ -330,6 +330,85 @@ TEST_F(RedlockFaults, ServerCommandsPerHandoffStayBoundedWithManyWaiters) {
     EXPECT_LE(per_cycle, 30.0) << "a handoff costs more than twice the 15 commands of a targeted wake";
 }
 
+// FIFO across nodes when a waiter's entry is missing on a majority of nodes (their data lost): the
+// nodes then disagree on the first waiter — the lost one is first on nodes 0 and 1 only, the next
+// one on nodes 2..4. Both must still get the lock, in turn, soon after the release: no deadlock
+// of split votes, and never two holders at once (the lock keys' quorum decides).
+TEST_F(RedlockFaults, FirstWaiterMissingOnAMajorityOfNodesDelaysNobody) {
+    const std::string name = "redlock/fifo-minority-head";
+    const std::string queue = "dlock:{" + name + "}:redlock-queue";
+    auto holder_client = dlock::client::open(config());
+    auto first_client = dlock::client::open(config());
+    auto second_client = dlock::client::open(config());
+    auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+    ASSERT_TRUE(holder);
+    std::atomic<int> inside{0}, overlaps{0};
+    const auto take_turn = [&](dlock::client& c) {
+        return std::async(std::launch::async, [&] {
+            std::error_code ec;
+            auto lease = c.acquire(name, dlock::acquire_options().with_wait(10s).with_ttl(30s), ec);
+            const auto acquired_at = steady::now();
+            if (!lease) return std::make_pair(false, acquired_at);
+            if (++inside > 1) ++overlaps;
+            std::this_thread::sleep_for(20ms);
+            --inside;
+            lease.release();
+            return std::make_pair(true, acquired_at);
+        });
+    };
+    auto first = take_turn(first_client);
+    for (int i = 0; i < 200 && node(4).client().checked({"ZCARD", queue}).integer < 1; ++i) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(300ms);  // it listens and has made its last round before the release
+    for (size_t i = 2; i < 5; ++i) {
+        ASSERT_EQ(node(i).client().checked({"ZCARD", queue}).integer, 1) << "the first waiter queued on node " << i;
+        node(i).client().checked({"DEL", queue});  // its entry lost there
+    }
+    auto second = take_turn(second_client);
+    for (int i = 0; i < 200 && node(4).client().checked({"ZCARD", queue}).integer < 1; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(node(0).client().checked({"ZCARD", queue}).integer, 2);
+    ASSERT_EQ(node(4).client().checked({"ZCARD", queue}).integer, 1);
+    const auto released_at = steady::now();
+    ASSERT_EQ(holder.release(), dlock::release_outcome::released);
+    const auto [first_ok, first_at] = first.get();
+    const auto [second_ok, second_at] = second.get();
+    EXPECT_TRUE(first_ok && second_ok) << "a waiter never got the lock";
+    EXPECT_EQ(overlaps.load(), 0);
+    const auto last = std::max(first_at, second_at) - released_at;
+    RecordProperty("both_acquired_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(last).count()));
+    // Two holdings of 20 ms and at most a split vote's pause (retry_delay, 50 ms) each, with room for a loaded machine.
+    EXPECT_LT(last, 2s) << "both waiters took " << std::chrono::duration_cast<std::chrono::milliseconds>(last).count() << " ms";
+}
+
+// A waiter that died in the queue leaves no lasting hole: a first entry on every node whose waiter
+// nobody hears (no subscriber on its channel) is skipped by the release, which wakes the next one.
+TEST_F(RedlockFaults, DeadFirstWaiterIsSkippedAtTheRelease) {
+    const std::string name = "redlock/dead-first-waiter";
+    const std::string queue = "dlock:{" + name + "}:redlock-queue";
+    auto holder_client = dlock::client::open(config());
+    auto waiter_client = dlock::client::open(config());
+    auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+    ASSERT_TRUE(holder);
+    // The dead waiter arrived a minute ago; its entry would lapse only in a minute.
+    const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+    const std::string arrived = std::to_string((now_us - std::chrono::minutes(1)).count());
+    for (size_t i = 0; i < 5; ++i) {
+        const int64_t lapses = node(i).client().checked({"EVAL", "local t = redis.call('TIME') return t[1] * 1000 + 60000", "0"}).integer;
+        node(i).client().checked({"ZADD", queue, arrived, "dead-waiter"});
+        node(i).client().checked({"ZADD", queue + "-lapses", std::to_string(lapses), "dead-waiter"});
+    }
+    auto waiting = acquire_in_background(waiter_client, name, 10s, 30s);
+    std::this_thread::sleep_for(200ms);  // queued behind the dead waiter, listening
+    const auto released_at = steady::now();
+    ASSERT_EQ(holder.release(), dlock::release_outcome::released);
+    auto [lease, acquired_at] = waiting.get();
+    ASSERT_TRUE(lease) << "the waiter behind a dead one never got the lock";
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(acquired_at - released_at);
+    RecordProperty("handoff_ms", std::to_string(took.count()));
+    EXPECT_LT(took, 400ms) << "the handoff waited " << took.count() << " ms for the dead waiter";
+    EXPECT_EQ(node(0).client().checked({"ZSCORE", queue, "dead-waiter"}).type, dlock::lab::redis_reply::kind::nil)
+        << "the dead waiter's entry was dropped";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
