@@ -17,8 +17,8 @@
 // node, whose counter need not be the largest). The capability says so; the token is 0.
 //
 // Waiting: each node keeps a queue of exclusive waiters, and the nodes agree on its order: a waiter
-// enqueues with the same score (its arrival time on its client's clock) and the same member on
-// every node (redlock_acquire_script). `fair: true`: a free node grants only to its first waiter,
+// enqueues with the same score (its arrival time: the client's CLOCK_MONOTONIC set to the nodes'
+// median server time at open) and the same member on every node (redlock_acquire_script). `fair: true`: a free node grants only to its first waiter,
 // or to anyone while nobody queues; `fair: false`: to anyone. A release wakes only the first
 // waiter of each node's queue, on the waiting thread's own channel (subscribed once per thread and
 // client), so the server work of a handoff does not grow with the number of waiters. Mutual
@@ -66,6 +66,10 @@ struct dlock_backend {
     size_t quorum = 0;
     settings config;
     int64_t retry_delay_ms = 50;
+    // Added to CLOCK_MONOTONIC (µs) it gives the waiters' queue scores: the nodes' median server
+    // time as read at open (the client's wall clock when no node answered), so that the order of
+    // arrivals does not follow a client's wall clock, which may be off or jump.
+    int64_t score_offset_us = 0;
     dlock_plugin_host host{};
     std::atomic<bool> interrupted{false};
     std::mutex sleep_mutex;
@@ -99,7 +103,7 @@ namespace {
 struct queue_place {
     int mode = 0;       // redlock_acquire_script's mode
     std::string member;  // the waiting thread's id: its channel's suffix too
-    std::string score;   // the arrival time, µs since the epoch on the client's clock
+    std::string score;   // the arrival time, µs: CLOCK_MONOTONIC + dlock_backend::score_offset_us
     bool queues() const { return mode >= 2; }
 };
 
@@ -280,12 +284,20 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
         // Redlock works while a quorum is up. A node that answers but whose ACL user lacks a right
         // dlock needs is an error: that node would fail every round until an administrator acts.
         size_t reachable = 0;
+        std::vector<int64_t> offsets_us;  // each reachable node's server time - CLOCK_MONOTONIC
         for (auto& nd : b->nodes) {
             try {
                 auto c = nd.connections->borrow();
                 ++reachable;
                 check_permissions(*c, b->config, /*waiter_queue=*/true);
                 learn_redlock_scripts(*c);
+                const int64_t sent = now_ns();
+                reply_ptr t = c->command({"TIME"});
+                if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->type == REDIS_REPLY_STRING) {
+                    const int64_t server_us = std::strtoll(t->element[0]->str, nullptr, 10) * 1'000'000 +
+                                              std::strtoll(t->element[1]->str, nullptr, 10);
+                    offsets_us.push_back(server_us - (sent + now_ns()) / 2 / 1000);  // the reply's midpoint
+                }
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
@@ -293,6 +305,13 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 if (b->host.log) b->host.log(b->host.context, 2, f.message.c_str());
             }
         }
+        if (offsets_us.empty()) {
+            offsets_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch()).count() -
+                                 now_ns() / 1000);
+        }
+        std::nth_element(offsets_us.begin(), offsets_us.begin() + offsets_us.size() / 2, offsets_us.end());
+        b->score_offset_us = offsets_us[offsets_us.size() / 2];
         if (reachable < b->quorum && b->host.log)
             b->host.log(b->host.context, 2,
                         fmt::format("only {} of {} nodes are reachable; acquisitions fail until {} are", reachable, n, b->quorum).c_str());
@@ -520,8 +539,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             const bool waits = req->deadline_ns != 0;
             place.mode = req->fair ? (waits ? 2 : 1) : (waits ? 3 : 0);
             place.member = waiting_thread_id();
-            place.score = std::to_string(
-                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+            place.score = std::to_string(now_ns() / 1000 + b->score_offset_us);
         }
         // What wakes this waiter: an exclusive one its thread's own channel (the release that makes
         // it first in a node's queue publishes there), a shared one the name's channel, on which
