@@ -18,21 +18,23 @@
 //
 // Waiting: each node keeps a queue of exclusive waiters, and the nodes agree on its order: a waiter
 // enqueues with the same score (its arrival time: the client's CLOCK_MONOTONIC set to the nodes'
-// median server time at open) and the same member on every node (redlock_acquire_script). `fair: true`: a free node grants only to its first waiter,
-// or to anyone while nobody queues; `fair: false`: to anyone. A release wakes only the first
-// waiter of each node's queue, on the waiting thread's own channel (subscribed once per thread and
-// client), so the server work of a handoff does not grow with the number of waiters. Mutual
-// exclusion never rests on the queues: the quorum of lock keys decides; the queues only order the
-// grants. A node missing a waiter's entry (it was down, or lost its data) gets it back with that
-// waiter's next refused round, and a failed round's give-back restores the entry its grant removed,
-// so heads that disagreed converge after one round; an entry lapses unless its waiter retries, and
-// a woken first waiter has `claim` (command_timeout, at least 500 ms) to take the lock, so a dead
-// waiter leaves no lasting hole. A waiter woken (or whose holders' keys expire) retries at once; only
-// a round that failed as a split vote (some node granted, no quorum, and no quorum holds the lock)
-// or with too few nodes answering is followed by a random pause of up to retry_delay. While fewer
-// than a quorum of subscriptions stand it polls every retry_delay instead of trusting to hear the
-// release. Shared waiters (and a writer held up by shared holders) listen on the name's channel,
-// where every release publishes.
+// median server time at open) and the same member on every node (redlock_acquire_script).
+// `fair: true`: a free node grants only to its first waiter, or to anyone while nobody queues;
+// `fair: false`: to anyone. A release wakes only the first waiter of each node's queue, on the
+// waiting thread's own channel (subscribed once per thread and client), so the server work of a
+// handoff does not grow with the number of waiters. Mutual exclusion never rests on the queues:
+// the quorum of lock keys decides; the queues only order the grants. A node missing a waiter's
+// entry (it was down, or lost its data) gets it back with that waiter's next refused round, and a
+// failed round's give-back restores the entry its grant removed, so heads that disagreed converge
+// after one round; an entry lapses unless its waiter retries, and a woken first waiter has `claim`
+// (command_timeout, at least 500 ms) to take the lock, so a dead waiter leaves no lasting hole. A
+// waiter woken (or whose holders' keys expire) retries at once; only a round that failed as a
+// split vote (some node granted, no quorum, and no quorum holds the lock) or with too few nodes
+// answering is followed by a random pause of up to retry_delay, which a wake ends early. While
+// fewer than a quorum of subscriptions stand it polls every retry_delay instead of trusting to
+// hear the release. Shared waiters (and a writer held up by shared holders) listen on the name's
+// channel, where every release publishes. Details: docs/backends/redis.md, "Waiting, FIFO and
+// wake-ups on `redlock`".
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
 
@@ -139,10 +141,6 @@ lock_keys fifo_keys(const lock_keys& lock) {
     out.queue_lapses = base + ":redlock-queue-lapses";
     return out;
 }
-
-}  // namespace
-
-namespace {
 
 // The scripts only redlock runs, which a new connection does not load (that is the scripts both
 // plugins run): loaded once on `c`'s server so that their SHA1 is known and rounds send EVALSHA.
@@ -621,7 +619,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             if (r.acquired) {
                 h->value = value;
                 h->place = place;
-                leave.queued = false;  // the grants dequeued it
+                leave.queued = false;  // the grants dequeued it; its release drops what other nodes keep
                 if (writer.marked) {  // unmarked before the hold is handed out (h is moved below)
                     writer.marked = false;
                     try {
