@@ -335,7 +335,8 @@ struct dlock_backend final : session_listener {
     // watch exists the queue is read again (the predecessor still there is deleted later, which the
     // watch delivers). Nothing waits for a timer: a watch from the current revision is synced, but
     // for a write that slips between etcd reading its revision and registering the watch. The
-    // progress answer that follows the created one tells whether one did; if so, another watch is
+    // progress answer that follows the created one (for the first watch, the created answer of our
+    // own key's watch, made right after it) tells whether one did; if so, another watch is
     // made on the same predecessor (up to max_predecessor_watches), the earlier ones kept: the first
     // event of any wakes the waiter.
     int wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
