@@ -274,7 +274,9 @@ struct dlock_backend final : session_listener {
     // Own-key watch: a deletion we did not make is a loss for a holder, and the end of a waiter.
     void own_key_event(const std::weak_ptr<acquisition>& weak, watch_event event);
 
-    int64_t watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision);
+    // Watches our own key for its deletion from `from_revision` on; `on_created` is told the
+    // revision of the watch's created answer. Returns the watch's id.
+    int64_t watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision, watcher::created_callback on_created = {});
 
     // ---- session events ----------------------------------------------------------------------
 
@@ -317,8 +319,11 @@ struct dlock_backend final : session_listener {
 
     // Watches `predecessor` for its deletion from the server's current revision, so that etcd serves
     // the watch as events commit, not from its 100 ms catch-up loop (watcher.hpp); `another`: one
-    // more watch on the same predecessor. Returns the watch's id.
-    int64_t watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another);
+    // more watch on the same predecessor. Whether the watch is synced is told by a progress answer
+    // (watcher.hpp), or with `and_own_key`, by the created answer of our own key's watch, made
+    // right after it (no progress request then). Returns the watch's id.
+    int64_t watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another,
+                              bool and_own_key = false);
 
     // The most watches a waiter keeps on one predecessor.
     static constexpr size_t max_predecessor_watches = 3;
@@ -330,7 +335,8 @@ struct dlock_backend final : session_listener {
     // watch exists the queue is read again (the predecessor still there is deleted later, which the
     // watch delivers). Nothing waits for a timer: a watch from the current revision is synced, but
     // for a write that slips between etcd reading its revision and registering the watch. The
-    // progress answer that follows the created one tells whether one did; if so, another watch is
+    // progress answer that follows the created one (for the first watch, the created answer of our
+    // own key's watch, made right after it) tells whether one did; if so, another watch is
     // made on the same predecessor (up to max_predecessor_watches), the earlier ones kept: the first
     // event of any wakes the waiter.
     int wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,

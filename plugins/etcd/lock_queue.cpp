@@ -163,9 +163,10 @@ void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_
     }
 }
 
-int64_t dlock_backend::watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision) {
+int64_t dlock_backend::watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision, watcher::created_callback on_created) {
     std::weak_ptr<acquisition> weak = a;
-    const int64_t id = watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); });
+    const int64_t id =
+        watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); }, std::move(on_created));
     std::lock_guard<std::mutex> lock(state_mutex);
     a->own_watch = id;
     return id;
@@ -414,7 +415,7 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
         abandon(a, 0);
         fail(DLOCK_TIMEOUT, fmt::format("etcd: lock `{}` is taken (queue `{}`)", a->name, a->dir));
     }
-    watch_own_key(a, a->revision + 1);
+    // The own-key watch is made by wait_in_queue, right after the first watch on the predecessor.
     {
         std::lock_guard<std::mutex> lock(state_mutex);
         queued.insert(a);
@@ -451,7 +452,8 @@ bool dlock_backend::next_in_queue(const std::shared_ptr<acquisition>& a, std::st
     return true;
 }
 
-int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another) {
+int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, const std::string& predecessor, bool another,
+                                         bool and_own_key) {
     uint64_t on, number;
     {
         std::lock_guard<std::mutex> signal(a->m);
@@ -478,7 +480,13 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
     const bool permit = a->kind == DLOCK_HOLD_PERMIT;
     const std::string range_end = permit && predecessor == a->dir ? prefix_end(a->dir) : std::string();
     const bool with_puts = permit && predecessor != a->dir;
-    return watches->watch_deletion(
+    auto on_progress = [tell_waiter](int64_t revision) {
+        tell_waiter(true, [revision](acquisition& w) {
+            w.watch_progress = true;
+            w.watch_progress_at = revision;
+        });
+    };
+    const int64_t id = watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
             tell_waiter(false, [e](acquisition& w) { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
@@ -489,13 +497,14 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                 w.watch_created_at = revision;
             });
         },
-        [tell_waiter](int64_t revision) {
-            tell_waiter(true, [revision](acquisition& w) {
-                w.watch_progress = true;
-                w.watch_progress_at = revision;
-            });
-        },
-        range_end, with_puts);
+        and_own_key ? watcher::progress_callback() : watcher::progress_callback(on_progress), range_end, with_puts);
+    // etcd reads the revision of a created answer before it registers the watch, and handles a
+    // stream's requests in order: the own-key watch's created answer is the server's revision
+    // after this watch was registered, as a progress answer would be (and a broken stream creates
+    // both again in that order). Its start revision, our key's creation, makes it report any
+    // deletion of our key since.
+    if (and_own_key) watch_own_key(a, a->revision + 1, on_progress);
+    return id;
 }
 
 int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dlock_acquire_request& request, std::string predecessor,
@@ -503,6 +512,7 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
     std::vector<int64_t> predecessor_watches;  // on `predecessor`, the newest last
     bool watch_covers = false;   // the newest watch delivers every deletion after seen_at
     bool watch_settled = false;  // the newest watch is synced, or no other will be made
+    bool own_watched = false;    // our own key's watch is made (with the first predecessor watch)
     auto cancel_watches = [&] {
         for (const int64_t id : predecessor_watches) watches->cancel(id);
         predecessor_watches.clear();
@@ -510,7 +520,8 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
     try {
         for (;;) {
             if (predecessor_watches.empty()) {
-                predecessor_watches.push_back(watch_predecessor(a, predecessor, false));
+                predecessor_watches.push_back(watch_predecessor(a, predecessor, false, !own_watched));
+                own_watched = true;
                 watch_covers = watch_settled = false;
             }
             bool rewatch_own = false, watch_fired = false;

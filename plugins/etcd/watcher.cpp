@@ -118,6 +118,7 @@ void watcher::reader_loop() {
         std::vector<std::pair<callback, watch_event>> due;
         created_callback created;
         std::vector<progress_callback> progressed;
+        std::vector<int64_t> fired;  // watches whose event came: cancelled on the server once told
         while (stream->Read(&response)) {
             lock.lock();
             if (response.created() && !response.canceled()) {
@@ -161,10 +162,9 @@ void watcher::reader_loop() {
                         due.emplace_back(std::move(it->second.on_event), deleted ? watch_event::deleted : watch_event::put);
                         watches_.erase(it);
                         // One event is all we wait for: end the watch on the server too, or it would
-                        // stay there until the stream closes.
-                        pb::WatchRequest cancel;
-                        cancel.mutable_cancel_request()->set_watch_id(response.watch_id());
-                        stream->Write(cancel);
+                        // stay there until the stream closes; after the callbacks, which a woken
+                        // waiter should not wait for.
+                        fired.push_back(response.watch_id());
                     }
                     break;
                 }
@@ -176,6 +176,16 @@ void watcher::reader_loop() {
             progressed.clear();
             for (auto& [on_event, what] : due) on_event(what);
             due.clear();
+            if (!fired.empty()) {
+                lock.lock();
+                for (const int64_t id : fired) {
+                    pb::WatchRequest cancel;
+                    cancel.mutable_cancel_request()->set_watch_id(id);
+                    stream->Write(cancel);
+                }
+                lock.unlock();
+                fired.clear();
+            }
         }
 
         lock.lock();

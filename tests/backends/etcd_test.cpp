@@ -1027,6 +1027,50 @@ TEST_F(EtcdFaults, HundredWaitersCostO1ServerOperationsPerHandoff) {
     EXPECT_LE(per_handoff, 6.0) << "a herd would cost O(waiters) per handoff";
 }
 
+// Waiters that queue again right after each release, as in a contended loop: every cycle costs the
+// server its enqueue Txn, the release Txn, the woken waiter's one queue read, and on the Watch
+// stream the predecessor watch's create and cancel and the own-key watch's create and cancel: 7
+// requests, and a re-read or another watch when other writes land between an enqueue and its
+// watch. Counted as the benchmark counts them (unary RPCs started + Watch messages received), with
+// 8 waiters on 8 clients and 32 waiters on 8 clients (threads share their client's watch stream).
+// The bound is twice the minimum of 4 (the benchmark's contended_minimum); a progress request per
+// watch, or a second request per wake-up, does not fit on the Watch stream.
+TEST_F(EtcdFaults, ContendedCycleCostsAtMostEightRequests) {
+    auto unary = [&] { return dlock::lab::prometheus_metric_sum(single(), "grpc_server_started_total", {"grpc_type=\"unary\""}); };
+    auto on_watch_stream = [&] {
+        return dlock::lab::prometheus_metric_sum(single(), "grpc_server_msg_received_total", {"grpc_method=\"Watch\""});
+    };
+    for (const int threads_per_client : {1, 4}) {
+        constexpr int clients = 8, cycles_per_waiter = 40;
+        const int waiters = clients * threads_per_client;
+        const std::string name = "faults/contended-" + std::to_string(waiters);
+        std::vector<dlock::client> pool;
+        for (int i = 0; i < clients; ++i) pool.push_back(dlock::client::open(config(backend::etcd)));
+        // A first acquire per client outside the count: its session's grant and keepalive stream.
+        for (auto& c : pool) c.acquire(name, dlock::acquire_options().with_wait(5s)).release();
+        std::atomic<int> failed{0};
+        const double unary_before = unary(), watch_before = on_watch_stream();
+        std::vector<std::thread> threads;
+        for (int i = 0; i < waiters; ++i)
+            threads.emplace_back([&, i] {
+                for (int n = 0; n < cycles_per_waiter; ++n) {
+                    std::error_code ec;
+                    auto l = pool[size_t(i % clients)].acquire(name, dlock::acquire_options().with_wait(30s), ec);
+                    if (ec || l.release() != dlock::release_outcome::released) ++failed;
+                }
+            });
+        for (auto& t : threads) t.join();
+        const double cycles = waiters * cycles_per_waiter;
+        const double unary_per_cycle = (unary() - unary_before) / cycles, watch_per_cycle = (on_watch_stream() - watch_before) / cycles;
+        const double per_cycle = unary_per_cycle + watch_per_cycle;
+        std::cout << "[etcd] " << waiters << " waiters on " << clients << " clients: " << per_cycle << " requests per contended cycle ("
+                  << unary_per_cycle << " unary, " << watch_per_cycle << " Watch messages)\n";
+        EXPECT_EQ(failed.load(), 0);
+        EXPECT_LE(per_cycle, 8.0) << waiters << " waiters";
+        EXPECT_LE(watch_per_cycle, 4.6) << waiters << " waiters: 4 Watch messages per cycle, and a few for another watch";
+    }
+}
+
 // etcd serves a watch whose start revision is not after its current revision from an "unsynced"
 // group that a loop catches up every 100 ms; only a watch that starts after the current revision
 // is served as events commit. A waiter's wake-up must never wait for that loop. Here another
