@@ -229,8 +229,10 @@ int contended_minimum(const target& t, const command_count& counted) {
     //   count_redis).
     // zookeeper: the waiter's create + children (pipelined) and exists watch on its predecessor,
     //   the holder's delete: 4 requests.
-    // etcd: the waiter's acquire Txn and Watch create on its predecessor, the holder's release Txn,
-    //   the woken waiter's one queue read: 4 (the watch's cancel may ride on the next message).
+    // etcd: the waiter's acquire Txn, the Watch create on its predecessor and that watch's cancel
+    //   (a WatchRequest carries exactly one of create, cancel or progress: a cancel is a message of
+    //   its own, and a watch left uncancelled stays on the server), the holder's release Txn, the
+    //   woken waiter's one queue read: 5.
     // sql_lease: the waiter's acquire that fails, the release that wakes one waiter, the woken
     //   waiter's acquire: 3. sql_advisory: the waiter's blocking lock statement (the server queues
     //   it), the holder's unlock: 2. mysql_named: the waiter's GET_LOCK (the server queues it),
@@ -238,7 +240,8 @@ int contended_minimum(const target& t, const command_count& counted) {
     //   wins: 3 at best (each further poll is above the minimum).
     if (t.name == "redis") return 3;
     if (t.name == "redlock") return 3 * std::max(1, counted.minimum / 2);
-    if (t.name == "zookeeper" || t.name == "etcd") return 4;
+    if (t.name == "zookeeper") return 4;
+    if (t.name == "etcd") return 5;
     if (t.name == "sql_lease") return 3;
     if (t.name == "sql_advisory" || t.name == "mysql_named") return 2;
     if (t.name == "mysql_lease") return 3;
