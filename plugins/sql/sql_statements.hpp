@@ -32,6 +32,48 @@ struct statements {
         };
     }
 
+    // How an acquire statement relates to the name's turnstile (statements acquire_queued and
+    // acquire_admitted).
+    enum class acquire_queueing { none, enter, admitted };
+
+    // The text of statement `acquire` or of one of its turnstile variants.
+    std::string acquire(acquire_queueing queueing) const {
+        const std::string& T = lease_table;
+        const bool fair = queueing != acquire_queueing::none;
+        const std::string admission = queueing == acquire_queueing::enter
+                                          ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
+                                            " admitted AS (SELECT pg_advisory_lock($8::bigint) FROM setting), attempt AS ("
+                                          : "WITH attempt AS (";
+        // Once admitted (the row goes in only after pg_advisory_lock returned).
+        const std::string source = queueing == acquire_queueing::enter
+                                       ? " SELECT $1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0"
+                                         " FROM admitted"
+                                       : " VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0)";
+        return fmt::format(
+            "{1}"
+            " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
+            "{2}"
+            " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, expiry = excluded.expiry,"
+            "  holder = excluded.holder, acquired_at = excluded.acquired_at,"
+            "  waiters = CASE WHEN $5::int = 2 THEN GREATEST(t.waiters - 1, 0) ELSE t.waiters END"
+            " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = excluded.owner)"
+            "  AND (t.waiters = 0 OR t.released_at IS NULL"
+            "       OR t.released_at <= clock_timestamp() - $6::float8 * interval '1 millisecond'"
+            "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint))"
+            " RETURNING t.fence),"
+            " registered AS (UPDATE {0} SET waiters = waiters + 1"
+            "  WHERE name = $1 AND $5::int = 1 AND NOT EXISTS (SELECT 1 FROM attempt)"
+            "  RETURNING (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS at)"
+            " SELECT fence, NULL::bigint, NULL::bigint, NULL::integer{3} FROM attempt"
+            " UNION ALL"
+            " SELECT NULL, GREATEST(0, ceil(1000 * extract(epoch FROM CASE"
+            "   WHEN h.owner IS NOT NULL THEN h.expiry"
+            "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
+            "  (SELECT at FROM registered), h.waiters{4}"
+            " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)",
+            T, admission, source, fair ? ", pg_advisory_unlock($8::bigint)" : "", fair ? ", NULL::boolean" : "");
+    }
+
     std::vector<std::pair<std::string, std::string>> lease() const {
         const std::string& T = lease_table;
         return {
@@ -45,28 +87,15 @@ struct statements {
             // Returns (fence, NULL…) when acquired; (NULL, ms until the holder's expiry or the
             // grace's end, registered-at µs or NULL, waiters registered) when not; no row when the
             // row exists but our snapshot cannot see it yet.
-            {"acquire", fmt::format(
-                 "WITH attempt AS ("
-                 " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
-                 " VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0)"
-                 " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, expiry = excluded.expiry,"
-                 "  holder = excluded.holder, acquired_at = excluded.acquired_at,"
-                 "  waiters = CASE WHEN $5::int = 2 THEN GREATEST(t.waiters - 1, 0) ELSE t.waiters END"
-                 " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = excluded.owner)"
-                 "  AND (t.waiters = 0 OR t.released_at IS NULL"
-                 "       OR t.released_at <= clock_timestamp() - $6::float8 * interval '1 millisecond'"
-                 "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint))"
-                 " RETURNING t.fence),"
-                 " registered AS (UPDATE {0} SET waiters = waiters + 1"
-                 "  WHERE name = $1 AND $5::int = 1 AND NOT EXISTS (SELECT 1 FROM attempt)"
-                 "  RETURNING (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS at)"
-                 " SELECT fence, NULL::bigint, NULL::bigint, NULL::integer FROM attempt"
-                 " UNION ALL"
-                 " SELECT NULL, GREATEST(0, ceil(1000 * extract(epoch FROM CASE"
-                 "   WHEN h.owner IS NOT NULL THEN h.expiry"
-                 "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
-                 "  (SELECT at FROM registered), h.waiters"
-                 " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)", T)},
+            {"acquire", acquire(acquire_queueing::none)},
+            // The same for a fair waiter (role 1 or 2), with $8 the name's turnstile key (and for
+            // `acquire_queued` $9 the lock_timeout). acquire_queued first waits in the turnstile
+            // (statement turnstile_enter) and makes its attempt once admitted; acquire_admitted
+            // runs on a session already admitted. Both leave the turnstile when they acquire,
+            // returning pg_advisory_unlock's answer as a fifth column (NULL when not acquired): the
+            // next waiter is admitted as the lock changes hands, without a statement of its own.
+            {"acquire_queued", acquire(acquire_queueing::enter)},
+            {"acquire_admitted", acquire(acquire_queueing::admitted)},
             // The turnstile of fair waiters: a session advisory lock on a key derived from the name.
             // The server's lock queue admits waiters one at a time in arrival order, and only the one
             // admitted waits for the row (listens, retries), so a release wakes one waiter.
