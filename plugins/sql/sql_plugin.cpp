@@ -13,11 +13,12 @@
 //   Anti-barging: a waiter registers in the row; for handoff_grace after a release only registered
 //   waiters may take the row, and woken waiters that compete retry after a short random delay that
 //   shrinks the longer they have waited, so the order NOTIFY reaches them in does not pick the winner.
-//   Fair waits (`fair: true`, the default): after its first attempt a waiter enters the name's
-//   turnstile, a session advisory lock the server grants in arrival order; only the waiter admitted
-//   listens and retries (on the turnstile's session), and it leaves the turnstile once it holds the
-//   lock or gives up. A release therefore wakes one waiter, and waiters acquire first come, first
-//   served; a waiter that dies leaves the queue with its session.
+//   Fair waits (`fair: true`, the default): a waiter's first attempt waits in the name's turnstile,
+//   a session advisory lock the server grants in arrival order, and is made once admitted, in one
+//   statement; only the waiter admitted listens and retries (on the turnstile's session), and the
+//   attempt that acquires leaves the turnstile in the same statement (one that gives up leaves with
+//   its own). A release therefore wakes one waiter, and waiters acquire first come, first served; a
+//   waiter that dies leaves the queue with its session.
 //
 // mode: advisory — PostgreSQL's own lock manager.
 //   A session-level pg_advisory_lock on a 64-bit hash of the name, taken on a pooled connection that
