@@ -13,12 +13,12 @@
 //   Anti-barging: a waiter registers in the row; for handoff_grace after a release only registered
 //   waiters may take the row, and woken waiters that compete retry after a short random delay that
 //   shrinks the longer they have waited, so the order NOTIFY reaches them in does not pick the winner.
-//   Fair waits (`fair: true`, the default): a waiter's first attempt waits in the name's turnstile,
-//   a session advisory lock the server grants in arrival order, and is made once admitted, in one
-//   statement; only the waiter admitted listens and retries (on the turnstile's session), and the
-//   attempt that acquires leaves the turnstile in the same statement (one that gives up leaves with
-//   its own). A release therefore wakes one waiter, and waiters acquire first come, first served; a
-//   waiter that dies leaves the queue with its session.
+//   Fair waits (`fair: true`, the default): a waiter queues in the name's turnstile, a session
+//   advisory lock the server grants in arrival order, and makes its attempt once admitted, in one
+//   statement (the first statement of an acquire, for a name this client last found contended);
+//   only the waiter admitted listens and retries (on the turnstile's session), and it leaves the
+//   turnstile once it holds the lock or gives up. A release therefore wakes one waiter, and waiters
+//   acquire first come, first served; a waiter that dies leaves the queue with its session.
 //
 // mode: advisory — PostgreSQL's own lock manager.
 //   A session-level pg_advisory_lock on a 64-bit hash of the name, taken on a pooled connection that
@@ -163,6 +163,26 @@ struct dlock_backend {
     // Lease mode: the holders table and the lease table's `readers` column exist (semaphores,
     // shared locks, holders, list and break are offered).
     bool shared_ready = false;
+
+    // Lease mode: the names this client's fair acquires last found contended (they had to wait, or
+    // queued and found others queued). A fair acquire of such a name queues in its first statement
+    // (acquire_queued); of any other name it first tries the plain `acquire`, which takes no
+    // turnstile. A hint only: either way the lock goes first come, first served.
+    std::mutex contended_mutex;
+    std::set<std::string> contended_names;
+    bool seems_contended(const std::string& name) {
+        std::lock_guard<std::mutex> lock(contended_mutex);
+        return contended_names.count(name) > 0;
+    }
+    void note_contended(const std::string& name, bool contended) {
+        std::lock_guard<std::mutex> lock(contended_mutex);
+        if (!contended) {
+            contended_names.erase(name);
+            return;
+        }
+        if (contended_names.size() >= 1024) contended_names.clear();  // bounded: the hint just starts over
+        contended_names.insert(name);
+    }
 
     // Lease mode: the LISTEN connection, started by the first wait.
     std::mutex listener_mutex;
@@ -566,6 +586,7 @@ struct attempt {
     bool registered = false;           // this attempt registered us as a waiter...
     int64_t registered_at_us = 0;      // ...at this server time
     int64_t waiters = 0;               // waiters registered in the row (as our snapshot saw it)
+    bool left_queue = false;           // acquired by acquire_queued, which also left the turnstile (it was free)
 };
 
 // Roles of an acquire attempt (statement `acquire`, $5).
@@ -590,14 +611,14 @@ bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
 
 std::string lock_timeout_for(int64_t deadline_ns);
 
-// A fair waiter's attempt (statements acquire_queued and acquire_admitted): on its turnstile session,
-// with the name's turnstile key.
+// A fair waiter's attempt: on its turnstile session; the first one waits for admission in the same
+// statement (acquire_queued, with the name's turnstile key).
 struct fair_attempt {
     session* on;
     int64_t key;
-    bool enter;  // not admitted yet: wait in the turnstile first (acquire_queued)
+    bool enter;                // not admitted yet: wait in the turnstile first (acquire_queued)
     int64_t wait_deadline_ns;  // enter: when to give the wait up client-side
-    bool left = false;         // out: the statement acquired and left the turnstile
+    bool left = false;         // out: acquire_queued acquired and left the turnstile (it was free)
 };
 
 // `acquire_deadline_ns`: the request's (0: try once; INT64_MAX: none). The statement is given up at
@@ -623,15 +644,12 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
                                  registered_at_us)
             : fair->enter ? s->run_until(deadline, "acquire_queued", h.name, h.owner, ttl_ms, b->holder, int(role),
                                          b->config.handoff_grace_ms, registered_at_us, fair->key, lock_timeout_for(acquire_deadline_ns))
-                          : s->run_until(deadline, "acquire_admitted", h.name, h.owner, ttl_ms, b->holder, int(role),
-                                         b->config.handoff_grace_ms, registered_at_us, fair->key);
+                          : s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role), b->config.handoff_grace_ms,
+                                         registered_at_us);
         if (!r.empty() && !r[0][0].is_null()) {
             a.acquired = true;
             a.fence = r[0][0].as<uint64_t>();
-            if (fair) {
-                fair->left = !r[0][4].is_null() && r[0][4].as<bool>();
-                if (!fair->left) s->mark_broken();  // not the turnstile's holder after all: closing ends whatever it holds
-            }
+            if (fair && fair->enter) fair->left = a.left_queue = !r[0][4].is_null() && r[0][4].as<bool>();
         } else if (!r.empty()) {
             if (!r[0][1].is_null()) a.holder_left_ms = r[0][1].as<int64_t>();
             a.registered = !r[0][2].is_null();
@@ -697,8 +715,8 @@ private:
 // lock on its own pooled session, held from admission until the waiter holds the lock or gives up.
 // While it waits for admission, closing the client shuts the session's socket down (as for an
 // advisory wait). Leaving unlocks it; a session whose unlock fails, or a client that is closing,
-// closes the session instead, which ends the lock on the server too. An exclusive waiter enters and
-// leaves with its attempts instead (statements acquire_queued and acquire_admitted: fair()).
+// closes the session instead, which ends the lock on the server too. An exclusive waiter enters with
+// its first attempt instead (statement acquire_queued: fair()).
 class turnstile {
 public:
     struct by_attempts_t {};
@@ -753,7 +771,7 @@ public:
     session* on() { return &*session_; }
     // The next attempt's turnstile part (waiting for admission first when not admitted yet).
     fair_attempt fair() { return fair_attempt{&*session_, key_, !entered_, wait_deadline_ns_}; }
-    // An attempt made with fair() was answered: admitted, and left if it acquired.
+    // An attempt made with fair() was answered: admitted, and left if it says so.
     void attempted(const fair_attempt& f) {
         entered_ = true;
         left_ = f.left;
@@ -811,11 +829,14 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         }
     } waiting{b, h->name};
     std::unique_ptr<turnstile> admitted;  // a fair waiter's place in the queue
+    // Fair: whether the next attempt queues. A name this client found contended queues at once;
+    // another one tries the plain statement first.
+    bool queue = req->fair && req->deadline_ns != 0 && b->seems_contended(h->name);
     auto next_try = [&](attempt_role role) {
-        // Fair: the first attempt waits for admission, so the waiters queued before get the lock
-        // first. A place whose session was lost (terminated, a restart) was lost too: queue again.
+        // Fair: a queued attempt waits for admission first, so the waiters queued before get the
+        // lock first. A place whose session was lost (terminated, a restart) was lost too: queue again.
         if (admitted && admitted->on()->broken()) admitted.reset();
-        if (req->fair && role != try_only && !admitted) admitted = std::make_unique<turnstile>(b, req, turnstile::by_attempts);
+        if (req->fair && queue && !admitted) admitted = std::make_unique<turnstile>(b, req, turnstile::by_attempts);
         const int64_t registered_at_us = role == waiter_retry ? waiting.at_us : 0;
         attempt a;
         if (admitted) {
@@ -840,12 +861,22 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     // A connection the server ended while it sat idle in the pool looks like one lost mid-statement;
     // the read-back said "not taken", so one immediate retry on a fresh connection is safe.
     if (!a.acquired && a.outcome_was_unknown) a = next_try(first);
+    if (req->fair && req->deadline_ns != 0) b->note_contended(h->name, !a.acquired || (admitted && !a.left_queue));
     if (a.acquired) return finish(a);
     if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) {
         if (a.outcome_was_unknown)
             fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}`; the "
                                                 "row read back shows it was not taken; retry", b->where(), req->name));
         fail(DLOCK_TIMEOUT, held_message(a));
+    }
+
+    // Fair: queue (the first attempt did not: the name seemed free); the attempt made on admission
+    // may win already.
+    if (req->fair && !queue) {
+        queue = true;
+        a = next_try(waiting.active ? waiter_retry : first_of_a_wait);
+        if (a.acquired) return finish(a);
+        if (now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
     }
 
     listener& waker = b->listener_for_waits();

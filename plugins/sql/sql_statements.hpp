@@ -32,23 +32,27 @@ struct statements {
         };
     }
 
-    // How an acquire statement relates to the name's turnstile (statements acquire_queued and
-    // acquire_admitted).
-    enum class acquire_queueing { none, enter, admitted };
-
-    // The text of statement `acquire` or of one of its turnstile variants.
-    std::string acquire(acquire_queueing queueing) const {
+    // The text of statement `acquire`, or with `queued` of acquire_queued.
+    std::string acquire(bool queued) const {
         const std::string& T = lease_table;
-        const bool fair = queueing != acquire_queueing::none;
-        const std::string admission = queueing == acquire_queueing::enter
-                                          ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
-                                            " admitted AS (SELECT pg_advisory_lock($8::bigint) FROM setting), attempt AS ("
-                                          : "WITH attempt AS (";
-        // Once admitted (the row goes in only after pg_advisory_lock returned).
-        const std::string source = queueing == acquire_queueing::enter
+        // acquire_queued takes the turnstile at once when nobody holds it (`alone`), else waits for
+        // it; `gate` has one row, after any wait, and the attempt comes after it.
+        const std::string admission =
+            queued ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
+                     " gate AS (SELECT first.alone, CASE WHEN first.alone THEN true ELSE pg_advisory_lock($8::bigint)::text IS NOT NULL END AS admitted"
+                     "  FROM (SELECT pg_try_advisory_lock($8::bigint) AS alone FROM setting) first),"
+                     " attempt AS ("
+                   : "WITH attempt AS (";
+        const std::string source = queued
                                        ? " SELECT $1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0"
-                                         " FROM admitted"
+                                         " FROM gate WHERE admitted"
                                        : " VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0)";
+        // Acquired: an acquirer that found the turnstile free leaves it in the same statement (no
+        // waiter was queued behind it: nothing to admit before this transaction commits); one that
+        // waited leaves after the commit (statement turnstile_leave), so that the waiter it admits
+        // makes its attempt against the committed row.
+        const std::string left_column = queued ? ", CASE WHEN (SELECT alone FROM gate) THEN pg_advisory_unlock($8::bigint) ELSE false END" : "";
+        const std::string no_column = queued ? ", NULL::boolean" : "";
         return fmt::format(
             "{1}"
             " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
@@ -71,7 +75,7 @@ struct statements {
             "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
             "  (SELECT at FROM registered), h.waiters{4}"
             " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)",
-            T, admission, source, fair ? ", pg_advisory_unlock($8::bigint)" : "", fair ? ", NULL::boolean" : "");
+            T, admission, source, left_column, no_column);
     }
 
     std::vector<std::pair<std::string, std::string>> lease() const {
@@ -87,15 +91,13 @@ struct statements {
             // Returns (fence, NULL…) when acquired; (NULL, ms until the holder's expiry or the
             // grace's end, registered-at µs or NULL, waiters registered) when not; no row when the
             // row exists but our snapshot cannot see it yet.
-            {"acquire", acquire(acquire_queueing::none)},
-            // The same for a fair waiter (role 1 or 2), with $8 the name's turnstile key (and for
-            // `acquire_queued` $9 the lock_timeout). acquire_queued first waits in the turnstile
-            // (statement turnstile_enter) and makes its attempt once admitted; acquire_admitted
-            // runs on a session already admitted. Both leave the turnstile when they acquire,
-            // returning pg_advisory_unlock's answer as a fifth column (NULL when not acquired): the
-            // next waiter is admitted as the lock changes hands, without a statement of its own.
-            {"acquire_queued", acquire(acquire_queueing::enter)},
-            {"acquire_admitted", acquire(acquire_queueing::admitted)},
+            {"acquire", acquire(false)},
+            // The same for a fair waiter, with $8 the name's turnstile key and $9 the lock_timeout:
+            // takes its place in the turnstile (waiting for admission as turnstile_enter does;
+            // SQLSTATE 55P03 when lock_timeout runs out), then makes the attempt, in one statement.
+            // A fifth column, when acquired: true when it also left the turnstile (it was free);
+            // else the session keeps the turnstile (turnstile_leave).
+            {"acquire_queued", acquire(true)},
             // The turnstile of fair waiters: a session advisory lock on a key derived from the name.
             // The server's lock queue admits waiters one at a time in arrival order, and only the one
             // admitted waits for the row (listens, retries), so a release wakes one waiter.
