@@ -36,11 +36,13 @@ struct statements {
     std::string acquire(bool queued) const {
         const std::string& T = lease_table;
         // acquire_queued takes the turnstile at once when nobody holds it (`alone`), else waits for
-        // it; `gate` has one row, after any wait, and the attempt comes after it.
+        // it; `gate` has one row, after any wait, and the attempt comes after it. (A WITH query that
+        // calls a volatile function is evaluated once, never folded into the query that reads it.)
         const std::string admission =
             queued ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
-                     " gate AS (SELECT first.alone, CASE WHEN first.alone THEN true ELSE pg_advisory_lock($8::bigint)::text IS NOT NULL END AS admitted"
-                     "  FROM (SELECT pg_try_advisory_lock($8::bigint) AS alone FROM setting) first),"
+                     " tried AS (SELECT pg_try_advisory_lock($8::bigint) AS alone FROM setting),"
+                     " gate AS (SELECT tried.alone, CASE WHEN tried.alone THEN true ELSE pg_advisory_lock($8::bigint)::text IS NOT NULL END AS admitted"
+                     "  FROM tried),"
                      " attempt AS ("
                    : "WITH attempt AS (";
         const std::string source = queued
