@@ -13,11 +13,12 @@
 //   Anti-barging: a waiter registers in the row; for handoff_grace after a release only registered
 //   waiters may take the row, and woken waiters that compete retry after a short random delay that
 //   shrinks the longer they have waited, so the order NOTIFY reaches them in does not pick the winner.
-//   Fair waits (`fair: true`, the default): after its first attempt a waiter enters the name's
-//   turnstile, a session advisory lock the server grants in arrival order; only the waiter admitted
-//   listens and retries (on the turnstile's session), and it leaves the turnstile once it holds the
-//   lock or gives up. A release therefore wakes one waiter, and waiters acquire first come, first
-//   served; a waiter that dies leaves the queue with its session.
+//   Fair waits (`fair: true`, the default): a waiter queues in the name's turnstile, a session
+//   advisory lock the server grants in arrival order, and makes its attempt once admitted, in one
+//   statement (the first statement of an acquire, for a name this client last found contended);
+//   only the waiter admitted listens and retries (on the turnstile's session), and it leaves the
+//   turnstile once it holds the lock or gives up. A release therefore wakes one waiter, and waiters
+//   acquire first come, first served; a waiter that dies leaves the queue with its session.
 //
 // mode: advisory — PostgreSQL's own lock manager.
 //   A session-level pg_advisory_lock on a 64-bit hash of the name, taken on a pooled connection that
@@ -52,6 +53,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -161,6 +163,26 @@ struct dlock_backend {
     // Lease mode: the holders table and the lease table's `readers` column exist (semaphores,
     // shared locks, holders, list and break are offered).
     bool shared_ready = false;
+
+    // Lease mode: the names this client's fair acquires last found contended (they had to wait, or
+    // queued and found others queued). A fair acquire of such a name queues in its first statement
+    // (acquire_queued); of any other name it first tries the plain `acquire`, which takes no
+    // turnstile. A hint only: either way the lock goes first come, first served.
+    std::mutex contended_mutex;
+    std::set<std::string> contended_names;
+    bool seems_contended(const std::string& name) {
+        std::lock_guard<std::mutex> lock(contended_mutex);
+        return contended_names.count(name) > 0;
+    }
+    void note_contended(const std::string& name, bool contended) {
+        std::lock_guard<std::mutex> lock(contended_mutex);
+        if (!contended) {
+            contended_names.erase(name);
+            return;
+        }
+        if (contended_names.size() >= 1024) contended_names.clear();  // bounded: the hint just starts over
+        contended_names.insert(name);
+    }
 
     // Lease mode: the LISTEN connection, started by the first wait.
     std::mutex listener_mutex;
@@ -564,6 +586,7 @@ struct attempt {
     bool registered = false;           // this attempt registered us as a waiter...
     int64_t registered_at_us = 0;      // ...at this server time
     int64_t waiters = 0;               // waiters registered in the row (as our snapshot saw it)
+    bool left_queue = false;           // acquired by acquire_queued, which also left the turnstile (it was free)
 };
 
 // Roles of an acquire attempt (statement `acquire`, $5).
@@ -586,25 +609,47 @@ bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
     }
 }
 
+std::string lock_timeout_for(int64_t deadline_ns);
+
+// A fair waiter's attempt: on its turnstile session; the first one waits for admission in the same
+// statement (acquire_queued, with the name's turnstile key).
+struct fair_attempt {
+    session* on;
+    int64_t key;
+    bool enter;                // not admitted yet: wait in the turnstile first (acquire_queued)
+    int64_t wait_deadline_ns;  // enter: when to give the wait up client-side
+    bool left = false;         // out: acquire_queued acquired and left the turnstile (it was free)
+};
+
 // `acquire_deadline_ns`: the request's (0: try once; INT64_MAX: none). The statement is given up at
 // the client-side limit, or at that deadline if sooner; the read-back that follows a statement given
 // up has the full limit, so a server that answers again resolves the outcome.
-// `on`: the session to run it on (a fair waiter's turnstile session), else a pooled one.
+// `fair`: a fair waiter's attempt on its turnstile session, else a pooled session runs `acquire`.
+// A statement that fails while it waits in the turnstile throws failure DLOCK_TIMEOUT (its
+// lock_timeout ran out) or DLOCK_CANCELLED (the client is closing), and leaves the session broken:
+// it may have been admitted before it failed.
 attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
-                          int64_t acquire_deadline_ns, session* on = nullptr) {
+                          int64_t acquire_deadline_ns, fair_attempt* fair = nullptr) {
     attempt a;
     int64_t deadline = b->statement_deadline();
     if (acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns()) deadline = std::min(deadline, acquire_deadline_ns);
+    if (fair && fair->enter) deadline = fair->wait_deadline_ns;
     pool::lease borrowed;
-    if (!on) borrowed = b->sessions->borrow(deadline, true);
-    session* s = on ? on : &*borrowed;
+    if (!fair) borrowed = b->sessions->borrow(deadline, true);
+    session* s = fair ? fair->on : &*borrowed;
     a.sent_ns = now_ns();
     try {
-        const pqxx::result r = s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role),
-                                            b->config.handoff_grace_ms, registered_at_us);
+        const pqxx::result r =
+            !fair ? s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role), b->config.handoff_grace_ms,
+                                 registered_at_us)
+            : fair->enter ? s->run_until(deadline, "acquire_queued", h.name, h.owner, ttl_ms, b->holder, int(role),
+                                         b->config.handoff_grace_ms, registered_at_us, fair->key, lock_timeout_for(acquire_deadline_ns))
+                          : s->run_until(deadline, "acquire", h.name, h.owner, ttl_ms, b->holder, int(role), b->config.handoff_grace_ms,
+                                         registered_at_us);
         if (!r.empty() && !r[0][0].is_null()) {
             a.acquired = true;
             a.fence = r[0][0].as<uint64_t>();
+            if (fair && fair->enter) fair->left = a.left_queue = !r[0][4].is_null() && r[0][4].as<bool>();
         } else if (!r.empty()) {
             if (!r[0][1].is_null()) a.holder_left_ms = r[0][1].as<int64_t>();
             a.registered = !r[0][2].is_null();
@@ -614,6 +659,10 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         return a;
     } catch (const pqxx::broken_connection& e) {
         s->mark_broken();
+        // Closing the client shuts down the socket of a statement waiting in the turnstile (as it
+        // does an advisory wait); an attempt made in the instant of admission that committed leaves
+        // a row that expires after its ttl.
+        if (fair && fair->enter && b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         // UNKNOWN: the statement may have committed. Only our row proves it did.
         try {
             if (read_back(b, h, a)) return a;
@@ -628,11 +677,16 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         a.outcome_was_unknown = true;
         return a;
     } catch (const std::exception& e) {
+        if (fair && fair->enter) {
+            s->mark_broken();
+            if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+            if (sqlstate_of(e) == "55P03")
+                fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (waited behind the waiters queued before)", h.name,
+                                                b->where()));
+        }
         throw classify(b->config, e, fmt::format("the acquire of `{}`", h.name), false);
     }
 }
-
-std::string lock_timeout_for(int64_t deadline_ns);
 
 // A session blocked in a server-side wait (the turnstile, an advisory lock), registered for the time
 // of the wait so that interrupt() can shut it down. Refuses to register once the client is closing.
@@ -661,9 +715,17 @@ private:
 // lock on its own pooled session, held from admission until the waiter holds the lock or gives up.
 // While it waits for admission, closing the client shuts the session's socket down (as for an
 // advisory wait). Leaving unlocks it; a session whose unlock fails, or a client that is closing,
-// closes the session instead, which ends the lock on the server too.
+// closes the session instead, which ends the lock on the server too. An exclusive waiter enters with
+// its first attempt instead (statement acquire_queued: fair()).
 class turnstile {
 public:
+    struct by_attempts_t {};
+    static constexpr by_attempts_t by_attempts{};
+    // A place not taken yet: the first attempt (fair()) waits for admission.
+    turnstile(dlock_backend* b, const dlock_acquire_request* req, by_attempts_t)
+        : b_(b), key_(b->turnstile_key_for(req->name)), entered_(false), wait_deadline_ns_(wait_deadline(b, req)) {
+        session_ = b->sessions->borrow(req->deadline_ns, true);
+    }
     // Waits for admission until the request's deadline. Throws failure: DLOCK_TIMEOUT when the
     // deadline passed in the queue, DLOCK_CANCELLED when the client closes, else the classified error.
     turnstile(dlock_backend* b, const dlock_acquire_request* req) : turnstile(b, req, b->turnstile_key_for(req->name), false) {}
@@ -672,9 +734,7 @@ public:
     turnstile(dlock_backend* b, const dlock_acquire_request* req, int64_t key, bool shared) : b_(b), key_(key), shared_(shared) {
         session_ = b->sessions->borrow(req->deadline_ns, true);
         const waiting_session registered(b, &*session_);
-        // Bounded by lock_timeout on the server, and given up a client-side limit later.
-        const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
-        const int64_t deadline = req->deadline_ns == forever_ns ? forever_ns : std::max(req->deadline_ns, now_ns()) + limit_ns;
+        const int64_t deadline = wait_deadline(b, req);
         try {
             session_->run_until(deadline, shared_ ? "turnstile_enter_shared" : "turnstile_enter", key_,
                                 lock_timeout_for(req->deadline_ns));
@@ -699,6 +759,7 @@ public:
             session_->mark_broken();
             return;
         }
+        if (!entered_ || left_) return;
         try {
             if (!session_->run_until(b_->statement_deadline(), shared_ ? "turnstile_leave_shared" : "turnstile_leave", key_)[0][0]
                      .as<bool>())
@@ -708,11 +769,28 @@ public:
         }
     }
     session* on() { return &*session_; }
+    // The next attempt's turnstile part (waiting for admission first when not admitted yet).
+    fair_attempt fair() { return fair_attempt{&*session_, key_, !entered_, wait_deadline_ns_}; }
+    // An attempt made with fair() was answered: admitted, and left if it says so.
+    void attempted(const fair_attempt& f) {
+        entered_ = true;
+        left_ = f.left;
+    }
 
 private:
+    // A wait in the queue is bounded by lock_timeout on the server, and given up a client-side
+    // limit later.
+    static int64_t wait_deadline(dlock_backend* b, const dlock_acquire_request* req) {
+        const int64_t limit_ns = b->config.client_limit_ms() * 1'000'000;
+        return req->deadline_ns == forever_ns ? forever_ns : std::max(req->deadline_ns, now_ns()) + limit_ns;
+    }
+
     dlock_backend* b_;
     int64_t key_;
     bool shared_ = false;
+    bool entered_ = true;
+    bool left_ = false;
+    int64_t wait_deadline_ns_ = 0;
     pool::lease session_;
 };
 
@@ -750,10 +828,26 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
             }
         }
     } waiting{b, h->name};
-    std::unique_ptr<turnstile> admitted;  // a fair waiter's place, from admission on
+    std::unique_ptr<turnstile> admitted;  // a fair waiter's place in the queue
+    // Fair: whether the next attempt queues. A name this client found contended queues at once;
+    // another one tries the plain statement first.
+    bool queue = req->fair && req->deadline_ns != 0 && b->seems_contended(h->name);
     auto next_try = [&](attempt_role role) {
-        attempt a = try_acquire_lease(b, *h, req->ttl_ms, role, role == waiter_retry ? waiting.at_us : 0, req->deadline_ns,
-                                      admitted ? admitted->on() : nullptr);
+        // Fair: a queued attempt waits for admission first, so the waiters queued before get the
+        // lock first. A place whose session was lost (terminated, a restart) was lost too: queue again.
+        if (admitted && admitted->on()->broken()) admitted.reset();
+        if (req->fair && queue && !admitted) admitted = std::make_unique<turnstile>(b, req, turnstile::by_attempts);
+        const int64_t registered_at_us = role == waiter_retry ? waiting.at_us : 0;
+        attempt a;
+        if (admitted) {
+            fair_attempt fair = admitted->fair();
+            std::optional<waiting_session> queued;
+            if (fair.enter) queued.emplace(b, fair.on);
+            a = try_acquire_lease(b, *h, req->ttl_ms, role, registered_at_us, req->deadline_ns, &fair);
+            admitted->attempted(fair);
+        } else {
+            a = try_acquire_lease(b, *h, req->ttl_ms, role, registered_at_us, req->deadline_ns);
+        }
         if (a.registered) {
             waiting.active = true;
             waiting.at_us = a.registered_at_us;
@@ -767,6 +861,7 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     // A connection the server ended while it sat idle in the pool looks like one lost mid-statement;
     // the read-back said "not taken", so one immediate retry on a fresh connection is safe.
     if (!a.acquired && a.outcome_was_unknown) a = next_try(first);
+    if (req->fair && req->deadline_ns != 0) b->note_contended(h->name, !a.acquired || (admitted && !a.left_queue));
     if (a.acquired) return finish(a);
     if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) {
         if (a.outcome_was_unknown)
@@ -775,8 +870,14 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         fail(DLOCK_TIMEOUT, held_message(a));
     }
 
-    // Fair: wait for admission first; the waiters queued before get the lock first.
-    if (req->fair) admitted = std::make_unique<turnstile>(b, req);
+    // Fair: queue (the first attempt did not: the name seemed free); the attempt made on admission
+    // may win already.
+    if (req->fair && !queue) {
+        queue = true;
+        a = next_try(waiting.active ? waiter_retry : first_of_a_wait);
+        if (a.acquired) return finish(a);
+        if (now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
+    }
 
     listener& waker = b->listener_for_waits();
     struct unwatch_guard {
@@ -796,12 +897,9 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         if (a.acquired) return finish(a);
         const int64_t now = now_ns();
         if (now >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
-        // The turnstile's session was lost (terminated, a restart): so was our place. Queue again.
-        if (admitted && admitted->on()->broken()) {
-            admitted.reset();
-            admitted = std::make_unique<turnstile>(b, req);
-            continue;
-        }
+        // The turnstile's session was lost (terminated, a restart): so was our place. Queue again
+        // (the next attempt does).
+        if (admitted && admitted->on()->broken()) continue;
         if (a.holder_left_ms < 0) continue;  // the holder's row was not visible yet: look again
         const int64_t expiry_ns = now + (a.holder_left_ms + 1) * 1'000'000;
         waker.wait_change(h->channel, seen, std::min(req->deadline_ns, expiry_ns));

@@ -32,6 +32,54 @@ struct statements {
         };
     }
 
+    // The text of statement `acquire`, or with `queued` of acquire_queued.
+    std::string acquire(bool queued) const {
+        const std::string& T = lease_table;
+        // acquire_queued takes the turnstile at once when nobody holds it (`alone`), else waits for
+        // it; `gate` has one row, after any wait, and the attempt comes after it. (A WITH query that
+        // calls a volatile function is evaluated once, never folded into the query that reads it.)
+        const std::string admission =
+            queued ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
+                     " tried AS (SELECT pg_try_advisory_lock($8::bigint) AS alone FROM setting),"
+                     " gate AS (SELECT tried.alone, CASE WHEN tried.alone THEN true ELSE pg_advisory_lock($8::bigint)::text IS NOT NULL END AS admitted"
+                     "  FROM tried),"
+                     " attempt AS ("
+                   : "WITH attempt AS (";
+        const std::string source = queued
+                                       ? " SELECT $1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0"
+                                         " FROM gate WHERE admitted"
+                                       : " VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0)";
+        // Acquired: an acquirer that found the turnstile free leaves it in the same statement (no
+        // waiter was queued behind it: nothing to admit before this transaction commits); one that
+        // waited leaves after the commit (statement turnstile_leave), so that the waiter it admits
+        // makes its attempt against the committed row.
+        const std::string left_column = queued ? ", CASE WHEN (SELECT alone FROM gate) THEN pg_advisory_unlock($8::bigint) ELSE false END" : "";
+        const std::string no_column = queued ? ", NULL::boolean" : "";
+        return fmt::format(
+            "{1}"
+            " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
+            "{2}"
+            " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, expiry = excluded.expiry,"
+            "  holder = excluded.holder, acquired_at = excluded.acquired_at,"
+            "  waiters = CASE WHEN $5::int = 2 THEN GREATEST(t.waiters - 1, 0) ELSE t.waiters END"
+            " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = excluded.owner)"
+            "  AND (t.waiters = 0 OR t.released_at IS NULL"
+            "       OR t.released_at <= clock_timestamp() - $6::float8 * interval '1 millisecond'"
+            "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint))"
+            " RETURNING t.fence),"
+            " registered AS (UPDATE {0} SET waiters = waiters + 1"
+            "  WHERE name = $1 AND $5::int = 1 AND NOT EXISTS (SELECT 1 FROM attempt)"
+            "  RETURNING (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS at)"
+            " SELECT fence, NULL::bigint, NULL::bigint, NULL::integer{3} FROM attempt"
+            " UNION ALL"
+            " SELECT NULL, GREATEST(0, ceil(1000 * extract(epoch FROM CASE"
+            "   WHEN h.owner IS NOT NULL THEN h.expiry"
+            "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
+            "  (SELECT at FROM registered), h.waiters{4}"
+            " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)",
+            T, admission, source, left_column, no_column);
+    }
+
     std::vector<std::pair<std::string, std::string>> lease() const {
         const std::string& T = lease_table;
         return {
@@ -45,28 +93,13 @@ struct statements {
             // Returns (fence, NULL…) when acquired; (NULL, ms until the holder's expiry or the
             // grace's end, registered-at µs or NULL, waiters registered) when not; no row when the
             // row exists but our snapshot cannot see it yet.
-            {"acquire", fmt::format(
-                 "WITH attempt AS ("
-                 " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
-                 " VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', $4, clock_timestamp(), 0)"
-                 " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, expiry = excluded.expiry,"
-                 "  holder = excluded.holder, acquired_at = excluded.acquired_at,"
-                 "  waiters = CASE WHEN $5::int = 2 THEN GREATEST(t.waiters - 1, 0) ELSE t.waiters END"
-                 " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = excluded.owner)"
-                 "  AND (t.waiters = 0 OR t.released_at IS NULL"
-                 "       OR t.released_at <= clock_timestamp() - $6::float8 * interval '1 millisecond'"
-                 "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint))"
-                 " RETURNING t.fence),"
-                 " registered AS (UPDATE {0} SET waiters = waiters + 1"
-                 "  WHERE name = $1 AND $5::int = 1 AND NOT EXISTS (SELECT 1 FROM attempt)"
-                 "  RETURNING (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS at)"
-                 " SELECT fence, NULL::bigint, NULL::bigint, NULL::integer FROM attempt"
-                 " UNION ALL"
-                 " SELECT NULL, GREATEST(0, ceil(1000 * extract(epoch FROM CASE"
-                 "   WHEN h.owner IS NOT NULL THEN h.expiry"
-                 "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
-                 "  (SELECT at FROM registered), h.waiters"
-                 " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)", T)},
+            {"acquire", acquire(false)},
+            // The same for a fair waiter, with $8 the name's turnstile key and $9 the lock_timeout:
+            // takes its place in the turnstile (waiting for admission as turnstile_enter does;
+            // SQLSTATE 55P03 when lock_timeout runs out), then makes the attempt, in one statement.
+            // A fifth column, when acquired: true when it also left the turnstile (it was free);
+            // else the session keeps the turnstile (turnstile_leave).
+            {"acquire_queued", acquire(true)},
             // The turnstile of fair waiters: a session advisory lock on a key derived from the name.
             // The server's lock queue admits waiters one at a time in arrival order, and only the one
             // admitted waits for the row (listens, retries), so a release wakes one waiter.
