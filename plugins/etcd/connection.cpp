@@ -309,10 +309,12 @@ void connection::authenticate() {
 void connection::check_reachable() {
     authenticate();
     pb::RangeRequest request;
-    // etcd refuses an empty key; with an empty prefix, "\0" to "\0" is the whole keyspace.
+    // One key, not the prefix's range: etcd 3.4 visits every key of a range before it applies the
+    // limit, so a read of the whole prefix cost the server O(keys under it) at every open (2 ms at
+    // 20 000 keys, in every `dlock run`). The prefix itself is a key inside the range dlock's role
+    // must be allowed to read, so a refused read still says so at open. etcd refuses an empty key:
+    // with an empty prefix, "\0".
     request.set_key(config_.key_prefix.empty() ? std::string(1, '\0') : config_.key_prefix);
-    request.set_range_end(prefix_end(config_.key_prefix));
-    request.set_limit(1);
     request.set_keys_only(true);
     request.set_serializable(true);
     pb::RangeResponse response;
