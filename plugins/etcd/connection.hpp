@@ -114,8 +114,8 @@ public:
     // Authenticates with the configured user (no-op without one) and keeps the token for later
     // calls. Throws failure (DLOCK_CONFIG for bad credentials).
     void authenticate();
-    // One cheap read of the key prefix on the first member that answers: the endpoints, the
-    // credentials and the read permission are checked at open, not at the first acquire.
+    // One read of a single key (the key prefix) on the first member that answers: the endpoints,
+    // the credentials and the read permission are checked at open, not at the first acquire.
     void check_reachable();
 
     // Cancels every call in flight made with cancel_on_interrupt, and makes later ones fail with
