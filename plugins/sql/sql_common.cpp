@@ -324,8 +324,9 @@ void resolve(settings& s) {
     const int64_t server_peer_s = 2 * peer_s;
     std::string options = fmt::format("-c statement_timeout={} -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} "
                                       "-c tcp_keepalives_count=2",
-                                      s.mode == lock_mode::lease ? s.statement_timeout_ms : 0, server_peer_s / 2,
-                                      std::max<int64_t>(server_peer_s / 4, 1));
+                                      s.mode == lock_mode::lease && !s.queue_sessions ? s.statement_timeout_ms : 0,
+                                      server_peer_s / 2, std::max<int64_t>(server_peer_s / 4, 1));
+    if (s.queue_sessions) options += fmt::format(" -c lock_timeout={}", s.statement_timeout_ms);
     s.user_options = user_options;
     if (!user_options.empty()) options += " " + user_options;
     set("options", options);
@@ -379,6 +380,11 @@ failure classify(const settings& s, const std::exception& e, const std::string& 
         return {maybe_executed ? DLOCK_UNKNOWN : DLOCK_UNAVAILABLE,
                 fmt::format("{}: {} was cancelled by statement_timeout ({} ms) ({}); the server is slow or a row lock is held "
                             "by a long transaction", at, what, s.statement_timeout_ms, why)};
+    // A queue session's own lock waits (it has no statement_timeout: settings::queue_sessions).
+    if (state == "55P03")
+        return {maybe_executed ? DLOCK_UNKNOWN : DLOCK_UNAVAILABLE,
+                fmt::format("{}: {} waited for a row lock longer than lock_timeout ({} ms) ({}); a row lock is held by a long "
+                            "transaction", at, what, s.statement_timeout_ms, why)};
     if (cls("57P") || state == "53300" || cls("08"))
         return {DLOCK_UNAVAILABLE, fmt::format("{} is not serving during {} ({}); retry", at, what, why)};
     if (cls("53"))

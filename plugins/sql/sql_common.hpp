@@ -54,6 +54,11 @@ struct settings {
     // Advisory mode: a name made of this prefix and a decimal 64-bit integer K locks the advisory
     // key K itself (an application's pg_advisory_lock(K)); "" (the default): every name is hashed.
     std::string advisory_key_prefix;
+    // Lease mode: sessions for fair waiters' queues (turnstiles). A wait in a queue may outlast
+    // statement_timeout, so these sessions have none; every lock wait on them is bounded by
+    // lock_timeout instead: the wait's own deadline in the queueing statements, statement_timeout's
+    // value in every other (a row lock held by a long transaction still ends the statement).
+    bool queue_sessions = false;
 
     // Filled by resolve(): the libpq keyword string every session connects with, and the server as
     // messages name it ("postgres 127.0.0.1:5432/postgres").
@@ -75,7 +80,8 @@ struct settings {
 // tcp_user_timeout derived from peer_timeout. Session settings always added (libpq `options`, sent
 // in the startup packet): only parameters every supported server (PostgreSQL 11+) knows, since a
 // server refuses the whole connection for one it does not — statement_timeout (lease mode; 0 in
-// advisory mode, whose waits are bounded by lock_timeout) and the server's own keepalives.
+// advisory mode and on queue sessions, whose waits are bounded by lock_timeout; queue sessions also
+// get lock_timeout = statement_timeout) and the server's own keepalives.
 // Newer ones follow once the server's version is known: session_setup_sql().
 void resolve(settings& s);
 

@@ -159,6 +159,11 @@ struct dlock_backend {
     dlock_plugin_host host{};
     std::string holder;
     std::unique_ptr<pool> sessions;
+    // Lease mode: the sessions fair waiters queue on (settings::queue_sessions: no statement_timeout,
+    // every lock wait bounded by lock_timeout), so that a wait in a name's queue may last as long as
+    // the acquire allows. At most pool_size of them besides `sessions`.
+    std::unique_ptr<pool> queue_sessions;
+    pool& queue_pool() { return queue_sessions ? *queue_sessions : *sessions; }
     std::atomic<bool> interrupted{false};
     // Lease mode: the holders table and the lease table's `readers` column exist (semaphores,
     // shared locks, holders, list and break are offered).
@@ -529,6 +534,12 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
         if (c.mode == lock_mode::lease)
             for (auto& statement : b->sql.shared()) prepared.push_back(std::move(statement));
+        if (c.mode == lock_mode::lease) {
+            settings queue_config = c;
+            queue_config.queue_sessions = true;
+            resolve(queue_config);
+            b->queue_sessions = std::make_unique<pool>(queue_config, prepared);
+        }
         b->sessions = std::make_unique<pool>(c, std::move(prepared));
         {
             // Connect eagerly: a wrong address, password or server is an error at open, not at first use.
@@ -564,6 +575,7 @@ void sql_interrupt(dlock_backend* b) {
     if (b->mysql) return b->mysql->interrupt();
     b->interrupted = true;
     b->sessions->interrupt();
+    if (b->queue_sessions) b->queue_sessions->interrupt();
     {
         std::lock_guard<std::mutex> lock(b->listener_mutex);
         if (b->waker) b->waker->interrupt();
@@ -724,7 +736,7 @@ public:
     // A place not taken yet: the first attempt (fair()) waits for admission.
     turnstile(dlock_backend* b, const dlock_acquire_request* req, by_attempts_t)
         : b_(b), key_(b->turnstile_key_for(req->name)), entered_(false), wait_deadline_ns_(wait_deadline(b, req)) {
-        session_ = b->sessions->borrow(req->deadline_ns, true);
+        session_ = b->queue_pool().borrow(req->deadline_ns, true);
     }
     // Waits for admission until the request's deadline. Throws failure: DLOCK_TIMEOUT when the
     // deadline passed in the queue, DLOCK_CANCELLED when the client closes, else the classified error.
@@ -732,7 +744,7 @@ public:
     // The queue `key`; `shared`: a reader's place (admitted together with the readers before it,
     // after every writer queued before it; writers queued after it wait for it).
     turnstile(dlock_backend* b, const dlock_acquire_request* req, int64_t key, bool shared) : b_(b), key_(key), shared_(shared) {
-        session_ = b->sessions->borrow(req->deadline_ns, true);
+        session_ = b->queue_pool().borrow(req->deadline_ns, true);
         const waiting_session registered(b, &*session_);
         const int64_t deadline = wait_deadline(b, req);
         try {

@@ -203,6 +203,41 @@ TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
 }
 
+// statement_timeout bounds each lease statement, not a fair waiter's time in the name's queue (that
+// wait is bounded by lock_timeout, set to the acquire's own deadline): a waiter queued behind another
+// waiter for longer than statement_timeout is served in its turn. Round 0 enters the turnstile on
+// its own (turnstile_enter); round 1, on a name the client found contended, queues inside its first
+// acquire statement (acquire_queued).
+TEST_F(SqlFaults, FairLeaseWaiterMayWaitLongerThanStatementTimeout) {
+    const std::string name = "faults/queue-long-wait";
+    const std::string short_timeout = "  statement_timeout: 300ms\n";
+    auto holder = open("lease", short_timeout);
+    auto first = open("lease", short_timeout);
+    auto second = open("lease", short_timeout);
+    for (int round = 0; round < 2; ++round) {
+        auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+        std::error_code first_ec;
+        std::thread first_waiter([&] {
+            auto lease = first.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), first_ec);
+            if (!first_ec) lease.release(first_ec);
+        });
+        std::this_thread::sleep_for(200ms);  // the first waiter is admitted; the second queues behind it
+        std::thread releaser([&held] {
+            std::this_thread::sleep_for(1200ms);
+            held.release();
+        });
+        const auto start = clock_type::now();
+        std::error_code ec;
+        auto lease = second.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), ec);
+        releaser.join();
+        first_waiter.join();
+        EXPECT_FALSE(first_ec) << "round " << round << ": the first waiter: " << first_ec.message();
+        ASSERT_FALSE(ec) << "round " << round << ": " << ec.message() << ": " << dlock_last_error();
+        EXPECT_GE(ms_since(start), 1100) << "round " << round << ": acquired while the holder held";
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+}
+
 // The statements a fair lease waiter's contended cycle costs the server, from PostgreSQL's own
 // statement log (log_statement = all, between two marker statements of the admin session), as the
 // benchmark's S3 counts them: `waiters` clients, each acquiring with a wait (fair: true, the
