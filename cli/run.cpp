@@ -155,7 +155,13 @@ spawned spawn(const command_image& image, const forwarded_signals& signals, cons
         return {-1, exit_dlock_error};
     }
     const pid_t parent = getpid();
+    // Every signal blocked across vfork, as posix_spawn does: no handler of dlock's may run in the
+    // child on the memory it borrows; the child unblocks only after resetting the handlers.
+    sigset_t all_signals, mask_before;
+    sigfillset(&all_signals);
+    pthread_sigmask(SIG_SETMASK, &all_signals, &mask_before);
     const pid_t child = vfork();
+    if (child != 0) pthread_sigmask(SIG_SETMASK, &mask_before, nullptr);
     if (child < 0) {
         std::cerr << "dlock: vfork failed: " << std::strerror(errno) << "\n";
         close(exec_error_pipe[0]);
