@@ -101,14 +101,18 @@ local function wake_next(now, now_us, claim_ms, prefix)
     redis.call('ZREM', KEYS[4], first[1])
   end
 end
-local function enqueue(member, now, now_us, wait_ms, grace_ms)
-  local keep = math.max(wait_ms, 0) + grace_ms
-  redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+-- Queues member at score (keep_earlier_score: one already queued keeps its place), lapsing keep ms
+-- from now; the queue's keys live at least that long.
+local function queue_member(member, score, keep, now, keep_earlier_score)
+  if keep_earlier_score then redis.call('ZADD', KEYS[3], 'NX', score, member) else redis.call('ZADD', KEYS[3], score, member) end
   redis.call('ZADD', KEYS[4], now + keep, member)
   if redis.call('PTTL', KEYS[4]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
   end
+end
+local function enqueue(member, now, now_us, wait_ms, grace_ms)
+  queue_member(member, now_us, math.max(wait_ms, 0) + grace_ms, now, true)
 end
 local function first_lapses_in(now)
   local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -376,15 +380,7 @@ end
 now = now or server_time()
 local wait_ms
 if holder then wait_ms = redis.call('PTTL', KEYS[1]) else wait_ms = first_lapses_in(now) end
-if mode >= 2 then
-  local keep = math.max(wait_ms, 0) + tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
-  redis.call('ZADD', KEYS[4], now + keep, ARGV[3])
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-end
+if mode >= 2 then queue_member(ARGV[3], ARGV[4], math.max(wait_ms, 0) + tonumber(ARGV[6]), now, false) end
 return {0, wait_ms, holder == true and 1 or 0, holder and 1 or 0}
 )lua";
 const script redlock_acquire_script(redlock_acquire_source.c_str());
@@ -412,15 +408,7 @@ if not queued and not giving_back then  -- nobody to wake (the uncontended case)
   return 1
 end
 local now, now_us = server_time()
-if giving_back and ARGV[4] ~= '' then
-  local keep = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
-  redis.call('ZADD', KEYS[4], now + keep, ARGV[4])
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-end
+if giving_back and ARGV[4] ~= '' then queue_member(ARGV[4], ARGV[5], tonumber(ARGV[6]), now, false) end
 drop_lapsed(now)
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if first and not (giving_back and first == ARGV[4]) then wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3]) end
