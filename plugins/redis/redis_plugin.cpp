@@ -352,12 +352,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
         const std::string channel =
             mode == queue_mode::barging ? h->keys.channel : h->keys.waiter_channel_prefix + h->queue_entry();
         subscriber& waker = b->subscriber_for_waits();
-        struct unwatch_guard {
-            subscriber& s;
-            const std::string& channel;
-            ~unwatch_guard() { s.unwatch(channel); }
-        } guard{waker, channel};
-        waker.watch(channel);
+        const subscriber::watching watched(waker, channel);
         waker.wait_listening(channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
         // While the subscription is not confirmed a release may go unheard: retry on a timer,
         // 10 ms doubling to 200 ms, until it is.

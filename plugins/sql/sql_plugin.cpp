@@ -892,12 +892,7 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     }
 
     listener& waker = b->listener_for_waits();
-    struct unwatch_guard {
-        listener& l;
-        const std::string& channel;
-        ~unwatch_guard() { l.unwatch(channel); }
-    } guard{waker, h->channel};
-    waker.watch(h->channel);
+    const listener::watching watched(waker, h->channel);
     // LISTEN before the retry, so a release between retry and wait is seen. If the LISTEN
     // connection is down we still retry at the holder's expiry.
     waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
@@ -1103,12 +1098,7 @@ int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std
     std::unique_ptr<turnstile> admitted;
     if (req->fair) admitted = std::make_unique<turnstile>(b, req, queue_key, shared);
     listener& waker = b->listener_for_waits();
-    struct unwatch_guard {
-        listener& l;
-        const std::string& channel;
-        ~unwatch_guard() { l.unwatch(channel); }
-    } guard{waker, h->channel};
-    waker.watch(h->channel);
+    const listener::watching watched(waker, h->channel);
     waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
     for (;;) {
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");

@@ -65,6 +65,19 @@ public:
         }
         nudge();
     }
+    // Watches `channel` for a scope: watch() at construction, unwatch() at destruction (on every
+    // path out of a wait, a throw included). `channel` must outlive it.
+    class watching {
+    public:
+        watching(waker& w, const std::string& channel) : waker_(w), channel_(channel) { waker_.watch(channel_); }
+        ~watching() { waker_.unwatch(channel_); }
+        watching(const watching&) = delete;
+        watching& operator=(const watching&) = delete;
+
+    private:
+        waker& waker_;
+        const std::string& channel_;
+    };
     // Waits until the channel's subscription is confirmed: true; false at `deadline_ns` (a deadline
     // in the past asks without waiting), on interrupt(), or while the connection is down (the
     // waiter then falls back to timed retries).
