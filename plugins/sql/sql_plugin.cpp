@@ -222,6 +222,12 @@ struct dlock_backend {
     std::string where() const { return "postgres " + config.server; }
     // When a statement sent now must have been answered (client-side limit).
     int64_t statement_deadline() const { return now_ns() + config.client_limit_ms() * 1'000'000; }
+    // The same, or an acquire's own deadline when that comes sooner and is still ahead (0, try once,
+    // and a deadline already passed get one whole attempt).
+    int64_t statement_deadline_within(int64_t acquire_deadline_ns) const {
+        const int64_t limit = statement_deadline();
+        return acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns() ? std::min(limit, acquire_deadline_ns) : limit;
+    }
     std::string channel_for(const std::string& name) const {
         return fmt::format("dlock_{:016x}", hash64(sql.lease_table + '\0' + name));
     }
@@ -643,8 +649,7 @@ struct fair_attempt {
 attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
                           int64_t acquire_deadline_ns, fair_attempt* fair = nullptr) {
     attempt a;
-    int64_t deadline = b->statement_deadline();
-    if (acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns()) deadline = std::min(deadline, acquire_deadline_ns);
+    int64_t deadline = b->statement_deadline_within(acquire_deadline_ns);
     if (fair && fair->enter) deadline = fair->wait_deadline_ns;
     pool::lease borrowed;
     if (!fair) borrowed = b->sessions->borrow(deadline, true);
@@ -992,8 +997,7 @@ struct holder_attempt {
 // waiters)); `on`: its session.
 holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acquire_request* req, bool admitted, session* on) {
     holder_attempt a;
-    int64_t deadline = b->statement_deadline();
-    if (req->deadline_ns != 0 && req->deadline_ns > now_ns()) deadline = std::min(deadline, req->deadline_ns);
+    const int64_t deadline = b->statement_deadline_within(req->deadline_ns);
     const bool shared = h.kind == DLOCK_HOLD_SHARED;
     for (int collisions = 0;; ++collisions) {
         pool::lease borrowed;
