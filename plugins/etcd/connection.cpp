@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <grpc/grpc.h>
 #include <grpc/support/time.h>
 
 #include <algorithm>
@@ -19,20 +18,6 @@ std::string lease_hex(int64_t id) { return fmt::format("{:016x}", uint64_t(id));
 namespace {
 
 bool contains(const std::string& text, const char* fragment) { return text.find(fragment) != std::string::npos; }
-
-// Keeps gRPC initialized, with its default event engine, until the process exits. gRPC keeps both
-// only while some channel exists, so without this, closing the last client tears them down: it joins
-// gRPC's threads, and quiescing the engine's thread pool is the process's first wait on an absl
-// mutex, for which absl measures the TSC frequency by sleeping 1 ms, 2 ms, 4 ms... until two
-// measurements agree (3 ms at best, more on a loaded machine). For a short-lived process such as
-// `dlock run` that was a fifth of its wall time; a long-lived one reuses the threads for its next
-// client instead of starting new ones. The anchor is a "lame" channel: it never connects, and a call
-// on it would fail at once (none is made). Called once a channel exists, so gRPC is initialized.
-void keep_grpc_running() {
-    static grpc_channel* const anchor =
-        grpc_lame_client_channel_create("dlock-grpc-anchor", GRPC_STATUS_UNAVAILABLE, "never used for calls");
-    (void)anchor;
-}
 
 }  // namespace
 
@@ -77,7 +62,6 @@ connection::connection(settings config) : config_(std::move(config)) {
         m->auth = pb::Auth::NewStub(m->channel);
         members_.push_back(std::move(m));
     }
-    keep_grpc_running();
 }
 
 connection::~connection() = default;

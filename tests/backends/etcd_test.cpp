@@ -1135,38 +1135,6 @@ TEST_F(EtcdFaults, WaiterWakesWithoutEtcdsUnsyncedWatchLoop) {
                        << " ms: woken by etcd's catch-up loop, not by the deletion's event";
 }
 
-// The gRPC threads of this process whose name starts with `prefix` (gRPC names its event engine's
-// pool "event_engine").
-int threads_named(const std::string& prefix) {
-    int count = 0;
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-        std::ifstream comm(task.path() / "comm");
-        std::string name;
-        if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) ++count;
-    }
-    return count;
-}
-
-// Closing a client revokes its session lease, but leaves gRPC running for the next client of the
-// process: tearing gRPC's event engine down costs a short-lived process (`dlock run`) several
-// milliseconds of joins and sleeps at exit (connection.cpp keep_grpc_running).
-TEST_F(EtcdFaults, ClosingAClientRevokesItsLeaseAndLeavesGrpcRunning) {
-    std::string lease_id;
-    {
-        auto client = dlock::client::open(config(backend::etcd));
-        auto lease = client.acquire("faults/closed", dlock::acquire_options().with_wait(0ms));
-        const auto keys = keys_under(single(), "dlock/faults%2Fclosed/");
-        ASSERT_EQ(keys.size(), 1u);
-        lease_id = keys[0].substr(keys[0].rfind('/') + 1, 16);
-        lease.release();
-    }
-    const auto answer = etcdctl(single().to_string(), {"lease", "timetolive", lease_id});
-    ASSERT_FALSE(answer.empty());
-    EXPECT_NE(answer[0].find("already expired"), std::string::npos)
-        << "the closed client's session lease " << lease_id << " is still granted: " << answer[0];
-    EXPECT_GT(threads_named("event_engine"), 0) << "closing the last client tore gRPC's event engine down";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
