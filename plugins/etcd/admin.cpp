@@ -41,8 +41,8 @@ bool is_hex(const std::string& text, size_t from, size_t to) {
     return true;
 }
 
-// Whether `suffix` (a key's part after its directory) is a queue key: `<lease hex>-<attempt hex>`
-// (dlock), `shared-<lease hex>-<attempt hex>` (dlock, shared) or `<lease hex>` (etcd's own mutex).
+// Whether `suffix` (a key's part after its directory) is a queue key: `<lease hex>-<suffix hex>`
+// (dlock), `shared-<lease hex>-<suffix hex>` (dlock, shared) or `<lease hex>` (etcd's own mutex).
 bool queue_key_suffix(const std::string& suffix, bool& shared) {
     const std::string& mark = dlock_backend::shared_mark;
     shared = suffix.compare(0, mark.size(), mark) == 0;

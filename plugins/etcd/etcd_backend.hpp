@@ -11,10 +11,13 @@
 // Keys. A lock name is escaped (`%`, `/` and control bytes become %XX) so it holds no `/`, and its
 // queue is the directory `<key_prefix><escaped name>/`: a name's directory never covers another
 // name's keys (`a/` vs `a%2Fb/`). Each acquisition puts its own key
-// `<dir><session lease hex>-<attempt hex>`, attached to the client's session lease, with the owner
-// token as value. etcd's mutex uses `<dir><lease hex>`; the attempt suffix makes two acquisitions
-// of one name in one client (two threads, or a non-reentrant second acquire) contend like two
-// processes instead of sharing one key.
+// `<dir><session lease hex>-<suffix hex>`, attached to the client's session lease, with the owner
+// token as value. etcd's mutex uses `<dir><lease hex>`; the suffix makes two acquisitions of one
+// name in one client (two threads, or a non-reentrant second acquire) contend like two processes
+// instead of sharing one key. A suffix is reused once its key's deletion is confirmed and nothing
+// about that key is still in doubt (see take_suffix): etcd keeps a deleted key in its index until a
+// compaction, and every enqueue's read of the directory walks those keys, so a key per acquisition
+// would make each acquire slower with every acquisition since the last compaction.
 //
 // Acquire. One Txn: if the key's create_revision is 0, put it and read the two newest keys of the
 // directory by create_revision (ours and the one just before it); else read it (only a retried
@@ -46,7 +49,7 @@
 // does not renew (renew: false) has its key deleted by the janitor thread when its validity ends,
 // since the session lease outlives it.
 //
-// Shared holds. A shared acquisition's key is `<dir>shared-<lease hex>-<attempt hex>` in the
+// Shared holds. A shared acquisition's key is `<dir>shared-<lease hex>-<suffix hex>` in the
 // lock's own directory, so the exclusive path above is unchanged: a shared key before an
 // exclusive one is a key before it, and the exclusive waits. Every other key of the directory
 // (`<lease hex>…`, etcd's mutex's keys too) is exclusive, and all of them sort before `<dir>s`: a
@@ -57,7 +60,7 @@
 // whose newest earlier exclusive key it was (all of whom then hold).
 //
 // Semaphores. The permits of semaphore `name` are keys `<key_prefix>%semaphores/<escaped
-// name>/<lease hex>-<attempt hex>` (no lock directory holds them: `%` then a lowercase letter);
+// name>/<lease hex>-<suffix hex>` (no lock directory holds them: `%` then a lowercase letter);
 // the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
 // again, same value, which moves its mod_revision); when it is absent, a Txn nested in the same
@@ -81,8 +84,9 @@
 // touch fails, the next waiter is woken when that holder's key goes instead (logged).
 // Fencing token: the key's create_revision, like a lock's.
 //
-// Every request is idempotent (unique keys, revision-guarded deletes), so a request that got no
-// answer is repeated on the next member.
+// Every request is idempotent (a key is used by one acquisition at a time and reused only after its
+// deletion was answered with no attempt about it in doubt; deletes are revision-guarded, or of a key
+// whose suffix is never reused), so a request that got no answer is repeated on the next member.
 #pragma once
 
 #include "connection.hpp"
@@ -97,6 +101,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -113,6 +118,8 @@ struct acquisition {
     std::string blockers_end;
     std::string limit_key;  // PERMIT: the key that stores N
     std::string tombstone;  // the key a clean-up puts when a put of `key` may still land (see retire_key)
+    std::string stem;       // `key` without its suffix: `<dir>[shared-]<lease hex>`
+    uint64_t suffix = 0;
     void* host_lease = nullptr;
     int64_t revision = 0;  // our key's create_revision: the fencing token
     // An attempt of the enqueue Txn got no answer: a put of `key` may have happened, or may still
@@ -179,7 +186,19 @@ struct dlock_backend final : session_listener {
     std::unique_ptr<connection> conn;
     std::unique_ptr<watcher> watches;
     std::unique_ptr<session_keeper> sessions;
-    std::atomic<uint64_t> attempts{0};
+    // Key suffixes: fresh ones from `suffixes_made`, and those free for reuse by stem (see the Keys
+    // paragraph above). The map forgets everything past max_free_stems stems (a client of many names,
+    // or of many sessions over time): a suffix not reused only costs etcd one more deleted key.
+    std::mutex suffixes_mutex;
+    uint64_t suffixes_made = 0;
+    std::unordered_map<std::string, std::vector<uint64_t>> free_suffixes;
+    static constexpr size_t max_free_stems = 4096;
+    // A suffix for a new key under `stem`: a free one, else a fresh one.
+    uint64_t take_suffix(const std::string& stem);
+    // Makes `a`'s suffix free again. Only when its key's deletion was answered and no attempt of any
+    // request that could put or delete that key unguarded is in doubt: a late put of the old key, or
+    // an unguarded delete of it, would land on the next acquisition's key.
+    void give_back_suffix(const acquisition& a);
     std::atomic<bool> interrupted{false};
 
     // Guards the hold-phase fields of acquisitions and the sets below. Never held while calling the host.
@@ -225,7 +244,7 @@ struct dlock_backend final : session_listener {
     std::string semaphore_dir_of(const char* name) const;
     static std::string escape(const char* name);
 
-    // The tombstone of queue key `<dir><lease>-<attempt>`: `<key_prefix>%abandoned/<lease>-<attempt>`.
+    // The tombstone of queue key `<dir><lease>-<suffix>`: `<key_prefix>%abandoned/<lease>-<suffix>`.
     // No name's directory holds it: escaped names never contain `%` followed by a lowercase letter.
     std::string tombstone_of(const std::string& key) const {
         return config.key_prefix + "%abandoned/" + key.substr(key.rfind('/') + 1);

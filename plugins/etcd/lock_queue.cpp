@@ -57,6 +57,21 @@ std::string dlock_backend::semaphore_dir_of(const char* name) const {
 
 std::string dlock_backend::escape(const char* name) { return escape_name(name); }
 
+uint64_t dlock_backend::take_suffix(const std::string& stem) {
+    std::lock_guard<std::mutex> lock(suffixes_mutex);
+    auto it = free_suffixes.find(stem);
+    if (it == free_suffixes.end() || it->second.empty()) return ++suffixes_made;
+    const uint64_t suffix = it->second.back();
+    it->second.pop_back();
+    return suffix;
+}
+
+void dlock_backend::give_back_suffix(const acquisition& a) {
+    std::lock_guard<std::mutex> lock(suffixes_mutex);
+    if (free_suffixes.size() >= max_free_stems && free_suffixes.find(a.stem) == free_suffixes.end()) free_suffixes.clear();
+    free_suffixes[a.stem].push_back(a.suffix);
+}
+
 void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
     std::lock_guard<std::mutex> notifying(notify_mutex);
     {
@@ -121,8 +136,10 @@ void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t prede
     orphan o = orphan_of(*a, 0);
     if (!in_background) {
         try {
+            int64_t unanswered = 0;
             retire_key(o.key, 0, o.tombstone, o.lease, "delete an abandoned queue key",
-                       call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
+                       call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE, &unanswered});
+            if (o.tombstone.empty() && unanswered == 0) give_back_suffix(*a);
             return;
         } catch (const failure& f) {
             log(2, fmt::format("etcd: could not delete queue key `{}` ({}); retrying in the background", a->key, f.message));
@@ -237,8 +254,9 @@ int dlock_backend::acquire(const dlock_acquire_request& request, dlock_hold** ou
         a->blockers_end = prefix_end(a->dir);
         if (a->kind == DLOCK_HOLD_SHARED) a->blockers_end = a->dir + shared_mark.substr(0, 1);
         if (a->kind == DLOCK_HOLD_PERMIT) a->limit_key = a->dir.substr(0, a->dir.size() - 1);
-        a->key = fmt::format("{}{}{}-{:x}", a->dir, a->kind == DLOCK_HOLD_SHARED ? shared_mark : std::string(),
-                             lease_hex(a->s->id), ++attempts);
+        a->stem = a->dir + (a->kind == DLOCK_HOLD_SHARED ? shared_mark : std::string()) + lease_hex(a->s->id);
+        a->suffix = take_suffix(a->stem);
+        a->key = fmt::format("{}-{:x}", a->stem, a->suffix);
         a->tombstone = tombstone_of(a->key);
         a->owner = request.owner;
         a->host_lease = request.host_lease;
@@ -701,6 +719,7 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
         a->own_watch = 0;
     }
     if (deleted) {
+        if (unanswered == 0 && unanswered_before == 0 && !a->put_in_doubt) give_back_suffix(*a);
         if (after.idle && after.limit_mod_revision != 0) forget_limit(a->limit_key, after.limit_mod_revision);
         return DLOCK_OK;
     }
