@@ -34,7 +34,6 @@ using namespace std::chrono_literals;
 struct floor_client {
     ec::connection conn;
     int64_t lease = 0;
-    int64_t n = 0;
     const std::string dir = "dlock/bench%2Ffloor/";
 
     explicit floor_client(const dlock::lab::endpoint& where) : conn(settings_for(where)) {
@@ -70,8 +69,11 @@ struct floor_client {
         c->set_create_revision(revision);
     }
     // The acquire Txn (put-if-absent with the lease + read of the queue head); returns its revision.
+    // One key, reused by every cycle as the plugin reuses a released key's suffix: a key per cycle
+    // would leave a deleted key per cycle in etcd's index, which every later read of the directory
+    // walks (until a compaction), and the floor would slow down as it runs.
     int64_t acquire(std::string& key) {
-        key = fmt::format("{}{}-{:x}", dir, ec::lease_hex(lease), ++n);
+        key = fmt::format("{}{}-1", dir, ec::lease_hex(lease));
         pb::TxnRequest txn;
         require_create_revision(txn, key, 0);
         pb::PutRequest* put = txn.add_success()->mutable_request_put();
@@ -123,7 +125,7 @@ struct floor_client {
     }
     void put() {
         pb::PutRequest put;
-        put.set_key(dir + "plain");
+        put.set_key("dlock/bench%2Fplain");
         put.set_value(std::string(32, 'f'));
         pb::PutResponse response;
         conn.call("floor put", [&](ec::member& m, grpc::ClientContext& ctx) { return m.kv->Put(&ctx, put, &response); });
