@@ -5,11 +5,13 @@
 //
 // usage: dlock-compare [--quick | --full] [--backends a,b] [--out DIR] [--skip-peers] [--s3-waiters 2,128,1000]
 //                      [--baseline REPORT.md]   (default: docs/benchmarks.md, for the "no regression" targets)
+//                      [--placement same|across|none]   (CPUs of the client and the servers during S1, its floor, peers)
 //
 // A scenario that fails is recorded with its error in the report and the run goes on; the exit
 // status is 0 when the report was written (targets missed do not fail the run), 1 otherwise.
 #include "baseline.hpp"
 #include "modes.hpp"
+#include "placement.hpp"
 #include "probes.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,6 +37,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -56,6 +60,7 @@ struct options {
     std::vector<int> s3_waiters;  // overrides the size's S3 points when given
     fs::path baseline;            // the report whose figures this run must not fall behind
     fs::path worker;
+    placement_mode placement = placement_mode::same_cpu;
     std::string command_line;
 };
 
@@ -131,7 +136,9 @@ int steps_per_target(const scenario_sizes& s, bool peers) {
 // contention point of 4 permits and 32 contenders, and (zookeeper, with peers) kazoo's Semaphore,
 // ReadLock and WriteLock. A target without the capability gets the reason instead of a figure.
 void run_modes(json& tr, const scenario_context& ctx, uint64_t caps, bool full, bool peers, dlock::lab::lab& lab,
-               progress_display& progress, const std::function<void(const std::string&)>& step) {
+               progress_display& progress, const std::function<void(const std::string&)>& step,
+               const std::function<std::unique_ptr<placement_guard>()>& pin,
+               const std::function<void(std::unique_ptr<placement_guard>&)>& unpin) {
     constexpr int kPermits = 4, kContenders = 32;
     const int cycles = full ? 10000 : 500;
     json modes = json::object();
@@ -147,7 +154,9 @@ void run_modes(json& tr, const scenario_context& ctx, uint64_t caps, bool full, 
             return;
         }
         attempt(tr, std::string("S1 ") + key, progress, [&] {
+            auto pinned = pin();  // placed like the exclusive S1 and the floor it is compared with
             const auto d = run_s1_mode(ctx.t, permits, shared, cycles);
+            unpin(pinned);
             modes[key] = json{{"latency", to_json(d)}, {"cycles", cycles}, {"floor_p50_us", floor_p50},
                               {"ratio_to_floor", d.p50 / floor_p50}, {"ratio_to_lock_s1", d.p50 / lock_p50}};
             if (permits) modes[key]["permits"] = permits;
@@ -247,6 +256,12 @@ options parse_options(int argc, char** argv) {
     std::string baseline = (fs::path(DLOCK_SUITE_DIR) / ".." / ".." / "docs" / "benchmarks.md").lexically_normal().string();
     app.add_option("--baseline", baseline, "the report.md whose S1/floor, S2 and peer ratios this run must not fall behind")
         ->capture_default_str();
+    std::string placement = placement_name(o.placement);
+    app.add_option("--placement", placement,
+                   "CPU placement during S1, its floor, the modes' S1 and the peers: same (client and servers on one CPU), "
+                   "across (on two), none (the scheduler's choice)")
+        ->check(CLI::IsMember({"same", "across", "none"}))
+        ->capture_default_str();
     app.add_option("--worker", worker, "the dlock-bench-worker executable (default: next to dlock-compare)");
     try {
         app.parse(argc, argv);
@@ -270,6 +285,7 @@ options parse_options(int argc, char** argv) {
     }
     o.out = out.empty() ? fs::absolute("dlock-report-" + utc_now("%Y%m%d-%H%M%S")) : fs::absolute(out);
     o.baseline = baseline;
+    o.placement = *parse_placement(placement);
     o.worker = worker.empty() ? fs::canonical("/proc/self/exe").parent_path() / "dlock-bench-worker" : fs::absolute(worker);
     for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
     return o;
@@ -320,6 +336,23 @@ int main(int argc, char** argv) {
     interrupts.protect(the_lab.get());
     for (const auto& [backend, why] : the_lab->failures()) report["lab_failures"][std::string(lab::backend_name(backend))] = why;
 
+    // S1, its floor, the modes' S1 and the peers run with the CPUs of the client and of the target's
+    // servers fixed (placement.hpp), so that each, on its own connection, meets the same round-trip
+    // cost every run; S2–S6 run as the scheduler places them.
+    std::optional<cpu_plan> plan;
+    {
+        cpu_set_t allowed;
+        CPU_ZERO(&allowed);
+        if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) plan = plan_for(opt.placement, allowed);
+        report["placement"] = json{{"mode", plan ? placement_name(opt.placement) : "none"}};
+        if (plan) {
+            report["placement"]["client_cpu"] = plan->client_cpu;
+            report["placement"]["server_cpu"] = plan->server_cpu;
+        } else if (opt.placement != placement_mode::unpinned) {
+            report["placement"]["why"] = fmt::format("--placement {} needs more CPUs than this process may use", placement_name(opt.placement));
+        }
+    }
+
     const auto measuring_started = std::chrono::steady_clock::now();
     for (const std::string& name : opt.targets) {
         json tr{{"name", name}};
@@ -347,11 +380,25 @@ int main(int argc, char** argv) {
         tr["capabilities"] = capability_names(caps);
         const scenario_context ctx{t, the_lab.get(), opt.worker, worker_log};
         auto step = [&](const std::string& what) { progress.step(name, what); };
+        // The client and this target's servers on the plan's CPUs while the guard lives; null when
+        // the run or this target is not placed (placed_servers says which are).
+        const std::vector<pid_t> servers = plan ? placed_servers(name, *the_lab) : std::vector<pid_t>{};
+        tr["placement"] = servers.empty() ? json{{"mode", "none"}} : report["placement"];
+        auto pin = [&]() -> std::unique_ptr<placement_guard> {
+            return servers.empty() ? nullptr : std::make_unique<placement_guard>(*plan, servers);
+        };
+        auto unpin = [&](std::unique_ptr<placement_guard>& guard) {
+            if (!guard) return;
+            guard->restore();
+            for (const auto& problem : guard->problems()) tr["placement"]["problems"].push_back(problem);
+            guard.reset();
+        };
 
         // The floor and S1 are measured in interleaved blocks (a floor block, then an S1 block, ...),
         // so that a stall of the machine or the server falls on both: calibrate() hands its floor
         // cycle to run_s1. Should S1 fail, the floor is measured on its own.
         step("calibrate (floor)");
+        auto pinned = pin();
         const int blocks = s1_blocks(sizes.s1_cycles);
         std::optional<s1_result> s1;
         std::string s1_error;
@@ -379,6 +426,7 @@ int main(int argc, char** argv) {
             step(fmt::format("S1 {} cycles (no floor)", sizes.s1_cycles));
             attempt(tr, "S1", progress, [&] { s1 = run_s1(t, sizes.s1_cycles, opt.out / ("s1_" + name + ".json")); });
         }
+        unpin(pinned);
         if (!s1_error.empty()) {
             tr["errors"]["S1"] = s1_error;
             progress.note(fmt::format("  {} S1: failed: {}", name, s1_error));
@@ -387,7 +435,7 @@ int main(int argc, char** argv) {
             tr["s1"] = json{{"latency", to_json(s1->latency)}, {"benchmark_json", s1->benchmark_json.filename().string()}};
             samples["s1"][name] = s1->latency.us;
         }
-        run_modes(tr, ctx, caps, opt.full, !opt.skip_peers, *the_lab, progress, step);
+        run_modes(tr, ctx, caps, opt.full, !opt.skip_peers, *the_lab, progress, step, pin, unpin);
         step("server commands per cycle");
         attempt(tr, "commands", progress, [&] { tr["commands"] = to_json(count_uncontended(t, *the_lab)); });
         attempt(tr, "S2", progress, [&] {
@@ -440,7 +488,11 @@ int main(int argc, char** argv) {
             step("S8 peers");
             attempt(tr, "S8", progress, [&] {
                 tr["peers"] = json::array();
-                for (const auto& p : run_peers(t, *the_lab, size)) tr["peers"].push_back(to_json(p));
+                // Placed like S1: each peer process (started by this process) and dlock's blocks around it.
+                auto pinned_peers = pin();
+                const auto results = run_peers(t, *the_lab, size);
+                unpin(pinned_peers);
+                for (const auto& p : results) tr["peers"].push_back(to_json(p));
             });
         }
         report["targets"].push_back(tr);

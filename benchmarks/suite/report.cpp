@@ -4,6 +4,7 @@
 #include "baseline.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -450,6 +451,41 @@ std::string modes_tables(const json& targets) {
     return md.str();
 }
 
+// Where the client and the servers ran during S1, its floor, the modes' S1 and the peers
+// (placement.hpp), and which targets were placed.
+std::string placement_text(const json& report) {
+    const json none = json::object();
+    const json& p = report.value("placement", none);
+    const std::string mode = str(p, "mode");
+    std::vector<std::string> placed, unplaced;
+    for (const auto& t : report.at("targets")) {
+        const json& tp = t.value("placement", none);
+        if (!tp.contains("mode")) continue;  // not measured (its server did not start)
+        const bool is_placed = str(tp, "mode") != "none";
+        std::string entry = str(t, "name");
+        if (is_placed && tp.contains("problems"))
+            entry += " (not every thread pinned: " + tp.at("problems").dump() + ")";
+        (is_placed ? placed : unplaced).push_back(entry);
+    }
+    std::ostringstream text;
+    text << "CPU placement during S1, its floor, the modes' S1 and the peers (S2–S6 run where the scheduler puts them): ";
+    if (mode == "same" || mode == "across") {
+        text << (mode == "same" ? fmt::format("**same CPU**: the driver (every thread, and the peer processes it starts) and the "
+                                              "target's servers (every thread, PostgreSQL's backends included) on CPU {}",
+                                              plain(num(p, "client_cpu"), 0))
+                                : fmt::format("**across CPUs**: the driver (every thread, and the peer processes it starts) on CPU {}, "
+                                              "the target's servers (every thread, PostgreSQL's backends included) on CPU {}",
+                                              plain(num(p, "client_cpu"), 0), plain(num(p, "server_cpu"), 0)))
+             << ", so that S1, the floor and each peer, each on a connection of its own, meet the same round-trip cost. Placed: "
+             << (placed.empty() ? "none" : fmt::format("{}", fmt::join(placed, ", "))) << "; left to the scheduler: "
+             << (unplaced.empty() ? "none" : fmt::format("{}", fmt::join(unplaced, ", "))) << ".";
+    } else {
+        text << "**none** (the scheduler's choice; a connection keeps the placement it got"
+             << (p.contains("why") ? ": " + str(p, "why") : std::string()) << ").";
+    }
+    return text.str();
+}
+
 std::string scenario_tables(const json& report) {
     const json none = json::object();
     const json& targets = report.at("targets");
@@ -657,7 +693,7 @@ report_files write_report(json& report, const json& samples, const std::filesyst
     md << ".\n\nBaseline of the \"no regression\" targets: "
        << (report.contains("baseline") && report.at("baseline").contains("source") ? "`" + str(report.at("baseline"), "source") + "`"
            : report.contains("baseline") ? "none (" + str(report.at("baseline"), "error") + ")" : "none")
-       << ".\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
+       << ".\n\n" << placement_text(report) << "\n\nFigures are from one shared machine where other work may run at the same time: compare ratios measured in "
           "this run, not absolute values across runs.\n\n## Summary\n\n"
        << files.summary << "\n";
     if (files.plots_ok) {
