@@ -346,9 +346,14 @@ TEST_F(RedlockFaults, ServerCommandsPerHandoffStayBoundedWithManyThreadsPerClien
     const std::string name = "redlock/many-threads";
     std::vector<dlock::client> clients;
     for (int i = 0; i < client_count; ++i) clients.push_back(dlock::client::open(config()));
-    // Each thread of each client takes the lock once; new threads every run.
+    // Each thread of each client takes the lock once; new threads every run. They all queue behind
+    // a holder first (which releases once they have all had time to queue), so that what is counted
+    // is handoffs, not the race of simultaneous arrivals for a free lock nobody queues for.
+    auto holder_client = dlock::client::open(config());
     const auto run = [&] {
         std::atomic<int> failures{0};
+        auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(10s).with_ttl(30s));
+        if (!holder) return -1;
         std::vector<std::thread> threads;
         for (int i = 0; i < client_count; ++i)
             for (int t = 0; t < threads_each; ++t)
@@ -362,6 +367,8 @@ TEST_F(RedlockFaults, ServerCommandsPerHandoffStayBoundedWithManyThreadsPerClien
                     std::this_thread::sleep_for(2ms);
                     if (lease.release() != dlock::release_outcome::released) ++failures;
                 });
+        std::this_thread::sleep_for(500ms);
+        if (holder.release() != dlock::release_outcome::released) ++failures;
         for (auto& t : threads) t.join();
         return failures.load();
     };
