@@ -44,6 +44,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <cstring>
 #include <limits>
@@ -76,10 +77,19 @@ struct dlock_backend {
     int64_t score_offset_us = 0;
     dlock_plugin_host host{};
     std::atomic<bool> interrupted{false};
+    // A thread inside wait_for_wakers. Every waker's change re-checks each one's condition on the
+    // waker's thread and wakes only the threads whose condition it made true (and interrupt()
+    // wakes all): with many threads waiting on one client, a message for one of them wakes that
+    // one, not all of them (each to find it was not for it).
+    struct sleeper {
+        std::condition_variable cv;
+        std::function<bool()> ready;
+        bool fired = false;  // `ready` was found true: the wait is over
+    };
     std::mutex sleep_mutex;
-    std::condition_variable sleep_cv;  // notified by interrupt() and by every waker's change
+    std::set<sleeper*> sleepers;  // guarded by sleep_mutex
     // One subscriber per node, made on the first wait, then never changed until destruction.
-    // Declared after sleep_mutex/sleep_cv, which their callbacks use: destroyed before them.
+    // Declared after sleep_mutex/sleepers, which their callbacks use: destroyed before them.
     std::mutex waker_mutex;
     std::vector<std::unique_ptr<subscriber>> wakers;
     // The waiting threads' channels the wakers watch: each stays watched for the client's lifetime,
@@ -334,8 +344,8 @@ void redlock_interrupt(dlock_backend* b) {
     {
         std::lock_guard<std::mutex> lock(b->sleep_mutex);
         b->interrupted = true;
+        for (auto* s : b->sleepers) s->cv.notify_one();
     }
-    b->sleep_cv.notify_all();
     std::lock_guard<std::mutex> lock(b->waker_mutex);
     for (const auto& s : b->wakers) s->interrupt();
 }
@@ -528,8 +538,12 @@ const waker_set& wakers_for(dlock_backend* b) {
         waker_set made;
         for (const auto& nd : b->nodes)
             made.push_back(std::make_unique<subscriber>(nd.where, b->config, [b] {
-                { std::lock_guard<std::mutex> wake(b->sleep_mutex); }
-                b->sleep_cv.notify_all();
+                std::lock_guard<std::mutex> wake(b->sleep_mutex);
+                for (auto* s : b->sleepers)
+                    if (!s->fired && s->ready()) {
+                        s->fired = true;
+                        s->cv.notify_one();
+                    }
             }));
         b->wakers = std::move(made);
     }
@@ -551,12 +565,20 @@ size_t listening(const waker_set& wakers, const std::string& channel) {
     return n;
 }
 
-// Waits until `done()`, interrupt() or `until_ns`; every waker's change re-checks `done`.
+// Waits until `done()`, interrupt() or `until_ns`; every waker's change re-checks `done` (on the
+// waker's thread, under sleep_mutex). Returns after the first time `done()` was found true, so a
+// condition that records something when it turns true ends the wait once.
 template <typename Done>
 void wait_for_wakers(dlock_backend* b, int64_t until_ns, Done&& done) {
     std::unique_lock<std::mutex> lock(b->sleep_mutex);
-    b->sleep_cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
-                           [&] { return b->interrupted.load() || done(); });
+    if (b->interrupted.load() || done()) return;
+    dlock_backend::sleeper me;
+    me.ready = [&] { return done(); };
+    b->sleepers.insert(&me);
+    const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns));
+    while (!me.fired && !b->interrupted.load())
+        if (me.cv.wait_until(lock, until) == std::cv_status::timeout) break;
+    b->sleepers.erase(&me);
 }
 
 int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
