@@ -119,11 +119,16 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
         else expect_ok({"AUTH", s.username, s.password}, "AUTH");
     }
     if (s.database != 0) expect_ok({"SELECT", std::to_string(s.database)}, "SELECT");
-    // Load every script, so EVALSHA works on this server from the first call.
+    // Load every script whose SHA1 the process does not know yet, so EVALSHA works from the first
+    // call. Once known, a new connection loads nothing (14 commands per connection otherwise, which
+    // a pool that reconnects under load pays again and again): a server that lacks a script (the
+    // first connection to it, a restart, SCRIPT FLUSH) answers EVALSHA with NOSCRIPT, and every
+    // caller then sends the script itself (run_script; pipelined requests always send it).
     for (const script* sc : {&acquire_script, &release_script, &inspect_script, &queue_acquire_script,
                               &queue_release_script, &leave_queue_script, &shared_acquire_script, &shared_release_script,
                               &permit_acquire_script, &permit_release_script, &renew_holds_script, &holders_script,
                               &break_script, &mark_waiting_writer_script}) {
+        if (!sc->sha1().empty()) continue;
         reply_ptr r = expect_ok({"SCRIPT", "LOAD", sc->source()}, "SCRIPT LOAD");
         if (r->type == REDIS_REPLY_STRING) sc->learn_sha1(std::string(r->str, r->len));
     }

@@ -41,13 +41,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <netdb.h>
+#include <poll.h>
 #include <random>
 #include <set>
 #include <sys/socket.h>
@@ -74,10 +77,19 @@ struct dlock_backend {
     int64_t score_offset_us = 0;
     dlock_plugin_host host{};
     std::atomic<bool> interrupted{false};
+    // A thread inside wait_for_wakers. Every waker's change re-checks each one's condition on the
+    // waker's thread and wakes only the threads whose condition it made true (and interrupt()
+    // wakes all): with many threads waiting on one client, a message for one of them wakes that
+    // one, not all of them (each to find it was not for it).
+    struct sleeper {
+        std::condition_variable cv;
+        std::function<bool()> ready;
+        bool fired = false;  // `ready` was found true: the wait is over
+    };
     std::mutex sleep_mutex;
-    std::condition_variable sleep_cv;  // notified by interrupt() and by every waker's change
+    std::set<sleeper*> sleepers;  // guarded by sleep_mutex
     // One subscriber per node, made on the first wait, then never changed until destruction.
-    // Declared after sleep_mutex/sleep_cv, which their callbacks use: destroyed before them.
+    // Declared after sleep_mutex/sleepers, which their callbacks use: destroyed before them.
     std::mutex waker_mutex;
     std::vector<std::unique_ptr<subscriber>> wakers;
     // The waiting threads' channels the wakers watch: each stays watched for the client's lifetime,
@@ -332,8 +344,8 @@ void redlock_interrupt(dlock_backend* b) {
     {
         std::lock_guard<std::mutex> lock(b->sleep_mutex);
         b->interrupted = true;
+        for (auto* s : b->sleepers) s->cv.notify_one();
     }
-    b->sleep_cv.notify_all();
     std::lock_guard<std::mutex> lock(b->waker_mutex);
     for (const auto& s : b->wakers) s->interrupt();
 }
@@ -390,6 +402,39 @@ std::vector<std::string> release_args(const dlock_backend* b, const std::string&
             queued ? place.score : "0", std::to_string(b->entry_grace_ms()), giving_back ? "give back" : "release"};
 }
 
+// The replies a fan-out stopped waiting for once it was decided (owed by their connections: a
+// round's request is the last one sent on its connection, so its reply is the last one owed), read
+// until `until_ns`: replies[i] gets node i's reply if it came in time, and stays null otherwise (the
+// connection still owes it). `late` nodes (past the fan-out's deadline) are left alone.
+void collect_owed_replies(std::vector<connection*>& conns, const std::vector<bool>& late, std::vector<reply_ptr>& replies,
+                          int64_t until_ns) {
+    for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<size_t> index;
+        for (size_t i = 0; i < conns.size(); ++i) {
+            connection* c = conns[i];
+            if (replies[i] || late[i] || !c || c->broken() || c->owed_replies() == 0) continue;
+            void* raw = nullptr;
+            while (c->owed_replies() > 0 && redisGetReplyFromReader(c->context(), &raw) == REDIS_OK && raw) {
+                reply_ptr r(static_cast<redisReply*>(raw));
+                raw = nullptr;
+                c->settle_owed_reply();
+                if (c->owed_replies() == 0) replies[i] = std::move(r);
+            }
+            if (replies[i]) continue;
+            fds.push_back({c->context()->fd, POLLIN, 0});
+            index.push_back(i);
+        }
+        const int64_t left_us = (until_ns - now_ns()) / 1000;
+        if (fds.empty() || left_us <= 0) return;
+        const timespec wait{time_t(left_us / 1'000'000), long(left_us % 1'000'000) * 1000};
+        const int ready = ppoll(fds.data(), fds.size(), &wait, nullptr);
+        if (ready < 0 && errno != EINTR) return;
+        for (size_t k = 0; k < fds.size(); ++k)
+            if (fds[k].revents && redisBufferRead(conns[index[k]]->context()) != REDIS_OK) conns[index[k]]->mark_broken();
+    }
+}
+
 round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared,
                            const queue_place& place) {
     round_result r;
@@ -411,8 +456,21 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         return granted >= b->quorum || refused > nodes - b->quorum;
     };
     r.sent_ns = now_ns();
-    std::vector<reply_ptr> replies =
-        fan_out(round.conns, commands, r.sent_ns + b->config.command_timeout_ms * 1'000'000, late, decided);
+    const int64_t deadline_ns = r.sent_ns + b->config.command_timeout_ms * 1'000'000;
+    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late, decided);
+    // Refused by a quorum: the round failed, and what it got is given back below on every node that
+    // did not refuse. The nodes that had not answered yet are usually only a moment behind, and
+    // most refuse too: their replies are awaited a while longer (as long again as the round took,
+    // at least 1 ms, within its deadline), so that a node that refused costs no give-back. (A
+    // waiter's wake that comes meanwhile is not missed: it counts from before the round.)
+    size_t granted_so_far = 0;
+    for (const auto& rep : replies)
+        if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->integer == 1) ++granted_so_far;
+    if (granted_so_far < b->quorum) {
+        const int64_t decided_ns = now_ns();
+        collect_owed_replies(round.conns, late, replies,
+                             std::min(deadline_ns, decided_ns + std::max<int64_t>(decided_ns - r.sent_ns, 1'000'000)));
+    }
     for (size_t i = 0; i < replies.size(); ++i) {
         const redisReply* rep = replies[i].get();
         if (rep && rep->type == REDIS_REPLY_ERROR && std::strncmp(rep->str, "NOSCRIPT", 8) == 0) {
@@ -480,8 +538,12 @@ const waker_set& wakers_for(dlock_backend* b) {
         waker_set made;
         for (const auto& nd : b->nodes)
             made.push_back(std::make_unique<subscriber>(nd.where, b->config, [b] {
-                { std::lock_guard<std::mutex> wake(b->sleep_mutex); }
-                b->sleep_cv.notify_all();
+                std::lock_guard<std::mutex> wake(b->sleep_mutex);
+                for (auto* s : b->sleepers)
+                    if (!s->fired && s->ready()) {
+                        s->fired = true;
+                        s->cv.notify_one();
+                    }
             }));
         b->wakers = std::move(made);
     }
@@ -503,12 +565,20 @@ size_t listening(const waker_set& wakers, const std::string& channel) {
     return n;
 }
 
-// Waits until `done()`, interrupt() or `until_ns`; every waker's change re-checks `done`.
+// Waits until `done()`, interrupt() or `until_ns`; every waker's change re-checks `done` (on the
+// waker's thread, under sleep_mutex). Returns after the first time `done()` was found true, so a
+// condition that records something when it turns true ends the wait once.
 template <typename Done>
 void wait_for_wakers(dlock_backend* b, int64_t until_ns, Done&& done) {
     std::unique_lock<std::mutex> lock(b->sleep_mutex);
-    b->sleep_cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
-                           [&] { return b->interrupted.load() || done(); });
+    if (b->interrupted.load() || done()) return;
+    dlock_backend::sleeper me;
+    me.ready = [&] { return done(); };
+    b->sleepers.insert(&me);
+    const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns));
+    while (!me.fired && !b->interrupted.load())
+        if (me.cv.wait_until(lock, until) == std::cv_status::timeout) break;
+    b->sleepers.erase(&me);
 }
 
 int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
@@ -557,8 +627,23 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                     for (const auto& s : *wakers) s->unwatch(channel);
             }
         } guard{wakers, broadcast_watched, broadcast};
-        // The thread's own channel stays watched once it is: wait on it from the first round.
-        if (!h->shared) {
+        // The thread's own channel stays watched once it is: wait on it from the first round. An
+        // exclusive acquire that may wait subscribes it before its first round (once per thread and
+        // client), so that a round refused while a quorum listens needs no second round to cover a
+        // release it could have missed while subscribing.
+        if (!h->shared && place.queues()) {
+            wakers = &wakers_for(b);
+            bool fresh = false;
+            {
+                std::lock_guard<std::mutex> lock(b->waker_mutex);
+                fresh = b->waiter_channels.insert(own_channel).second;
+                if (fresh)
+                    for (const auto& s : *wakers) s->watch(own_channel);
+            }
+            if (fresh)
+                wait_for_wakers(b, std::min(req->deadline_ns, now_ns() + command_timeout_ns(b)),
+                                [&] { return listening(*wakers, channel) >= b->quorum; });
+        } else if (!h->shared) {
             std::lock_guard<std::mutex> lock(b->waker_mutex);
             if (b->waiter_channels.count(own_channel)) wakers = &b->wakers;
         }
@@ -569,6 +654,20 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
         };
         const auto heard_since = [&] {
             return heard(*wakers, channel) + (broadcast_watched && !h->shared ? heard(*wakers, broadcast) : 0);
+        };
+        // What an exclusive waiter heard on its own channel, node by node: a release wakes it on
+        // each node as that node runs the release, and its round can win only once a quorum of
+        // nodes did (a node still holding the old holder's key refuses it).
+        const auto own_heard = [&] {
+            std::vector<uint64_t> per_node;
+            if (wakers)
+                for (const auto& s : *wakers) per_node.push_back(s->generation(own_channel));
+            return per_node;
+        };
+        const auto nodes_heard_since = [&](const std::vector<uint64_t>& seen_own) {
+            size_t n = 0;
+            for (size_t i = 0; i < seen_own.size(); ++i) n += (*wakers)[i]->generation(own_channel) != seen_own[i] ? 1 : 0;
+            return n;
         };
 
         // A waiter queued by a round leaves the queues unless it got the lock (a timeout, an error):
@@ -614,6 +713,8 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
 
         for (uint64_t round = 1;; ++round) {
             const uint64_t seen = wakers ? heard_since() : 0;  // before the round
+            const std::vector<uint64_t> seen_own = h->shared ? std::vector<uint64_t>() : own_heard();
+            const uint64_t seen_broadcast = wakers && broadcast_watched && !h->shared ? heard(*wakers, broadcast) : 0;
             const std::string value = round_value(h->owner, round);
             const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared, place);
             if (r.acquired) {
@@ -685,7 +786,32 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                                      : now + b->retry_delay_ms * 1'000'000;
             // Fewer than a quorum listening could miss the release: poll until they are back.
             if (listening(*wakers, channel) < b->quorum) until = std::min(until, now + b->retry_delay_ms * 1'000'000);
-            wait_for_wakers(b, std::min(until, req->deadline_ns), [&] { return heard_since() != seen; });
+            until = std::min(until, req->deadline_ns);
+            if (h->shared || seen_own.size() != b->nodes.size()) {
+                wait_for_wakers(b, until, [&] { return heard_since() != seen; });
+                continue;
+            }
+            // An exclusive waiter retries once a quorum of nodes woke it (or the name's channel
+            // spoke: shared holders left): retrying at the first node's message would mostly be
+            // refused by the nodes that have not run the release yet, a round and its give-backs
+            // for nothing. Woken by fewer nodes, it retries after retry_delay at most (the others
+            // may never wake it: its entry lost there, or a give-back that woke it on some nodes).
+            int64_t first_heard_ns = 0;
+            for (;;) {
+                const int64_t limit = first_heard_ns ? std::min(until, first_heard_ns + b->retry_delay_ms * 1'000'000) : until;
+                bool decided = false;
+                wait_for_wakers(b, limit, [&] {
+                    if (broadcast_watched && heard(*wakers, broadcast) != seen_broadcast) return decided = true;
+                    const size_t n = nodes_heard_since(seen_own);
+                    if (n >= b->quorum) return decided = true;
+                    if (n > 0 && first_heard_ns == 0) {
+                        first_heard_ns = now_ns();
+                        return true;  // waits again, until a quorum or retry_delay from now
+                    }
+                    return false;
+                });
+                if (decided || b->interrupted || now_ns() >= limit) break;
+            }
         }
     });
 }
