@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <absl/base/internal/sysinfo.h>
 #include <grpc/support/time.h>
 
 #include <algorithm>
@@ -18,6 +19,24 @@ std::string lease_hex(int64_t id) { return fmt::format("{:016x}", uint64_t(id));
 namespace {
 
 bool contains(const std::string& text, const char* fragment) { return text.find(fragment) != std::string::npos; }
+
+// absl measures the CPU's clock rate once per process, by sleeping 1 ms, 2 ms, 4 ms... until two
+// measurements agree (3 ms at best, more on a loaded machine), the first time a thread queues on an
+// absl::Mutex that another thread already waits for. In a process with one client that is the close:
+// tearing gRPC down quiesces its event engine's thread pool, and the closing thread sleeps through the
+// measurement (docs/backends/etcd.md, "Threads"). Started by the first connection of the process, in
+// a thread of its own, the measurement runs while that client connects and works. absl offers it only
+// in base/internal; it is thread-safe and computed once, so a caller that needs it meanwhile waits for
+// this one's result. An empty thread when the measurement was started before, or cannot be started.
+std::thread measure_cpu_clock_once() {
+    static std::atomic<bool> started{false};
+    if (started.exchange(true)) return {};
+    try {
+        return std::thread([] { (void)absl::base_internal::NominalCPUFrequency(); });
+    } catch (const std::system_error&) {  // no thread: the measurement happens where absl needs it
+        return {};
+    }
+}
 
 }  // namespace
 
@@ -62,9 +81,13 @@ connection::connection(settings config) : config_(std::move(config)) {
         m->auth = pb::Auth::NewStub(m->channel);
         members_.push_back(std::move(m));
     }
+    cpu_clock_measurement_ = measure_cpu_clock_once();  // last: nothing after it may throw
 }
 
-connection::~connection() = default;
+connection::~connection() {
+    // Before the channels go: when this connection is the last, their destruction tears gRPC down.
+    if (cpu_clock_measurement_.joinable()) cpu_clock_measurement_.join();
+}
 
 void connection::fail_over(size_t failed) {
     size_t expected = failed;

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dlock::etcd {
@@ -143,6 +144,9 @@ private:
     std::mutex in_flight_mutex_;
     std::set<grpc::ClientContext*> in_flight_;  // (in_flight_mutex_) cancellable calls running
     std::atomic<bool> interrupted_{false};
+    // absl's one-off measurement of the CPU clock, when this connection started it (connection.cpp,
+    // measure_cpu_clock_once); joined at destruction.
+    std::thread cpu_clock_measurement_;
 };
 
 // The end of the prefix range: every key starting with `prefix` is in [prefix, prefix_end(prefix)).

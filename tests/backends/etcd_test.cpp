@@ -21,10 +21,12 @@
 
 #include <dlock/dlock.hpp>
 
+#include <absl/base/internal/sysinfo.h>
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1160,9 +1162,45 @@ TEST_F(EtcdFaults, WaiterWakesWithoutEtcdsUnsyncedWatchLoop) {
                        << " ms: woken by etcd's catch-up loop, not by the deletion's event";
 }
 
+// absl measures the CPU clock once per process, sleeping 1 ms, 2 ms, ... (connection.cpp,
+// measure_cpu_clock_once). This process (argv: --cpu-clock-probe CONFIG) opens the process's first
+// client, takes and releases a lock, and waits far longer than the measurement takes; then it asks
+// absl for the result before closing the client, and prints how many times that made this thread
+// sleep (voluntary context switches): 0 when the measurement was done while the client was open,
+// 2 or more when it would otherwise have been done by the close, which tears gRPC down.
+int cpu_clock_probe(const std::string& config) {
+    auto client = dlock::client::open(config);
+    client.acquire("faults/cpu-clock", dlock::acquire_options().with_wait(0ms)).release();
+    std::this_thread::sleep_for(1s);
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
+    const double hz = absl::base_internal::NominalCPUFrequency();
+    getrusage(RUSAGE_THREAD, &after);
+    std::cout << (after.ru_nvcsw - before.ru_nvcsw) << " " << hz << std::endl;
+    return 0;
+}
+
+// A process's first etcd client has absl measure the CPU clock while it is open, so that its close
+// (gRPC's teardown, the first time a thread queues on an absl::Mutex behind another waiter) does not
+// sleep 3 ms or more through the measurement: `dlock run` closes its one client just before it exits.
+TEST_F(EtcdFaults, FirstClientOfAProcessHasTheCpuClockMeasuredBeforeItCloses) {
+    child_process probe({"/proc/self/exe", "--cpu-clock-probe", config(backend::etcd)}, true);
+    std::string line;
+    ASSERT_TRUE(probe.read_line(line, 30000)) << "the probe printed nothing";
+    EXPECT_EQ(probe.wait(), 0);
+    std::istringstream words(line);
+    long sleeps = -1;
+    double hz = 0;
+    words >> sleeps >> hz;
+    EXPECT_GT(hz, 0) << line;
+    EXPECT_EQ(sleeps, 0) << "asking absl for the CPU clock after the client had been open 1 s made the thread sleep "
+                         << sleeps << " times: the measurement was left for the close";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "--cpu-clock-probe") return cpu_clock_probe(argv[2]);
     ::testing::InitGoogleTest(&argc, argv);
     dlock::lab::add_lab_environment({backend::etcd, backend::etcd_cluster});
     return RUN_ALL_TESTS();
