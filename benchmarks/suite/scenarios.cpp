@@ -278,11 +278,21 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
             const s3_layout layout = s3_layout_for(asked);
             const int waiters = layout.processes * layout.threads;
             const std::string threads = std::to_string(layout.threads);
-            worker_group group(layout.processes, c.worker, c.t.config, c.worker_log);
+            worker_group group(layout.processes, c.worker, s3_config(c.t, layout.threads), c.worker_log);
             std::vector<std::string> warmups;
             for (int i = 0; i < layout.processes; ++i)
                 warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
             group.scatter(warmups, 60s);
+            if (layout.threads > 1) {
+                // Each process's threads contend once among themselves, so that the connections
+                // its client opens for concurrent waiters (the SQL targets' pools: s3_config) are
+                // open before the window rather than opened inside it. One process at a time: a
+                // thousand connects at once outlast a SQL server's connect limit on two cores.
+                for (int i = 0; i < layout.processes; ++i)
+                    group[static_cast<std::size_t>(i)].request("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " " +
+                                                               std::to_string(2 * layout.threads) + " 0 " + threads,
+                                                           60s);
+            }
             for (int critical_us : s.s3_critical_us) {
                 step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
                 ++stepped;
