@@ -283,15 +283,16 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
             for (int i = 0; i < layout.processes; ++i)
                 warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
             group.scatter(warmups, 60s);
-            if (layout.threads > 1) {
-                // Each process's threads contend once among themselves, so that the connections
-                // its client opens for concurrent waiters (the SQL targets' pools: s3_config) are
-                // open before the window rather than opened inside it. One process at a time: a
-                // thousand connects at once outlast a SQL server's connect limit on two cores.
+            if (layout.threads > 1 && s3_server_connections_per_process(c.t.name, layout.threads) > 0) {
+                // Where each waiting thread needs a server connection of its own (the SQL targets'
+                // pools: s3_config), each process's threads first queue together once — each holds
+                // for 20 ms, so that all of them wait at the same time — and the connections are open
+                // before the window rather than opened inside it. One process at a time: a thousand
+                // connects at once outlast the plugin's connect limit on a loaded two-core machine.
                 for (int i = 0; i < layout.processes; ++i)
-                    group[static_cast<std::size_t>(i)].request("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " " +
-                                                               std::to_string(2 * layout.threads) + " 0 " + threads,
-                                                           60s);
+                    group[static_cast<std::size_t>(i)].request("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " " + threads +
+                                                               " 20000 " + threads,
+                                                           120s);
             }
             for (int critical_us : s.s3_critical_us) {
                 step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
