@@ -243,6 +243,23 @@ long long run_counted(worker_group& group, const std::string& name, int cycles, 
     return failures;
 }
 
+// After a point the server could not serve (a thousand waiters, each one's statement queued behind
+// the others' on one row), the server may go on working off those sessions' statements for a while
+// after their processes are gone. Waits, up to `limit`, until a fresh client opens and a try-once
+// acquire answers, so the next scenario measures the target rather than that aftermath.
+void wait_until_target_answers(const target& t, std::chrono::seconds limit) {
+    const auto until = clock_type::now() + limit;
+    while (clock_type::now() < until) {
+        std::error_code ec;
+        dlock::client client = dlock::client::open(t.config.string(), ec);
+        if (!ec) {
+            client.acquire("s3settle/" + t.name, dlock::acquire_options().with_wait(std::chrono::milliseconds(0)), ec);
+            if (!ec || ec == dlock::errc::timeout) return;
+        }
+        std::this_thread::sleep_for(1s);
+    }
+}
+
 }  // namespace
 
 s3_layout s3_layout_for(int waiters) {
@@ -382,6 +399,7 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                 p.error = e.what();
                 points.push_back(std::move(p));
             }
+            wait_until_target_answers(c.t, 60s);
         }
     }
     return points;
