@@ -324,8 +324,21 @@ int main(int argc, char** argv) {
     progress.step("lab", "starting servers");
     lab::lab_options lab_opts;
     lab_opts.throw_on_failure = false;
-    lab_opts.sql.max_connections = 600;  // S2 and S3 at full size open 64–128 clients, each with its pool and listener
-    lab_opts.mariadb.max_connections = 600;
+    // S2 and S3 at full size open 64–128 clients, each with its pool and listener: 600 seats them.
+    // S3 beyond that (1 000 waiters: 25 processes × 40 threads) needs what its workers' pools
+    // (s3_config) can open, plus room for the driver's own clients and probes.
+    int postgres_seats = 600, mariadb_seats = 600;
+    for (int waiters : sizes.s3_waiters) {
+        const s3_layout l = s3_layout_for(waiters);
+        constexpr int driver_headroom = 100;
+        postgres_seats = std::max({postgres_seats, l.processes * s3_server_connections_per_process("sql_lease", l.threads) + driver_headroom,
+                                   l.processes * s3_server_connections_per_process("sql_advisory", l.threads) + driver_headroom});
+        mariadb_seats = std::max({mariadb_seats, l.processes * s3_server_connections_per_process("mysql_lease", l.threads) + driver_headroom,
+                                  l.processes * s3_server_connections_per_process("mysql_named", l.threads) + driver_headroom});
+    }
+    lab_opts.sql.max_connections = postgres_seats;
+    lab_opts.mariadb.max_connections = mariadb_seats;
+    report["lab_max_connections"] = json{{"postgresql", postgres_seats}, {"mariadb", mariadb_seats}};
     std::unique_ptr<lab::lab> the_lab;
     try {
         the_lab = std::make_unique<lab::lab>(std::vector<lab::backend>(needed.begin(), needed.end()), lab_opts);

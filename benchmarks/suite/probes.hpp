@@ -69,6 +69,19 @@ command_count count_server_commands(const target& t, dlock::lab::lab& lab,
 // minimum gives Redlock's node count). S3's herd detector compares its count with this.
 int contended_minimum(const target& t, const command_count& counted);
 
+// S3 seats many waiters as threads sharing their process's client (scenarios.hpp, s3_layout). On
+// the SQL targets each waiting thread keeps a server connection of the client's pool (a turnstile
+// session, an advisory or GET_LOCK wait, a polling statement), and a thread that finds the pool
+// busy waits for a connection (until its deadline: the plugin's documented pool_size behaviour)
+// instead of for the lock. s3_config gives S3's worker processes t.config with `pool_size` raised
+// to the thread count (the plugin's default 32 at least), written into t.scratch; other targets'
+// configs are returned as they are.
+std::filesystem::path s3_config(const target& t, int threads);
+// The most server connections one S3 worker process of target `name` opens with s3_config's pool
+// for `threads` threads: sql_lease 2 pools (sessions, queue sessions) and its LISTEN connection;
+// sql_advisory, mysql_lease and mysql_named one pool. 0 for the targets without a SQL server.
+int s3_server_connections_per_process(const std::string& name, int threads);
+
 // S7: redlock with N = 3 and N = 5 nodes, healthy and with one node paused (SIGSTOP), against single
 // redis, all uncontended acquire+release through the C++ API.
 struct redlock_row {

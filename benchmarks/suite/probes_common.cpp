@@ -249,6 +249,36 @@ int contended_minimum(const target& t, const command_count& counted) {
 }
 
 namespace {
+// The plugin's default pool_size (plugins/sql/sql_plugin.cpp, its `pool_size` option).
+constexpr int sql_default_pool_size = 32;
+int s3_pool_size(int threads) { return std::max(sql_default_pool_size, threads); }
+}  // namespace
+
+std::filesystem::path s3_config(const target& t, int threads) {
+    if (!is_sql_family(t.name) && !is_mysql_family(t.name)) return t.config;
+    const int pool = s3_pool_size(threads);
+    if (pool == sql_default_pool_size) return t.config;
+    std::ifstream in(t.config);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw std::runtime_error("s3_config: cannot read " + t.config.string());
+    std::filesystem::create_directories(t.scratch);
+    const std::filesystem::path config = t.scratch / ("s3-" + std::to_string(threads) + "-threads.yaml");
+    // Every target's config ends inside its `options:` map (the lab's, and main.cpp's copies).
+    std::ofstream out(config);
+    out << text.str() << "  pool_size: " << pool << "\n";
+    if (!out) throw std::runtime_error("s3_config: cannot write " + config.string());
+    return config;
+}
+
+int s3_server_connections_per_process(const std::string& name, int threads) {
+    const int pool = s3_pool_size(threads);
+    if (name == "sql_lease") return 2 * pool + 1;
+    if (is_sql_family(name) || is_mysql_family(name)) return pool;
+    return 0;
+}
+
+namespace {
 std::vector<peer_result> family_peers(const target& t, dlock::lab::lab& lab, run_size size) {
     if (t.name == "file") return family::peers_file(t, size);
     if (is_redis_family(t.name)) return family::peers_redis(t, lab, size);

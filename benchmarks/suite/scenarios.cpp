@@ -243,6 +243,23 @@ long long run_counted(worker_group& group, const std::string& name, int cycles, 
     return failures;
 }
 
+// After a point the server could not serve (a thousand waiters, each one's statement queued behind
+// the others' on one row), the server may go on working off those sessions' statements for a while
+// after their processes are gone. Waits, up to `limit`, until a fresh client opens and a try-once
+// acquire answers, so the next scenario measures the target rather than that aftermath.
+void wait_until_target_answers(const target& t, std::chrono::seconds limit) {
+    const auto until = clock_type::now() + limit;
+    while (clock_type::now() < until) {
+        std::error_code ec;
+        dlock::client client = dlock::client::open(t.config.string(), ec);
+        if (!ec) {
+            client.acquire("s3settle/" + t.name, dlock::acquire_options().with_wait(std::chrono::milliseconds(0)), ec);
+            if (!ec || ec == dlock::errc::timeout) return;
+        }
+        std::this_thread::sleep_for(1s);
+    }
+}
+
 }  // namespace
 
 s3_layout s3_layout_for(int waiters) {
@@ -278,11 +295,22 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
             const s3_layout layout = s3_layout_for(asked);
             const int waiters = layout.processes * layout.threads;
             const std::string threads = std::to_string(layout.threads);
-            worker_group group(layout.processes, c.worker, c.t.config, c.worker_log);
+            worker_group group(layout.processes, c.worker, s3_config(c.t, layout.threads), c.worker_log);
             std::vector<std::string> warmups;
             for (int i = 0; i < layout.processes; ++i)
                 warmups.push_back("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " 5 0");
             group.scatter(warmups, 60s);
+            if (layout.threads > 1 && s3_server_connections_per_process(c.t.name, layout.threads) > 0) {
+                // Where each waiting thread needs a server connection of its own (the SQL targets'
+                // pools: s3_config), each process's threads first queue together once — each holds
+                // for 20 ms, so that all of them wait at the same time — and the connections are open
+                // before the window rather than opened inside it. One process at a time: a thousand
+                // connects at once outlast the plugin's connect limit on a loaded two-core machine.
+                for (int i = 0; i < layout.processes; ++i)
+                    group[static_cast<std::size_t>(i)].request("count s3warm/" + std::to_string(waiters) + "/" + std::to_string(i) + " " + threads +
+                                                               " 20000 " + threads,
+                                                           120s);
+            }
             for (int critical_us : s.s3_critical_us) {
                 step("S3 " + std::to_string(waiters) + " waiters, cs " + std::to_string(critical_us) + " us");
                 ++stepped;
@@ -371,6 +399,7 @@ std::vector<s3_point> run_s3(const scenario_context& c, const scenario_sizes& s,
                 p.error = e.what();
                 points.push_back(std::move(p));
             }
+            wait_until_target_answers(c.t, 60s);
         }
     }
     return points;

@@ -55,6 +55,10 @@ struct statements {
         // makes its attempt against the committed row.
         const std::string left_column = queued ? ", CASE WHEN (SELECT alone FROM gate) THEN pg_advisory_unlock($8::bigint) ELSE false END" : "";
         const std::string no_column = queued ? ", NULL::boolean" : "";
+        // handoff_grace does not hold back a waiter the turnstile admitted after it waited there:
+        // it is the queue's head, and the fair waiters registered in the row are queued behind it.
+        // (One that found the turnstile free is held back like any newcomer.)
+        const std::string head_of_queue = queued ? " OR NOT (SELECT alone FROM gate)" : "";
         return fmt::format(
             "{1}"
             " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters)"
@@ -65,7 +69,7 @@ struct statements {
             " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = excluded.owner)"
             "  AND (t.waiters = 0 OR t.released_at IS NULL"
             "       OR t.released_at <= clock_timestamp() - $6::float8 * interval '1 millisecond'"
-            "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint))"
+            "       OR ($5::int = 2 AND $7::bigint < (extract(epoch FROM t.released_at) * 1000000)::bigint){5})"
             " RETURNING t.fence),"
             " registered AS (UPDATE {0} SET waiters = waiters + 1"
             "  WHERE name = $1 AND $5::int = 1 AND NOT EXISTS (SELECT 1 FROM attempt)"
@@ -77,7 +81,7 @@ struct statements {
             "   ELSE h.released_at + $6::float8 * interval '1 millisecond' END - clock_timestamp())))::bigint,"
             "  (SELECT at FROM registered), h.waiters{4}"
             " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM attempt)",
-            T, admission, source, left_column, no_column);
+            T, admission, source, left_column, no_column, head_of_queue);
     }
 
     std::vector<std::pair<std::string, std::string>> lease() const {
@@ -89,7 +93,9 @@ struct statements {
             // (it then registers as a waiter in the same statement); 2: a registered waiter's retry.
             // Anti-barging: for $6 ms after a release, a row with registered waiters can be taken
             // only by a waiter that registered before that release — not by a newcomer, nor by the
-            // releaser coming straight back — so the notified waiters are not beaten to it.
+            // releaser coming straight back — so the notified waiters are not beaten to it
+            // (acquire_queued: and by the waiter the turnstile admitted after it queued there, see
+            // acquire()).
             // Returns (fence, NULL…) when acquired; (NULL, ms until the holder's expiry or the
             // grace's end, registered-at µs or NULL, waiters registered) when not; no row when the
             // row exists but our snapshot cannot see it yet.

@@ -336,6 +336,74 @@ TEST_F(SqlFaults, FairLeaseContendedCycleCostsAboutTwiceTheMinimumStatementsAtAn
     }
 }
 
+// The fair waiter the turnstile admits after waiting in it is the head of the queue: the waiters
+// registered in the row (anti-barging) are queued behind it, so handoff_grace must not hold it back.
+// Forced order: the holder's release and the head's first attempt queue on the row behind a lock
+// the test holds, so the attempt runs right after the release, with the waiters queued behind it
+// registered. The head's client found the name contended before, so that attempt is its first
+// (not a registered retry). With a 3 s grace, waiting out the grace would take 3 s.
+TEST_F(SqlFaults, FairLeaseWaiterAdmittedByTheTurnstileIsNotHeldBackByHandoffGrace) {
+    const std::string name = "faults/queue-head-grace";
+    const std::string grace = "  handoff_grace: 3s\n";
+    auto holder = open("lease", grace);
+    auto head = open("lease", grace);
+    {  // the head's client finds the name contended
+        auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+        std::thread releaser([&held] {
+            std::this_thread::sleep_for(300ms);
+            held.release();
+        });
+        auto lease = head.acquire(name, dlock::acquire_options().with_wait(10s));
+        releaser.join();
+        EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    }
+    auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    auto first = open("lease", grace), behind1 = open("lease", grace), behind2 = open("lease", grace);
+    std::vector<std::thread> waiters;
+    std::vector<std::error_code> errors(3);
+    auto wait_on = [&](dlock::client& c, std::error_code& ec) {
+        waiters.emplace_back([&c, &ec, &name] {
+            auto lease = c.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), ec);
+            if (!ec) lease.release(ec);
+        });
+    };
+    wait_on(first, errors[0]);
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the first waiter was never admitted";
+    std::error_code head_ec;
+    clock_type::time_point head_acquired;
+    std::thread head_waiter([&] {
+        auto lease = head.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), head_ec);
+        head_acquired = clock_type::now();
+        if (!head_ec) lease.release(head_ec);
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the head never queued";
+    wait_on(behind1, errors[1]);
+    wait_on(behind2, errors[2]);
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(false) == 3; }, 5s)) << "the waiters behind never queued";
+    EXPECT_EQ(scalar("SELECT waiters FROM dlock_locks WHERE name = '" + name + "'"), 3) << "registered: first, behind1, behind2";
+    // The row locked: the release, then the head's attempt, queue on it in that order.
+    auto row_lock = raw();
+    row_lock.execute("BEGIN");
+    row_lock.execute("SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE");
+    std::thread releaser([&held] { held.release(); });
+    const auto row_waiters = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event IN "
+                             "('tuple', 'transactionid')";
+    ASSERT_TRUE(eventually([&] { return scalar(row_waiters) == 1; }, 5s)) << "the release never queued on the row";
+    // The first waiter's place ends: the head is admitted, and its attempt queues on the row.
+    EXPECT_EQ(scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted"), 1);
+    ASSERT_TRUE(eventually([&] { return scalar(row_waiters) == 2; }, 5s)) << "the head's attempt never queued on the row";
+    const auto released = clock_type::now();
+    row_lock.execute("COMMIT");
+    releaser.join();
+    head_waiter.join();
+    ASSERT_FALSE(head_ec) << head_ec.message() << ": " << dlock_last_error();
+    const double waited = std::chrono::duration<double>(head_acquired - released).count();
+    std::cout << "[sql lease] the turnstile's head acquired " << waited << " s after the release (handoff_grace 3 s)\n";
+    EXPECT_LT(waited, 1.5) << "the head waited out handoff_grace behind the waiters queued after it";
+    for (auto& t : waiters) t.join();
+    for (const auto& ec : errors) EXPECT_FALSE(ec) << ec.message();
+}
+
 // ---- docs/design/faults.md §3 and 4: holder paused ---------------------------------------------------------
 
 // Holder A stalls right after checking its lease, past its ttl; B acquires; A resumes. A's fenced
