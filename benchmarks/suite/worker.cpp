@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <exception>
+#include <functional>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -52,6 +54,80 @@ void critical_section(int64_t us) {
     while (now_ns() < end) {
     }
 }
+
+// Runs body(0) … body(n - 1) at once, body(0) in the calling thread and the others in threads kept
+// from one call to the next (more are started when a call asks for more), and waits for all; the
+// first exception of any thread is rethrown in the caller. Kept threads make per-thread state of the
+// client (a redlock waiter's wake-up subscription) once per thread, as in a long-lived worker, instead
+// of in every measured window and every counted run.
+class thread_crew {
+public:
+    thread_crew() = default;
+    thread_crew(const thread_crew&) = delete;
+    thread_crew& operator=(const thread_crew&) = delete;
+    ~thread_crew() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        work_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+
+    void run(int64_t n, const std::function<void(int64_t)>& body) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        // A thread started here waits for the generation this call is about to begin.
+        while (static_cast<int64_t>(threads_.size()) < n - 1)
+            threads_.emplace_back(&thread_crew::serve, this, static_cast<int64_t>(threads_.size()) + 1, generation_);
+        job_ = &body;
+        job_size_ = n;
+        pending_ = n - 1;
+        failure_ = nullptr;
+        ++generation_;
+        lock.unlock();
+        work_.notify_all();
+        guarded(body, 0);
+        lock.lock();
+        done_.wait(lock, [&] { return pending_ == 0; });
+        job_ = nullptr;
+        if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+    }
+
+private:
+    void guarded(const std::function<void(int64_t)>& body, int64_t index) {
+        try {
+            body(index);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!failure_) failure_ = std::current_exception();
+        }
+    }
+
+    void serve(int64_t index, uint64_t seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            work_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+            if (stopping_) return;
+            seen = generation_;
+            if (index >= job_size_) continue;  // this call asked for fewer threads
+            const std::function<void(int64_t)>* job = job_;
+            lock.unlock();
+            guarded(*job, index);
+            lock.lock();
+            if (--pending_ == 0) done_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable work_, done_;
+    std::vector<std::thread> threads_;
+    const std::function<void(int64_t)>* job_ = nullptr;
+    int64_t job_size_ = 0;
+    int64_t pending_ = 0;
+    uint64_t generation_ = 0;
+    bool stopping_ = false;
+    std::exception_ptr failure_;
+};
 
 class worker {
 public:
@@ -139,7 +215,7 @@ private:
         sleep_until_ns(start);
         const int64_t cpu0 = process_cpu_ns();
         const int64_t wall0 = now_ns();
-        run_threads(threads, [&](int64_t thread) {
+        crew_.run(threads, [&](int64_t thread) {
             auto& mine = events[static_cast<std::size_t>(thread)];
             mine.reserve(4096);
             for (int64_t left; (left = end - now_ns()) > 0;) {
@@ -180,7 +256,7 @@ private:
         const int64_t cpu0 = process_cpu_ns();
         const int64_t wall0 = now_ns();
         const auto options = dlock::acquire_options().with_wait(dlock::forever);
-        run_threads(threads, [&](int64_t thread) {
+        crew_.run(threads, [&](int64_t thread) {
             const int64_t mine = n / threads + (thread < n % threads ? 1 : 0);
             for (int64_t i = 0; i < mine; ++i) {
                 dlock::lease lease = client_.acquire(name, options);
@@ -190,27 +266,6 @@ private:
         });
         return "ok " + std::to_string(n) + " " + std::to_string(process_cpu_ns() - cpu0) + " " + std::to_string(now_ns() - wall0) + " " +
                std::to_string(take_release_failures());
-    }
-
-    // Runs body(0) … body(threads - 1), each in its own thread (body(0) in this one), and waits
-    // for all; the first exception of any thread is rethrown here.
-    template <class F>
-    static void run_threads(int64_t threads, F&& body) {
-        std::mutex failure_mutex;
-        std::exception_ptr failure;
-        auto guarded = [&](int64_t t) {
-            try {
-                body(t);
-            } catch (...) {
-                std::lock_guard<std::mutex> lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-            }
-        };
-        std::vector<std::thread> others;
-        for (int64_t t = 1; t < threads; ++t) others.emplace_back(guarded, t);
-        guarded(0);
-        for (auto& t : others) t.join();
-        if (failure) std::rethrow_exception(failure);
     }
 
     // hold PREFIX N TTL_MS → ok <held> <wall_ns>: acquires N leases PREFIX/0 … PREFIX/N-1 with
@@ -263,6 +318,7 @@ private:
     std::map<std::string, dlock::lease> named_;
     std::vector<dlock::lease> held_;
     std::atomic<int64_t> release_failures_{0};
+    thread_crew crew_;  // after client_: its threads end before the client closes
 };
 
 }  // namespace

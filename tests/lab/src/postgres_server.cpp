@@ -75,6 +75,8 @@ spawn_options postgres_server::launch_options() {
                 "-c", "unix_socket_directories=" + (dir().string().size() + 20 < 107 ? dir().string() : std::string()),
                 "-c", "max_connections=" + std::to_string(options_.max_connections),
                 "-c", "shared_buffers=32MB"};
+  if (options_.deadlock_timeout_ms > 0)
+    spawn.argv.insert(spawn.argv.end(), {"-c", "deadlock_timeout=" + std::to_string(options_.deadlock_timeout_ms) + "ms"});
   if (!options_.durable) spawn.argv.insert(spawn.argv.end(), {"-c", "fsync=off", "-c", "full_page_writes=off"});
   // cluster_name appears in every server process's title ("postgres: <name>: checkpointer"), so the
   // lab directory is visible in each backend's cmdline for the survivor check (63 bytes at most).

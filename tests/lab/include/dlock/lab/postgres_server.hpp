@@ -19,6 +19,9 @@ struct postgres_options {
   // synchronous_commit stays on either way. true: PostgreSQL's defaults.
   bool durable = false;
   int max_connections = 200;
+  // deadlock_timeout in ms; 0: PostgreSQL's default (1 s). Every session that waits longer for a
+  // lock runs the deadlock check, whose cost grows with the square of the waiters on one lock.
+  int deadlock_timeout_ms = 0;
 };
 
 class postgres_server final : public server {
