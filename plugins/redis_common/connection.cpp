@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
@@ -88,6 +89,8 @@ namespace {
 
 timeval to_timeval(int64_t ms) { return timeval{time_t(ms / 1000), suseconds_t((ms % 1000) * 1000)}; }
 
+// redisCommandArgv, with the request written by write_buffered: redisGetReply then finds nothing to
+// write and only reads.
 reply_ptr blocking_command(redisContext* ctx, const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
@@ -95,10 +98,40 @@ reply_ptr blocking_command(redisContext* ctx, const std::vector<std::string>& ar
         argv.push_back(a.data());
         lens.push_back(a.size());
     }
-    return reply_ptr(static_cast<redisReply*>(redisCommandArgv(ctx, int(argv.size()), argv.data(), lens.data())));
+    if (redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) return nullptr;
+    if (!write_buffered(ctx)) return nullptr;
+    void* raw = nullptr;
+    if (redisGetReply(ctx, &raw) != REDIS_OK) return nullptr;
+    return reply_ptr(static_cast<redisReply*>(raw));
 }
 
 }  // namespace
+
+bool write_buffered(redisContext* ctx) {
+    if (ctx->err) return false;
+    size_t sent = 0;
+    const size_t length = sdslen(ctx->obuf);
+    while (sent < length) {
+        const ssize_t n = ::send(ctx->fd, ctx->obuf + sent, length - sent, MSG_NOSIGNAL);  // SO_SNDTIMEO bounds it
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int error = n < 0 ? errno : EPIPE;
+            if (sent > 0) {  // keep what was not sent, as hiredis does
+                std::memmove(ctx->obuf, ctx->obuf + sent, length - sent);
+                sdssetlen(ctx->obuf, length - sent);
+                ctx->obuf[length - sent] = '\0';
+            }
+            ctx->err = REDIS_ERR_IO;
+            std::snprintf(ctx->errstr, sizeof ctx->errstr, "%s", std::strerror(error));
+            errno = error;
+            return false;
+        }
+        sent += size_t(n);
+    }
+    sdssetlen(ctx->obuf, 0);  // sds.h's inline helpers: libhiredis 0.14 exports its sds functions without C linkage
+    ctx->obuf[0] = '\0';
+    return true;
+}
 
 connection::connection(const endpoint& where, const settings& s) : where_(where) {
     ctx_.reset(redisConnectWithTimeout(where.host.c_str(), where.port, to_timeval(s.connect_timeout_ms)));

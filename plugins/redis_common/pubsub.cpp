@@ -22,13 +22,6 @@ int append(redisContext* ctx, const std::vector<std::string>& args) {
     return redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data());
 }
 
-bool flush(redisContext* ctx) {
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(ctx, &done) != REDIS_OK) return false;
-    return true;
-}
-
 }  // namespace
 
 subscriber::subscriber(endpoint where, settings s, std::function<void()> on_change)
@@ -63,7 +56,7 @@ void subscriber::run() {
         backoff_ms = 0;
         redisContext* ctx = conn->context();
         for (const auto& name : resubscribe()) append(ctx, {"SUBSCRIBE", name});
-        bool healthy = flush(ctx);
+        bool healthy = write_buffered(ctx);
         while (healthy && !stopping_) {
             pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd(), POLLIN, 0}};
             if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
@@ -71,7 +64,7 @@ void subscriber::run() {
                 drain();
                 const std::vector<request> todo = requests();
                 for (const auto& r : todo) append(ctx, {r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel});
-                if (!todo.empty() && !flush(ctx)) healthy = false;
+                if (!todo.empty() && !write_buffered(ctx)) healthy = false;
             }
             if (fds[0].revents) {
                 if (redisBufferRead(ctx) != REDIS_OK) {
@@ -96,7 +89,7 @@ void subscriber::run() {
 }
 
 bool pipeline(connection& c, const std::vector<std::string>& command) {
-    if (append(c.context(), command) != REDIS_OK || !flush(c.context())) return false;
+    if (append(c.context(), command) != REDIS_OK || !write_buffered(c.context())) return false;
     c.owe_reply();
     return true;
 }
@@ -113,7 +106,7 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
     for (size_t i = 0; i < n; ++i) {
         connection* c = connections[i];
         if (!c || c->broken()) continue;
-        if (append(c->context(), commands[i]) != REDIS_OK || !flush(c->context())) {
+        if (append(c->context(), commands[i]) != REDIS_OK || !write_buffered(c->context())) {
             c->mark_broken();
             continue;
         }

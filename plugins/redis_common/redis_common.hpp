@@ -58,6 +58,13 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 // (READONLY, OOM, LOADING, MISCONF, WRONGTYPE, NOAUTH/WRONGPASS, ...).
 failure classify_error_reply(const std::string& server, const std::string& error);
 
+// Writes what `ctx` has buffered (hiredis's output buffer) with send(MSG_NOSIGNAL), as hiredis
+// would with write(2). hiredis 0.14 writes with write(2), and a write to a connection the server
+// closed raises SIGPIPE, whose default action ends the host process: every request dlock sends goes
+// out through here, so a closed connection is an error (ctx->err = REDIS_ERR_IO, errno EPIPE) and
+// never a signal. True when everything was sent.
+bool write_buffered(redisContext* ctx);
+
 // One connection (a hiredis context: not thread-safe; used by one thread at a time).
 class connection {
 public:

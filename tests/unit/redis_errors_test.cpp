@@ -5,6 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
 using dlock::redis_common::classify_error_reply;
 
 namespace {
@@ -31,6 +41,46 @@ TEST(RedisErrors, EachServerErrorIsNamedWithWhatToDo) {
            "@user_script:4.",
            DLOCK_PERMISSION, "permission denied");
     expect("ERR something new", DLOCK_BACKEND, "answered with an error");
+}
+
+}  // namespace
+
+namespace {
+
+// A server that accepted the connection and closed it again: the first write after the close may
+// still go out (the kernel answers it with a reset), the next one fails. hiredis 0.14 writes with
+// write(2), which would raise SIGPIPE there; dlock's writer must report an error instead.
+TEST(RedisTransport, WriteToAConnectionTheServerClosedIsAnErrorNotASignal) {
+    struct sigaction current {};
+    ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &current), 0);
+    ASSERT_EQ(current.sa_handler, SIG_DFL) << "with SIGPIPE handled or ignored this test proves nothing";
+    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(listener, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ASSERT_EQ(::listen(listener, 1), 0);
+    ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    redisContext* ctx = redisConnect("127.0.0.1", ntohs(address.sin_port));
+    ASSERT_TRUE(ctx && !ctx->err);
+    const int accepted = ::accept(listener, nullptr, nullptr);
+    ASSERT_GE(accepted, 0);
+    ::close(accepted);
+    ::close(listener);
+    bool failed = false;
+    for (int i = 0; i < 20 && !failed; ++i) {
+        ASSERT_EQ(redisAppendCommand(ctx, "PING"), REDIS_OK);
+        failed = !dlock::redis_common::write_buffered(ctx);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(failed) << "every write to the closed connection succeeded";
+    EXPECT_EQ(ctx->err, REDIS_ERR_IO);
+    EXPECT_TRUE(std::string(ctx->errstr).find("pipe") != std::string::npos ||
+                std::string(ctx->errstr).find("reset") != std::string::npos)
+        << ctx->errstr;
+    redisFree(ctx);
 }
 
 }  // namespace
