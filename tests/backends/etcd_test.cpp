@@ -1180,6 +1180,23 @@ int cpu_clock_probe(const std::string& config) {
     return 0;
 }
 
+// Closing a client revokes its session lease: its keys go at once, not when the lease's TTL runs out.
+TEST_F(EtcdFaults, ClosingAClientRevokesItsSessionLease) {
+    std::string lease_id;
+    {
+        auto client = dlock::client::open(config(backend::etcd));
+        auto lease = client.acquire("faults/closed", dlock::acquire_options().with_wait(0ms));
+        const auto keys = keys_under(single(), "dlock/faults%2Fclosed/");
+        ASSERT_EQ(keys.size(), 1u);
+        lease_id = keys[0].substr(keys[0].rfind('/') + 1, 16);
+        lease.release();
+    }
+    const auto answer = etcdctl(single().to_string(), {"lease", "timetolive", lease_id});
+    ASSERT_FALSE(answer.empty());
+    EXPECT_NE(answer[0].find("already expired"), std::string::npos)
+        << "the closed client's session lease " << lease_id << " is still granted: " << answer[0];
+}
+
 // A process's first etcd client has absl measure the CPU clock while it is open, so that its close
 // (gRPC's teardown, the first time a thread queues on an absl::Mutex behind another waiter) does not
 // sleep 3 ms or more through the measurement: `dlock run` closes its one client just before it exits.
