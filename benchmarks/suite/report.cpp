@@ -537,7 +537,8 @@ std::string scenario_tables(const json& report) {
           "and is counted apart. Jain's index is taken over the first whole rounds (rounds × waiters acquisitions in time order), "
           "so that the round the window cuts short does not mark a FIFO unfair; the whole window's index is beside it. "
           "Server operations per contended cycle (the herd detector): the server's own count around a fixed "
-          "number of contended cycles (first critical-section size only), against the algorithm's minimum per handoff "
+          "number of contended cycles (first critical-section size only), on a name used once before (a name's first use is not "
+          "a handoff's cost), against the algorithm's minimum per handoff "
           "(benchmarks/suite/probes_common.cpp, contended_minimum).\n\n"
           "| backend | waiters (processes × threads) | critical section µs | cycles/s | handoff n | p50 µs | p99 µs | p99.9 µs | releaser got it back | Jain over whole rounds (rounds; whole window) | server ops / contended cycle (minimum) | counted by | releases not `released` |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
