@@ -50,6 +50,13 @@ void host_hold_state_changed(void* context, void* host_lease, int state, int64_t
     static_cast<client_core*>(context)->hold_state_changed(static_cast<hold*>(host_lease), state, valid_until_ns);
 }
 
+// The buffer a plugin call may write its failure's reason into. A plugin writes a NUL-terminated
+// message only when it fails, so an empty first byte is all "no message" needs: zeroing the whole
+// kilobyte for every call cost more than the rest of the core's work on an uncontended acquire.
+struct plugin_error : dlock_plugin_error {
+    plugin_error() { message[0] = '\0'; }
+};
+
 // Calls into a plugin behind an exception firewall: a plugin that throws across the C ABI is a
 // broken plugin, reported as such, never a crash.
 template <typename F>
@@ -90,7 +97,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
     if (!core->config_.metrics_listen.empty())
         core->metrics_ = std::make_unique<client_metrics>(core->config_.metrics_listen, core->plugin_->name);
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, core->plugin_->name, "create", [&] {
         return core->plugin_->create(options.data(), options.size(), &core->host_, &core->backend_, &err);
     });
@@ -298,7 +305,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         dlock_hold* plugin_hold = nullptr;
         dlock_grant grant{};
         grant.struct_size = sizeof grant;
-        dlock_plugin_error err{};
+        plugin_error err;
         const int status = plugin_call(err, plugin_->name, "acquire",
                                        [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
         if (status != DLOCK_OK) {
@@ -375,7 +382,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
 }
 
 void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& name) {
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
     if (status != DLOCK_OK && status != DLOCK_LOST)
         logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
@@ -443,14 +450,15 @@ void client_core::forget_hold(const std::shared_ptr<hold>& h) {
     if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
 }
 
-int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why) {
+int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
+                              dlock_hold** destroy_later) {
     changed_.wait(lock, [&] { return !h->busy; });
     if (!h->plugin_hold) return h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
     const bool was_lost = h->state == DLOCK_LEASE_LOST;
     h->busy = true;
     dlock_hold* plugin_hold = h->plugin_hold;
     lock.unlock();
-    dlock_plugin_error err{};
+    plugin_error err;
     int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
     lock.lock();
     h->busy = false;
@@ -470,10 +478,19 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
     }
     forget_hold(h);
     h->plugin_hold = nullptr;
+    if (destroy_later) {
+        *destroy_later = plugin_hold;
+        return status;
+    }
     lock.unlock();
-    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+    destroy_plugin_hold(plugin_hold);
     lock.lock();
     return status;
+}
+
+void client_core::destroy_plugin_hold(dlock_hold* plugin_hold) {
+    plugin_error err;
+    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
 }
 
 int client_core::release(dlock_lease* lease) {
@@ -484,11 +501,12 @@ int client_core::release(dlock_lease* lease) {
     leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
     int status;
     std::string why;
+    dlock_hold* done_with = nullptr;  // destroyed below, once mutex_ is let go
     if (!leases.empty()) {
         // Another reentrant lease still holds it: only this handle is done.
         status = h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
     } else {
-        status = release_hold(lock, h, why);
+        status = release_hold(lock, h, why, &done_with);
         if (status == DLOCK_UNKNOWN) {
             h->leases.push_back(lease);  // still ours as far as we know; the caller may retry
             throw error(DLOCK_UNKNOWN, why);
@@ -496,6 +514,8 @@ int client_core::release(dlock_lease* lease) {
     }
     lease->released = true;
     lease->release_status = status;
+    lock.unlock();
+    if (done_with) destroy_plugin_hold(done_with);
     if (status == DLOCK_LOST) {
         if (why.empty()) why = fmt::format("lock `{}` had been lost before release", h->name);
         throw error(DLOCK_LOST, why);
@@ -513,7 +533,7 @@ int client_core::renew(dlock_lease* lease) {
     h->busy = true;
     dlock_renewal renewal{h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0};
     lock.unlock();
-    dlock_plugin_error err{};
+    plugin_error err;
     const int call = plugin_call(err, plugin_->name, "renew", [&] { return plugin_->renew(backend_, &renewal, 1, &err); });
     lock.lock();
     h->busy = false;
@@ -580,7 +600,7 @@ void client_core::destroy(dlock_lease* lease) {
                 h->plugin_hold = nullptr;
                 h->state = DLOCK_LEASE_LOST;
                 lock.unlock();
-                dlock_plugin_error err{};
+                plugin_error err;
                 plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
                 lock.lock();
             }
@@ -623,7 +643,7 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
         if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
     }
     dlock_lock_info out = DLOCK_LOCK_INFO_INIT;
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
     if (status != DLOCK_OK) fail_plugin_call(status, err, "inspect");
     out.holder[sizeof out.holder - 1] = '\0';
@@ -663,7 +683,7 @@ void client_core::holders(const char* name, bool semaphore, dlock_holder_visitor
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot enumerate the holders of a lock", plugin_->name));
     check_open("dlock_holders");
     holder_relay relay{visit, user_data};
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "holders", [&] {
         return plugin_->holders(backend_, name, semaphore ? 1 : 0, &holder_relay::call, &relay, &err);
     });
@@ -678,7 +698,7 @@ void client_core::list(const char* prefix, dlock_holder_visitor visit, void* use
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot list its locks", plugin_->name));
     check_open("dlock_list");
     holder_relay relay{visit, user_data};
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "list", [&] {
         return plugin_->list(backend_, prefix, &holder_relay::call, &relay, &err);
     });
@@ -692,7 +712,7 @@ size_t client_core::break_lock(const char* name, bool semaphore) {
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot break a lock held by another process", plugin_->name));
     check_open("dlock_break");
     size_t broken = 0;
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "break_lock", [&] {
         return plugin_->break_lock(backend_, name, semaphore ? 1 : 0, &broken, &err);
     });
@@ -726,7 +746,7 @@ void client_core::keeper_loop() {
         }
         if (!batch.empty()) {
             lock.unlock();
-            dlock_plugin_error err{};
+            plugin_error err;
             const int call = plugin_call(err, plugin_->name, "renew",
                                          [&] { return plugin_->renew(backend_, batch.data(), batch.size(), &err); });
             if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, detail::status_name(call)));
@@ -787,7 +807,7 @@ void client_core::close() {
     closed_ = true;
     if (backend_) {
         lock.unlock();
-        dlock_plugin_error err{};
+        plugin_error err;
         plugin_call(err, plugin_->name, "interrupt", [&] { plugin_->interrupt(backend_); return 0; });
         lock.lock();
         changed_.wait(lock, [&] { return acquires_in_flight_ == 0; });
@@ -819,7 +839,7 @@ void client_core::close() {
         else dispatcher_.join();
     }
     if (backend_) {
-        dlock_plugin_error err{};
+        plugin_error err;
         plugin_call(err, plugin_->name, "destroy", [&] { plugin_->destroy(backend_); return 0; });
         backend_ = nullptr;
     }

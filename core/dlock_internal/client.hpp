@@ -22,6 +22,8 @@
 
 #include <dlock/plugin.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -53,7 +55,9 @@ struct hold {
     int64_t next_renew_ns = 0;           // (m)
     dlock_lease_state state = DLOCK_LEASE_HELD;  // (m)
     bool busy = false;                   // (m) a plugin call on it is in progress
-    std::vector<dlock_lease*> leases;    // (m) lease handles not yet released
+    // (m) lease handles not yet released: one but for reentrant acquisitions, kept inline so that
+    // an acquisition allocates no list.
+    boost::container::small_vector<dlock_lease*, 1> leases;
     size_t slot = 0;                     // (m) index in client_core::holds_ while live
     bool counted_held = false;           // (m) handed out and counted in the leases-held gauge
 };
@@ -100,8 +104,12 @@ private:
     void mark_lost(hold& h);
     // Applies one renewal's result to a hold. Needs mutex_.
     void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
-    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_.
-    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why);
+    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_. With
+    // `destroy_later`, a plugin hold that is done with is not destroyed but stored there, for the
+    // caller to pass to destroy_plugin_hold once it has let go of mutex_ (saves taking it again).
+    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
+                     dlock_hold** destroy_later = nullptr);
+    void destroy_plugin_hold(dlock_hold* plugin_hold);  // not under mutex_
     void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
     void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
     void check_open(const char* what);  // throws DLOCK_CANCELLED once closed

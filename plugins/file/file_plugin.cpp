@@ -326,14 +326,14 @@ struct dlock_backend {
     std::string path_of(std::string_view name) const { return directory + "/" + lock_file_name(name); }
     std::string path_of(const descriptor* d) const { return directory + "/" + d->file_name; }
 
-    static std::string pool_key(const std::string& name, bool semaphore) {
-        return semaphore ? std::string(1, '\0') + name : name;
+    static std::string pool_key(std::string_view name, bool semaphore) {
+        return semaphore ? std::string(1, '\0').append(name) : std::string(name);
     }
 
     // A description of the file of `name` (a semaphore's when `semaphore`), unlocked: from the idle
     // pool or newly opened. `owner` (unique to the acquisition) names the temporary file when one
     // is created.
-    dlock_hold* take(const std::string& name, bool semaphore, const char* owner) {
+    dlock_hold* take(std::string_view name, bool semaphore, const char* owner) {
         {
             std::lock_guard<std::mutex> lock(mutex);
             dlock_hold* d = nullptr;
@@ -342,7 +342,7 @@ struct dlock_backend {
             } else {
                 // Entries stay when emptied: the next acquisition of the name reuses them without
                 // allocating. At most one entry per name this client has locked.
-                auto it = semaphore ? idle.find(pool_key(name, true)) : idle.find(name);
+                auto it = idle.find(pool_key(name, semaphore));
                 if (it != idle.end() && !it->second.empty()) {
                     d = it->second.back();
                     it->second.pop_back();
@@ -354,7 +354,7 @@ struct dlock_backend {
                 return d;
             }
         }
-        return open_lock_file(name, semaphore, owner);
+        return open_lock_file(std::string(name), semaphore, owner);
     }
 
     // Opens the file of `name`, creating it complete (header included) if it is missing.
@@ -1037,8 +1037,7 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
             DLOCK_STRUCT_COVERS(request, dlock_acquire_request, kind) ? request->kind : uint32_t(DLOCK_HOLD_EXCLUSIVE);
         if (kind > DLOCK_HOLD_PERMIT)
             fail(DLOCK_INVALID_ARGUMENT, fmt::format("file backend: unknown hold kind {} for `{}`", kind, request->name));
-        const std::string name(request->name);
-        give_back_unless_kept guard{backend, backend->take(name, kind == DLOCK_HOLD_PERMIT, request->owner)};
+        give_back_unless_kept guard{backend, backend->take(request->name, kind == DLOCK_HOLD_PERMIT, request->owner)};
         uint64_t fence = 0;
         if (kind == DLOCK_HOLD_EXCLUSIVE) acquire_exclusive(backend, request, guard, fence);
         else if (kind == DLOCK_HOLD_SHARED) acquire_shared(backend, request, guard, fence);
