@@ -233,29 +233,12 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         return lease;
     };
 
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
-        if (reentrant) {
-            auto it = reentrant_.find(name);
-            if (it != reentrant_.end()) {
-                const std::shared_ptr<hold> held = it->second;
-                // The keeper may be late (stuck in a slow renewal): validity decides, not the state
-                // it last wrote. A hold whose validity is over is lost, never shared.
-                if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
-                    held->valid_until_ns <= monotonic_now_ns())
-                    mark_lost(*held);
-                if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) return new_lease(held);
-            }
-        }
-        ++acquires_in_flight_;
-    }
-    // close() waits for this count to reach zero before destroying the backend, so it is counted out
-    // only after the last plugin call: under the mutex in the success path's registration below,
-    // or by this guard when the acquisition fails or the client closed meanwhile.
+    // close() waits for the in-flight count to reach zero before destroying the backend, so it is
+    // counted out only after the last plugin call: under the mutex in the success path's
+    // registration below, or by this guard when the acquisition fails or the client closed meanwhile.
     struct in_flight_guard {
         client_core* self;
-        bool counted = true;
+        bool counted = false;
         void count_out_locked() {
             --self->acquires_in_flight_;
             counted = false;
@@ -267,6 +250,28 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
             count_out_locked();
         }
     } in_flight{this};
+    // Counted in without the mutex, then the close checked, both sequentially consistent: either
+    // this sees closed_, or close() (which sets closed_, then reads the count) waits for this call.
+    ++acquires_in_flight_;
+    in_flight.counted = true;
+    if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+    if (reentrant) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+        auto it = reentrant_.find(name);
+        if (it != reentrant_.end()) {
+            const std::shared_ptr<hold> held = it->second;
+            // The keeper may be late (stuck in a slow renewal): validity decides, not the state
+            // it last wrote. A hold whose validity is over is lost, never shared.
+            if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
+                held->valid_until_ns <= monotonic_now_ns())
+                mark_lost(*held);
+            if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) {
+                in_flight.count_out_locked();
+                return new_lease(held);
+            }
+        }
+    }
 
     const int64_t deadline_ns = wait_ms == 0 ? 0
                                 : wait_ms == INT64_MAX ? forever_ns
@@ -395,8 +400,10 @@ void client_core::mark_lost(hold& h) {
     h.state = DLOCK_LEASE_LOST;
     if (h.counted_held) metrics_->became_lost();
     stop_counting_held(h);
-    auto it = reentrant_.find(h.name);
-    if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
+    if (h.reentrant) {  // only a reentrant hold is in reentrant_
+        auto it = reentrant_.find(h.name);
+        if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
+    }
     for (dlock_lease* lease : h.leases) {
         if (lease->on_lost && !lease->lost_notified) {
             lease->lost_notified = true;
@@ -446,6 +453,7 @@ void client_core::forget_hold(const std::shared_ptr<hold>& h) {
         std::swap(holds_[h->slot], holds_.back());
         holds_.pop_back();
     }
+    if (!h->reentrant) return;  // only a reentrant hold is in reentrant_
     auto it = reentrant_.find(h->name);
     if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
 }

@@ -127,13 +127,16 @@ private:
     std::condition_variable changed_;   // holds, in-flight count, callbacks
     std::condition_variable keeper_wake_;
     std::condition_variable dispatcher_wake_;              // a callback was queued, or stop
-    bool closed_ = false;                                  // (m)
+    // Set under mutex_; read without it where an acquire counts itself in (see acquire_lease).
+    std::atomic<bool> closed_{false};
     bool stop_keeper_ = false;                             // (m)
     bool stop_dispatcher_ = false;                         // (m) run what is queued, then exit
     // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
     int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
-    int acquires_in_flight_ = 0;                           // (m)
+    // Acquires between their check of closed_ and their last plugin call. Incremented without
+    // mutex_, decremented under it (close() waits on changed_ for zero).
+    std::atomic<int> acquires_in_flight_{0};
     // (m) live holds, unordered; each knows its slot, so removal is a swap with the last.
     std::vector<std::shared_ptr<hold>> holds_;
     std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
