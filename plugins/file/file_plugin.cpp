@@ -302,11 +302,13 @@ struct dlock_backend {
     pid_t pid = getpid();
     dlock_plugin_host host{};
 
+    // Unlocked descriptions: the one given back last, in `recent` (checked first and taken without
+    // the mutex: a client that locks one name over and over finds it without hashing the name or
+    // locking), then the rest by pool key (the name; for a semaphore's file a NUL, which no name
+    // contains, then the name) under the mutex. idle_count counts those in `idle`: at most
+    // idle_limit - 1, so with `recent` at most idle_limit descriptions are kept.
+    std::atomic<dlock_hold*> recent{nullptr};
     std::mutex mutex;
-    // Unlocked descriptions: the one given back last (checked first: a client that locks one name
-    // over and over finds it without hashing the name), then the rest by pool key (the name; for
-    // a semaphore's file a NUL, which no name contains, then the name). idle_count counts both.
-    dlock_hold* recent = nullptr;
     std::unordered_map<std::string, std::vector<dlock_hold*>> idle;
     size_t idle_count = 0;
     std::set<pid_t> waiting_threads;
@@ -318,7 +320,7 @@ struct dlock_backend {
     ~dlock_backend() {
         for (auto& entry : idle)
             for (dlock_hold* d : entry.second) delete d;
-        delete recent;
+        delete recent.load();
         for (int fd : idle_doorbells) close(fd);
         if (directory_fd >= 0) close(directory_fd);
     }
@@ -334,25 +336,27 @@ struct dlock_backend {
     // pool or newly opened. `owner` (unique to the acquisition) names the temporary file when one
     // is created.
     dlock_hold* take(std::string_view name, bool semaphore, const char* owner) {
+        dlock_hold* d = recent.exchange(nullptr);
+        if (d && d->semaphore == semaphore && d->name == name) {
+            d->released = false;
+            return d;
+        }
         {
             std::lock_guard<std::mutex> lock(mutex);
-            dlock_hold* d = nullptr;
-            if (recent && recent->semaphore == semaphore && recent->name == name) {
-                d = std::exchange(recent, nullptr);
-            } else {
-                // Entries stay when emptied: the next acquisition of the name reuses them without
-                // allocating. At most one entry per name this client has locked.
-                auto it = idle.find(pool_key(name, semaphore));
-                if (it != idle.end() && !it->second.empty()) {
-                    d = it->second.back();
-                    it->second.pop_back();
-                }
-            }
-            if (d) {
+            if (d) park_locked(d);  // another name's: into the pool with the rest
+            d = nullptr;
+            // Entries stay when emptied: the next acquisition of the name reuses them without
+            // allocating. At most one entry per name this client has locked.
+            auto it = idle.find(pool_key(name, semaphore));
+            if (it != idle.end() && !it->second.empty()) {
+                d = it->second.back();
+                it->second.pop_back();
                 --idle_count;
-                d->released = false;
-                return d;
             }
+        }
+        if (d) {
+            d->released = false;
+            return d;
         }
         return open_lock_file(std::string(name), semaphore, owner);
     }
@@ -443,19 +447,27 @@ struct dlock_backend {
 
     // Returns an unlocked description to the pool (or closes it when the pool is full).
     void give_back(dlock_hold* d) {
-        {
-            std::lock_guard<std::mutex> lock(mutex);
-            if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
-                for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
-            }
-            if (idle_count < idle_limit) {
-                if (recent) idle[pool_key(recent->name, recent->semaphore)].push_back(recent);
-                recent = d;
-                ++idle_count;
-                return;
-            }
+        if (idle_limit == 0) {
+            delete d;
+            return;
         }
-        delete d;
+        dlock_hold* previous = recent.exchange(d);
+        if (!previous) return;
+        std::lock_guard<std::mutex> lock(mutex);
+        park_locked(previous);
+    }
+
+    // Puts an unlocked description into `idle` (or closes it when that is full). Needs the mutex.
+    void park_locked(dlock_hold* d) {
+        if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
+            for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
+        }
+        if (idle_count + 1 < idle_limit) {
+            idle[pool_key(d->name, d->semaphore)].push_back(d);
+            ++idle_count;
+        } else {
+            delete d;
+        }
     }
 };
 
