@@ -242,7 +242,8 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         void count_out_locked() {
             --self->acquires_in_flight_;
             counted = false;
-            self->changed_.notify_all();
+            // Only close() waits for the count, and only after setting closed_ under the mutex.
+            if (self->closed_) self->changed_.notify_all();
         }
         ~in_flight_guard() {
             if (!counted) return;
@@ -587,6 +588,14 @@ int64_t client_core::valid_until_of(const dlock_lease* lease) {
 }
 
 void client_core::destroy(dlock_lease* lease) {
+    // A released lease with no callback queued or running is out of the core's reach: release()
+    // took it out of its hold's leases (so mark_lost queues nothing for it) in the same critical
+    // section that set `released` (after which on_lost() calls nothing), so it is freed without
+    // the mutex.
+    if (lease->released && lease->callbacks_running == 0) {
+        delete lease;
+        return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return lease->callbacks_running == 0; });

@@ -158,10 +158,12 @@ struct dlock_lease {
     std::shared_ptr<dlock::core::client_core> client;
     std::shared_ptr<dlock::core::hold> hold;  // its name, owner and fence are this lease's
     uint64_t fence = 0;
-    bool released = false;                     // (m) this handle was released
+    // This handle was released. Written under the client's mutex; read without it by destroy().
+    std::atomic<bool> released{false};
     int release_status = DLOCK_OK;             // (m) what release returned the first time
     dlock_lost_callback on_lost = nullptr;     // (m)
     void* on_lost_data = nullptr;              // (m)
     bool lost_notified = false;                // (m) the callback was queued or called
-    int callbacks_running = 0;                 // (m) queued or running callbacks
+    // Queued or running callbacks. Changed under the client's mutex; read without it by destroy().
+    std::atomic<int> callbacks_running{0};
 };
