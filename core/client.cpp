@@ -561,6 +561,12 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
     // (unless this is that run, replacing itself).
     if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return running_callback_ != lease; });
+    // Lost is decided by validity, as in state_of(), not by the keeper having woken yet (it may be
+    // late on a loaded machine); marked before the new callback is in place, so that it runs here.
+    hold& h = *lease->hold;
+    if (!lease->released && (h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) &&
+        h.valid_until_ns <= monotonic_now_ns())
+        mark_lost(h);
     lease->on_lost = callback;
     lease->on_lost_data = user_data;
     if (!callback || lease->released || lease->lost_notified || lease->hold->state != DLOCK_LEASE_LOST) return;
