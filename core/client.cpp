@@ -82,6 +82,13 @@ bool has_field(const T* options, Field T::*member) {
     return options && options->struct_size >= offset + sizeof(Field);
 }
 
+// Takes `lease` out of its hold's list; the list is that one lease but for reentrant holds.
+template <typename List>
+void remove_lease(List& leases, dlock_lease* lease) {
+    if (leases.size() == 1 && leases.front() == lease) leases.clear();
+    else leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+}
+
 bool tri_state(int value, bool fallback, const char* what) {
     if (value == DLOCK_DEFAULT) return fallback;
     if (value == 0 || value == 1) return value == 1;
@@ -160,10 +167,11 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
 
 dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_options* options) {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
-    detail::validate_name(name);
+    const std::string_view name_view(name);  // measured once
+    detail::validate_name(name_view);
     if (options && options->struct_size < sizeof(uint32_t))
         throw error(DLOCK_INVALID_ARGUMENT, "acquire options: struct_size is 0; initialise with DLOCK_ACQUIRE_OPTIONS_INIT");
-    const config::resolved_policy policy = config::resolve(config_, name);
+    const config::resolved_policy policy = config::resolve(config_, name_view);
 
     int64_t wait_ms = policy.wait_ms;
     if (has_field(options, &dlock_acquire_options::wait_ms) && options->wait_ms != DLOCK_DEFAULT) {
@@ -283,8 +291,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token", name));
         // A fresh hold (and owner token) for every attempt: a refused grant's hold is given back
         // and its cookie never reused.
-        auto h = std::make_shared<hold>();
-        h->name = name;
+        auto h = std::make_shared<hold>(name_view);
         h->owner = detail::new_owner_token();
         h->ttl_ms = ttl_ms;
         h->renew = renew;
@@ -507,7 +514,7 @@ int client_core::release(dlock_lease* lease) {
     if (lease->released) return lease->release_status;
     const std::shared_ptr<hold> h = lease->hold;
     auto& leases = h->leases;
-    leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+    remove_lease(leases, lease);
     int status;
     std::string why;
     dlock_hold* done_with = nullptr;  // destroyed below, once mutex_ is let go
@@ -611,7 +618,7 @@ void client_core::destroy(dlock_lease* lease) {
     if (!lease->released) {
         const std::shared_ptr<hold> h = lease->hold;
         auto& leases = h->leases;
-        leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+        remove_lease(leases, lease);
         if (leases.empty()) {
             std::string why;
             if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {

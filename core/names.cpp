@@ -20,7 +20,9 @@ void validate_name(std::string_view name) {
                     fmt::format("invalid lock name: {} bytes long, the limit is {}", name.size(), max_name_bytes));
     const auto* p = reinterpret_cast<const unsigned char*>(name.data());
     const size_t n = name.size();
-    for (size_t i = 0; i < n;) {
+    size_t i = 0;
+    while (i < n && unsigned(p[i] - 1) < 0x7f) ++i;  // the common case: ASCII without NUL
+    while (i < n) {
         const unsigned char c = p[i];
         if (c == 0) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: NUL byte at offset {}", i));
         if (c < 0x80) { ++i; continue; }

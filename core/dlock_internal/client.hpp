@@ -31,6 +31,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct dlock_cancel_token {
 namespace dlock::core {
 
 struct hold {
+    explicit hold(std::string_view name) : name(name) {}
+
     std::string name;
     detail::owner_token owner;
     uint64_t fence = 0;

@@ -437,7 +437,7 @@ struct dlock_backend {
     // True if the path still names the file `d` has open (the file was not deleted or replaced).
     // The open file's inode number cannot have been reused: the open description keeps it alive.
     bool still_at_path(const descriptor* d) const {
-        struct stat at_path {};
+        struct stat at_path;  // read only when fstatat filled it
         if (fstatat(directory_fd, d->file_name.c_str(), &at_path, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT) return false;
             fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot stat `{}`: {}", path_of(d), std::strerror(errno)));
@@ -820,7 +820,8 @@ void acquire_exclusive(dlock_backend* backend, const dlock_acquire_request* requ
         } fields{};
         static_assert(sizeof fields == holder_fields_bytes, "the holder fields as laid out in the header");
         fields.fence = fence;
-        std::strncpy(fields.holder, request->owner, sizeof fields.holder - 1);
+        // The rest of `holder` is zero already: copy the token and no padding.
+        std::memcpy(fields.holder, request->owner, strnlen(request->owner, sizeof fields.holder - 1));
         fields.holder_pid = backend->pid;
         errno = 0;  // a short write sets none: then it is taken for ENOSPC
         if (pwrite(d->fd, &fields, sizeof fields, holder_fields_offset) != ssize_t(sizeof fields))
