@@ -230,14 +230,14 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
     auto cancelled = [&] { return cancel && cancel->cancelled.load(); };
     if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token before it began", name));
 
-    auto new_lease = [&](const std::shared_ptr<hold>& h) {
+    auto new_lease = [&](std::shared_ptr<hold> h) {
         auto* lease = new dlock_lease;
         lease->client = shared_from_this();
-        lease->hold = h;
         lease->fence = h->fence;
         lease->on_lost = on_lost;
         lease->on_lost_data = on_lost_data;
         h->leases.push_back(lease);
+        lease->hold = std::move(h);
         return lease;
     };
 
@@ -383,14 +383,13 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         // No plugin call follows: close() may go on once this section ends.
         in_flight.count_out_locked();
         if (reentrant) reentrant_[h->name] = h;
-        dlock_lease* lease = new_lease(h);
         if (metrics_) {
             h->counted_held = true;
             metrics_->held_changed(+1);
         }
         // Waking the keeper costs a context switch: only when this hold is due before its next wake.
         if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
-        return lease;
+        return new_lease(std::move(h));  // the lease takes this function's reference
     }
 }
 
@@ -512,7 +511,7 @@ void client_core::destroy_plugin_hold(dlock_hold* plugin_hold) {
 int client_core::release(dlock_lease* lease) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (lease->released) return lease->release_status;
-    const std::shared_ptr<hold> h = lease->hold;
+    const std::shared_ptr<hold>& h = lease->hold;  // the caller's lease keeps it
     auto& leases = h->leases;
     remove_lease(leases, lease);
     int status;
