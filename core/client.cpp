@@ -359,8 +359,9 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         // Never hand out a grant that is no longer a lock: one the backend reported LOST before
         // acquire returned (no lease existed yet to notify), or one whose validity ran out before
         // the reply arrived (a slow network, a stalled process). Give it back and try again while
-        // the wait allows.
-        const int64_t now = monotonic_now_ns();
+        // the wait allows. A grant without an end (a session-bound lock) needs no clock read (about
+        // 20 ns of an uncontended cycle of a few microseconds).
+        const int64_t now = h->valid_until_ns == forever_ns ? INT64_MIN : monotonic_now_ns();
         const bool lost_on_arrival = h->state == DLOCK_LEASE_LOST;
         if (lost_on_arrival || h->valid_until_ns <= now) {
             forget_hold(h);
