@@ -50,6 +50,13 @@ void host_hold_state_changed(void* context, void* host_lease, int state, int64_t
     static_cast<client_core*>(context)->hold_state_changed(static_cast<hold*>(host_lease), state, valid_until_ns);
 }
 
+// The buffer a plugin call may write its failure's reason into. A plugin writes a NUL-terminated
+// message only when it fails, so an empty first byte is all "no message" needs: zeroing the whole
+// kilobyte for every call cost more than the rest of the core's work on an uncontended acquire.
+struct plugin_error : dlock_plugin_error {
+    plugin_error() { message[0] = '\0'; }
+};
+
 // Calls into a plugin behind an exception firewall: a plugin that throws across the C ABI is a
 // broken plugin, reported as such, never a crash.
 template <typename F>
@@ -75,6 +82,13 @@ bool has_field(const T* options, Field T::*member) {
     return options && options->struct_size >= offset + sizeof(Field);
 }
 
+// Takes `lease` out of its hold's list; the list is that one lease but for reentrant holds.
+template <typename List>
+void remove_lease(List& leases, dlock_lease* lease) {
+    if (leases.size() == 1 && leases.front() == lease) leases.clear();
+    else leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+}
+
 bool tri_state(int value, bool fallback, const char* what) {
     if (value == DLOCK_DEFAULT) return fallback;
     if (value == 0 || value == 1) return value == 1;
@@ -90,7 +104,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
     std::shared_ptr<client_core> core(new client_core(std::move(config), std::move(module)));
     if (!core->config_.metrics_listen.empty())
         core->metrics_ = std::make_unique<client_metrics>(core->config_.metrics_listen, core->plugin_->name);
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, core->plugin_->name, "create", [&] {
         return core->plugin_->create(options.data(), options.size(), &core->host_, &core->backend_, &err);
     });
@@ -153,10 +167,11 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
 
 dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_options* options) {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
-    detail::validate_name(name);
+    const std::string_view name_view(name);  // measured once
+    detail::validate_name(name_view);
     if (options && options->struct_size < sizeof(uint32_t))
         throw error(DLOCK_INVALID_ARGUMENT, "acquire options: struct_size is 0; initialise with DLOCK_ACQUIRE_OPTIONS_INIT");
-    const config::resolved_policy policy = config::resolve(config_, name);
+    const config::resolved_policy policy = config::resolve(config_, name_view);
 
     int64_t wait_ms = policy.wait_ms;
     if (has_field(options, &dlock_acquire_options::wait_ms) && options->wait_ms != DLOCK_DEFAULT) {
@@ -215,44 +230,28 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
     auto cancelled = [&] { return cancel && cancel->cancelled.load(); };
     if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token before it began", name));
 
-    auto new_lease = [&](const std::shared_ptr<hold>& h) {
+    auto new_lease = [&](std::shared_ptr<hold> h) {
         auto* lease = new dlock_lease;
         lease->client = shared_from_this();
-        lease->hold = h;
         lease->fence = h->fence;
         lease->on_lost = on_lost;
         lease->on_lost_data = on_lost_data;
         h->leases.push_back(lease);
+        lease->hold = std::move(h);
         return lease;
     };
 
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
-        if (reentrant) {
-            auto it = reentrant_.find(name);
-            if (it != reentrant_.end()) {
-                const std::shared_ptr<hold> held = it->second;
-                // The keeper may be late (stuck in a slow renewal): validity decides, not the state
-                // it last wrote. A hold whose validity is over is lost, never shared.
-                if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
-                    held->valid_until_ns <= monotonic_now_ns())
-                    mark_lost(*held);
-                if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) return new_lease(held);
-            }
-        }
-        ++acquires_in_flight_;
-    }
-    // close() waits for this count to reach zero before destroying the backend, so it is counted out
-    // only after the last plugin call: under the mutex in the success path's registration below,
-    // or by this guard when the acquisition fails or the client closed meanwhile.
+    // close() waits for the in-flight count to reach zero before destroying the backend, so it is
+    // counted out only after the last plugin call: under the mutex in the success path's
+    // registration below, or by this guard when the acquisition fails or the client closed meanwhile.
     struct in_flight_guard {
         client_core* self;
-        bool counted = true;
+        bool counted = false;
         void count_out_locked() {
             --self->acquires_in_flight_;
             counted = false;
-            self->changed_.notify_all();
+            // Only close() waits for the count, and only after setting closed_ under the mutex.
+            if (self->closed_) self->changed_.notify_all();
         }
         ~in_flight_guard() {
             if (!counted) return;
@@ -260,6 +259,28 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
             count_out_locked();
         }
     } in_flight{this};
+    // Counted in without the mutex, then the close checked, both sequentially consistent: either
+    // this sees closed_, or close() (which sets closed_, then reads the count) waits for this call.
+    ++acquires_in_flight_;
+    in_flight.counted = true;
+    if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+    if (reentrant) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+        auto it = reentrant_.find(name);
+        if (it != reentrant_.end()) {
+            const std::shared_ptr<hold> held = it->second;
+            // The keeper may be late (stuck in a slow renewal): validity decides, not the state
+            // it last wrote. A hold whose validity is over is lost, never shared.
+            if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
+                held->valid_until_ns <= monotonic_now_ns())
+                mark_lost(*held);
+            if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) {
+                in_flight.count_out_locked();
+                return new_lease(held);
+            }
+        }
+    }
 
     const int64_t deadline_ns = wait_ms == 0 ? 0
                                 : wait_ms == INT64_MAX ? forever_ns
@@ -270,8 +291,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token", name));
         // A fresh hold (and owner token) for every attempt: a refused grant's hold is given back
         // and its cookie never reused.
-        auto h = std::make_shared<hold>();
-        h->name = name;
+        auto h = std::make_shared<hold>(name_view);
         h->owner = detail::new_owner_token();
         h->ttl_ms = ttl_ms;
         h->renew = renew;
@@ -298,7 +318,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         dlock_hold* plugin_hold = nullptr;
         dlock_grant grant{};
         grant.struct_size = sizeof grant;
-        dlock_plugin_error err{};
+        plugin_error err;
         const int status = plugin_call(err, plugin_->name, "acquire",
                                        [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
         if (status != DLOCK_OK) {
@@ -339,8 +359,9 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         // Never hand out a grant that is no longer a lock: one the backend reported LOST before
         // acquire returned (no lease existed yet to notify), or one whose validity ran out before
         // the reply arrived (a slow network, a stalled process). Give it back and try again while
-        // the wait allows.
-        const int64_t now = monotonic_now_ns();
+        // the wait allows. A grant without an end (a session-bound lock) needs no clock read (about
+        // 20 ns of an uncontended cycle of a few microseconds).
+        const int64_t now = h->valid_until_ns == forever_ns ? INT64_MIN : monotonic_now_ns();
         const bool lost_on_arrival = h->state == DLOCK_LEASE_LOST;
         if (lost_on_arrival || h->valid_until_ns <= now) {
             forget_hold(h);
@@ -363,19 +384,18 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         // No plugin call follows: close() may go on once this section ends.
         in_flight.count_out_locked();
         if (reentrant) reentrant_[h->name] = h;
-        dlock_lease* lease = new_lease(h);
         if (metrics_) {
             h->counted_held = true;
             metrics_->held_changed(+1);
         }
         // Waking the keeper costs a context switch: only when this hold is due before its next wake.
         if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
-        return lease;
+        return new_lease(std::move(h));  // the lease takes this function's reference
     }
 }
 
 void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& name) {
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
     if (status != DLOCK_OK && status != DLOCK_LOST)
         logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
@@ -388,8 +408,10 @@ void client_core::mark_lost(hold& h) {
     h.state = DLOCK_LEASE_LOST;
     if (h.counted_held) metrics_->became_lost();
     stop_counting_held(h);
-    auto it = reentrant_.find(h.name);
-    if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
+    if (h.reentrant) {  // only a reentrant hold is in reentrant_
+        auto it = reentrant_.find(h.name);
+        if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
+    }
     for (dlock_lease* lease : h.leases) {
         if (lease->on_lost && !lease->lost_notified) {
             lease->lost_notified = true;
@@ -439,18 +461,20 @@ void client_core::forget_hold(const std::shared_ptr<hold>& h) {
         std::swap(holds_[h->slot], holds_.back());
         holds_.pop_back();
     }
+    if (!h->reentrant) return;  // only a reentrant hold is in reentrant_
     auto it = reentrant_.find(h->name);
     if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
 }
 
-int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why) {
+int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
+                              dlock_hold** destroy_later) {
     changed_.wait(lock, [&] { return !h->busy; });
     if (!h->plugin_hold) return h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
     const bool was_lost = h->state == DLOCK_LEASE_LOST;
     h->busy = true;
     dlock_hold* plugin_hold = h->plugin_hold;
     lock.unlock();
-    dlock_plugin_error err{};
+    plugin_error err;
     int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
     lock.lock();
     h->busy = false;
@@ -470,25 +494,35 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
     }
     forget_hold(h);
     h->plugin_hold = nullptr;
+    if (destroy_later) {
+        *destroy_later = plugin_hold;
+        return status;
+    }
     lock.unlock();
-    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+    destroy_plugin_hold(plugin_hold);
     lock.lock();
     return status;
+}
+
+void client_core::destroy_plugin_hold(dlock_hold* plugin_hold) {
+    plugin_error err;
+    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
 }
 
 int client_core::release(dlock_lease* lease) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (lease->released) return lease->release_status;
-    const std::shared_ptr<hold> h = lease->hold;
+    const std::shared_ptr<hold>& h = lease->hold;  // the caller's lease keeps it
     auto& leases = h->leases;
-    leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+    remove_lease(leases, lease);
     int status;
     std::string why;
+    dlock_hold* done_with = nullptr;  // destroyed below, once mutex_ is let go
     if (!leases.empty()) {
         // Another reentrant lease still holds it: only this handle is done.
         status = h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
     } else {
-        status = release_hold(lock, h, why);
+        status = release_hold(lock, h, why, &done_with);
         if (status == DLOCK_UNKNOWN) {
             h->leases.push_back(lease);  // still ours as far as we know; the caller may retry
             throw error(DLOCK_UNKNOWN, why);
@@ -496,6 +530,8 @@ int client_core::release(dlock_lease* lease) {
     }
     lease->released = true;
     lease->release_status = status;
+    lock.unlock();
+    if (done_with) destroy_plugin_hold(done_with);
     if (status == DLOCK_LOST) {
         if (why.empty()) why = fmt::format("lock `{}` had been lost before release", h->name);
         throw error(DLOCK_LOST, why);
@@ -513,7 +549,7 @@ int client_core::renew(dlock_lease* lease) {
     h->busy = true;
     dlock_renewal renewal{h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0};
     lock.unlock();
-    dlock_plugin_error err{};
+    plugin_error err;
     const int call = plugin_call(err, plugin_->name, "renew", [&] { return plugin_->renew(backend_, &renewal, 1, &err); });
     lock.lock();
     h->busy = false;
@@ -532,6 +568,12 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
     // (unless this is that run, replacing itself).
     if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return running_callback_ != lease; });
+    // Lost is decided by validity, as in state_of(), not by the keeper having woken yet (it may be
+    // late on a loaded machine); marked before the new callback is in place, so that it runs here.
+    hold& h = *lease->hold;
+    if (!lease->released && (h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) &&
+        h.valid_until_ns <= monotonic_now_ns())
+        mark_lost(h);
     lease->on_lost = callback;
     lease->on_lost_data = user_data;
     if (!callback || lease->released || lease->lost_notified || lease->hold->state != DLOCK_LEASE_LOST) return;
@@ -559,6 +601,14 @@ int64_t client_core::valid_until_of(const dlock_lease* lease) {
 }
 
 void client_core::destroy(dlock_lease* lease) {
+    // A released lease with no callback queued or running is out of the core's reach: release()
+    // took it out of its hold's leases (so mark_lost queues nothing for it) in the same critical
+    // section that set `released` (after which on_lost() calls nothing), so it is freed without
+    // the mutex.
+    if (lease->released && lease->callbacks_running == 0) {
+        delete lease;
+        return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (std::this_thread::get_id() != dispatcher_id_)
         changed_.wait(lock, [&] { return lease->callbacks_running == 0; });
@@ -568,7 +618,7 @@ void client_core::destroy(dlock_lease* lease) {
     if (!lease->released) {
         const std::shared_ptr<hold> h = lease->hold;
         auto& leases = h->leases;
-        leases.erase(std::remove(leases.begin(), leases.end(), lease), leases.end());
+        remove_lease(leases, lease);
         if (leases.empty()) {
             std::string why;
             if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {
@@ -580,7 +630,7 @@ void client_core::destroy(dlock_lease* lease) {
                 h->plugin_hold = nullptr;
                 h->state = DLOCK_LEASE_LOST;
                 lock.unlock();
-                dlock_plugin_error err{};
+                plugin_error err;
                 plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
                 lock.lock();
             }
@@ -623,7 +673,7 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
         if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
     }
     dlock_lock_info out = DLOCK_LOCK_INFO_INIT;
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
     if (status != DLOCK_OK) fail_plugin_call(status, err, "inspect");
     out.holder[sizeof out.holder - 1] = '\0';
@@ -663,7 +713,7 @@ void client_core::holders(const char* name, bool semaphore, dlock_holder_visitor
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot enumerate the holders of a lock", plugin_->name));
     check_open("dlock_holders");
     holder_relay relay{visit, user_data};
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "holders", [&] {
         return plugin_->holders(backend_, name, semaphore ? 1 : 0, &holder_relay::call, &relay, &err);
     });
@@ -678,7 +728,7 @@ void client_core::list(const char* prefix, dlock_holder_visitor visit, void* use
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot list its locks", plugin_->name));
     check_open("dlock_list");
     holder_relay relay{visit, user_data};
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "list", [&] {
         return plugin_->list(backend_, prefix, &holder_relay::call, &relay, &err);
     });
@@ -692,7 +742,7 @@ size_t client_core::break_lock(const char* name, bool semaphore) {
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot break a lock held by another process", plugin_->name));
     check_open("dlock_break");
     size_t broken = 0;
-    dlock_plugin_error err{};
+    plugin_error err;
     const int status = plugin_call(err, plugin_->name, "break_lock", [&] {
         return plugin_->break_lock(backend_, name, semaphore ? 1 : 0, &broken, &err);
     });
@@ -726,7 +776,7 @@ void client_core::keeper_loop() {
         }
         if (!batch.empty()) {
             lock.unlock();
-            dlock_plugin_error err{};
+            plugin_error err;
             const int call = plugin_call(err, plugin_->name, "renew",
                                          [&] { return plugin_->renew(backend_, batch.data(), batch.size(), &err); });
             if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, detail::status_name(call)));
@@ -787,7 +837,7 @@ void client_core::close() {
     closed_ = true;
     if (backend_) {
         lock.unlock();
-        dlock_plugin_error err{};
+        plugin_error err;
         plugin_call(err, plugin_->name, "interrupt", [&] { plugin_->interrupt(backend_); return 0; });
         lock.lock();
         changed_.wait(lock, [&] { return acquires_in_flight_ == 0; });
@@ -819,7 +869,7 @@ void client_core::close() {
         else dispatcher_.join();
     }
     if (backend_) {
-        dlock_plugin_error err{};
+        plugin_error err;
         plugin_call(err, plugin_->name, "destroy", [&] { plugin_->destroy(backend_); return 0; });
         backend_ = nullptr;
     }

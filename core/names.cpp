@@ -20,7 +20,9 @@ void validate_name(std::string_view name) {
                     fmt::format("invalid lock name: {} bytes long, the limit is {}", name.size(), max_name_bytes));
     const auto* p = reinterpret_cast<const unsigned char*>(name.data());
     const size_t n = name.size();
-    for (size_t i = 0; i < n;) {
+    size_t i = 0;
+    while (i < n && unsigned(p[i] - 1) < 0x7f) ++i;  // the common case: ASCII without NUL
+    while (i < n) {
         const unsigned char c = p[i];
         if (c == 0) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("invalid lock name: NUL byte at offset {}", i));
         if (c < 0x80) { ++i; continue; }
@@ -59,6 +61,19 @@ struct random_block {
 };
 thread_local random_block block;
 
+// The two lowercase hex digits of each byte value: a token is 16 two-byte copies.
+struct hex_pair_table {
+    char digits[256][2];
+    constexpr hex_pair_table() : digits{} {
+        const char hex[] = "0123456789abcdef";
+        for (int v = 0; v < 256; ++v) {
+            digits[v][0] = hex[v >> 4];
+            digits[v][1] = hex[v & 15];
+        }
+    }
+};
+constexpr hex_pair_table hex_pairs;
+
 void fill(random_block& b) {
     size_t got = 0;
     while (got < sizeof b.bytes) {
@@ -82,16 +97,13 @@ owner_token new_owner_token() {
         fill(b);
         b.generation = generation;
     }
-    static const char digits[] = "0123456789abcdef";
+    unsigned char bits[16];
+    std::memcpy(bits, b.bytes + b.used, sizeof bits);
+    std::memset(b.bytes + b.used, 0, sizeof bits);
+    b.used += sizeof bits;
     owner_token token;
-    const unsigned char* bits = b.bytes + b.used;
-    for (int i = 0; i < 16; ++i) {
-        token[size_t(2 * i)] = digits[bits[i] >> 4];
-        token[size_t(2 * i + 1)] = digits[bits[i] & 15];
-    }
+    for (size_t i = 0; i < sizeof bits; ++i) std::memcpy(token.data() + 2 * i, hex_pairs.digits[bits[i]], 2);
     token[32] = '\0';
-    std::memset(b.bytes + b.used, 0, 16);
-    b.used += 16;
     return token;
 }
 

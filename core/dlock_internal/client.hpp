@@ -22,6 +22,8 @@
 
 #include <dlock/plugin.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -29,6 +31,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,6 +45,8 @@ struct dlock_cancel_token {
 namespace dlock::core {
 
 struct hold {
+    explicit hold(std::string_view name) : name(name) {}
+
     std::string name;
     detail::owner_token owner;
     uint64_t fence = 0;
@@ -53,7 +58,9 @@ struct hold {
     int64_t next_renew_ns = 0;           // (m)
     dlock_lease_state state = DLOCK_LEASE_HELD;  // (m)
     bool busy = false;                   // (m) a plugin call on it is in progress
-    std::vector<dlock_lease*> leases;    // (m) lease handles not yet released
+    // (m) lease handles not yet released: one but for reentrant acquisitions, kept inline so that
+    // an acquisition allocates no list.
+    boost::container::small_vector<dlock_lease*, 1> leases;
     size_t slot = 0;                     // (m) index in client_core::holds_ while live
     bool counted_held = false;           // (m) handed out and counted in the leases-held gauge
 };
@@ -100,8 +107,12 @@ private:
     void mark_lost(hold& h);
     // Applies one renewal's result to a hold. Needs mutex_.
     void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
-    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_.
-    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why);
+    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_. With
+    // `destroy_later`, a plugin hold that is done with is not destroyed but stored there, for the
+    // caller to pass to destroy_plugin_hold once it has let go of mutex_ (saves taking it again).
+    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
+                     dlock_hold** destroy_later = nullptr);
+    void destroy_plugin_hold(dlock_hold* plugin_hold);  // not under mutex_
     void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
     void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
     void check_open(const char* what);  // throws DLOCK_CANCELLED once closed
@@ -119,13 +130,16 @@ private:
     std::condition_variable changed_;   // holds, in-flight count, callbacks
     std::condition_variable keeper_wake_;
     std::condition_variable dispatcher_wake_;              // a callback was queued, or stop
-    bool closed_ = false;                                  // (m)
+    // Set under mutex_; read without it where an acquire counts itself in (see acquire_lease).
+    std::atomic<bool> closed_{false};
     bool stop_keeper_ = false;                             // (m)
     bool stop_dispatcher_ = false;                         // (m) run what is queued, then exit
     // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
     int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
-    int acquires_in_flight_ = 0;                           // (m)
+    // Acquires between their check of closed_ and their last plugin call. Incremented without
+    // mutex_, decremented under it (close() waits on changed_ for zero).
+    std::atomic<int> acquires_in_flight_{0};
     // (m) live holds, unordered; each knows its slot, so removal is a swap with the last.
     std::vector<std::shared_ptr<hold>> holds_;
     std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
@@ -147,10 +161,12 @@ struct dlock_lease {
     std::shared_ptr<dlock::core::client_core> client;
     std::shared_ptr<dlock::core::hold> hold;  // its name, owner and fence are this lease's
     uint64_t fence = 0;
-    bool released = false;                     // (m) this handle was released
+    // This handle was released. Written under the client's mutex; read without it by destroy().
+    std::atomic<bool> released{false};
     int release_status = DLOCK_OK;             // (m) what release returned the first time
     dlock_lost_callback on_lost = nullptr;     // (m)
     void* on_lost_data = nullptr;              // (m)
     bool lost_notified = false;                // (m) the callback was queued or called
-    int callbacks_running = 0;                 // (m) queued or running callbacks
+    // Queued or running callbacks. Changed under the client's mutex; read without it by destroy().
+    std::atomic<int> callbacks_running{0};
 };

@@ -302,11 +302,13 @@ struct dlock_backend {
     pid_t pid = getpid();
     dlock_plugin_host host{};
 
+    // Unlocked descriptions: the one given back last, in `recent` (checked first and taken without
+    // the mutex: a client that locks one name over and over finds it without hashing the name or
+    // locking), then the rest by pool key (the name; for a semaphore's file a NUL, which no name
+    // contains, then the name) under the mutex. idle_count counts those in `idle`: at most
+    // idle_limit - 1, so with `recent` at most idle_limit descriptions are kept.
+    std::atomic<dlock_hold*> recent{nullptr};
     std::mutex mutex;
-    // Unlocked descriptions: the one given back last (checked first: a client that locks one name
-    // over and over finds it without hashing the name), then the rest by pool key (the name; for
-    // a semaphore's file a NUL, which no name contains, then the name). idle_count counts both.
-    dlock_hold* recent = nullptr;
     std::unordered_map<std::string, std::vector<dlock_hold*>> idle;
     size_t idle_count = 0;
     std::set<pid_t> waiting_threads;
@@ -318,7 +320,7 @@ struct dlock_backend {
     ~dlock_backend() {
         for (auto& entry : idle)
             for (dlock_hold* d : entry.second) delete d;
-        delete recent;
+        delete recent.load();
         for (int fd : idle_doorbells) close(fd);
         if (directory_fd >= 0) close(directory_fd);
     }
@@ -326,35 +328,37 @@ struct dlock_backend {
     std::string path_of(std::string_view name) const { return directory + "/" + lock_file_name(name); }
     std::string path_of(const descriptor* d) const { return directory + "/" + d->file_name; }
 
-    static std::string pool_key(const std::string& name, bool semaphore) {
-        return semaphore ? std::string(1, '\0') + name : name;
+    static std::string pool_key(std::string_view name, bool semaphore) {
+        return semaphore ? std::string(1, '\0').append(name) : std::string(name);
     }
 
     // A description of the file of `name` (a semaphore's when `semaphore`), unlocked: from the idle
     // pool or newly opened. `owner` (unique to the acquisition) names the temporary file when one
     // is created.
-    dlock_hold* take(const std::string& name, bool semaphore, const char* owner) {
+    dlock_hold* take(std::string_view name, bool semaphore, const char* owner) {
+        dlock_hold* d = recent.exchange(nullptr);
+        if (d && d->semaphore == semaphore && d->name == name) {
+            d->released = false;
+            return d;
+        }
         {
             std::lock_guard<std::mutex> lock(mutex);
-            dlock_hold* d = nullptr;
-            if (recent && recent->semaphore == semaphore && recent->name == name) {
-                d = std::exchange(recent, nullptr);
-            } else {
-                // Entries stay when emptied: the next acquisition of the name reuses them without
-                // allocating. At most one entry per name this client has locked.
-                auto it = semaphore ? idle.find(pool_key(name, true)) : idle.find(name);
-                if (it != idle.end() && !it->second.empty()) {
-                    d = it->second.back();
-                    it->second.pop_back();
-                }
-            }
-            if (d) {
+            if (d) park_locked(d);  // another name's: into the pool with the rest
+            d = nullptr;
+            // Entries stay when emptied: the next acquisition of the name reuses them without
+            // allocating. At most one entry per name this client has locked.
+            auto it = idle.find(pool_key(name, semaphore));
+            if (it != idle.end() && !it->second.empty()) {
+                d = it->second.back();
+                it->second.pop_back();
                 --idle_count;
-                d->released = false;
-                return d;
             }
         }
-        return open_lock_file(name, semaphore, owner);
+        if (d) {
+            d->released = false;
+            return d;
+        }
+        return open_lock_file(std::string(name), semaphore, owner);
     }
 
     // Opens the file of `name`, creating it complete (header included) if it is missing.
@@ -433,7 +437,7 @@ struct dlock_backend {
     // True if the path still names the file `d` has open (the file was not deleted or replaced).
     // The open file's inode number cannot have been reused: the open description keeps it alive.
     bool still_at_path(const descriptor* d) const {
-        struct stat at_path {};
+        struct stat at_path;  // read only when fstatat filled it
         if (fstatat(directory_fd, d->file_name.c_str(), &at_path, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT) return false;
             fail(DLOCK_UNAVAILABLE, fmt::format("file backend: cannot stat `{}`: {}", path_of(d), std::strerror(errno)));
@@ -443,19 +447,27 @@ struct dlock_backend {
 
     // Returns an unlocked description to the pool (or closes it when the pool is full).
     void give_back(dlock_hold* d) {
-        {
-            std::lock_guard<std::mutex> lock(mutex);
-            if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
-                for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
-            }
-            if (idle_count < idle_limit) {
-                if (recent) idle[pool_key(recent->name, recent->semaphore)].push_back(recent);
-                recent = d;
-                ++idle_count;
-                return;
-            }
+        if (idle_limit == 0) {
+            delete d;
+            return;
         }
-        delete d;
+        dlock_hold* previous = recent.exchange(d);
+        if (!previous) return;
+        std::lock_guard<std::mutex> lock(mutex);
+        park_locked(previous);
+    }
+
+    // Puts an unlocked description into `idle` (or closes it when that is full). Needs the mutex.
+    void park_locked(dlock_hold* d) {
+        if (idle.size() > 4 * idle_limit + 64) {  // many names seen: drop the empty entries
+            for (auto it = idle.begin(); it != idle.end();) it = it->second.empty() ? idle.erase(it) : std::next(it);
+        }
+        if (idle_count + 1 < idle_limit) {
+            idle[pool_key(d->name, d->semaphore)].push_back(d);
+            ++idle_count;
+        } else {
+            delete d;
+        }
     }
 };
 
@@ -808,7 +820,8 @@ void acquire_exclusive(dlock_backend* backend, const dlock_acquire_request* requ
         } fields{};
         static_assert(sizeof fields == holder_fields_bytes, "the holder fields as laid out in the header");
         fields.fence = fence;
-        std::strncpy(fields.holder, request->owner, sizeof fields.holder - 1);
+        // The rest of `holder` is zero already: copy the token and no padding.
+        std::memcpy(fields.holder, request->owner, strnlen(request->owner, sizeof fields.holder - 1));
         fields.holder_pid = backend->pid;
         errno = 0;  // a short write sets none: then it is taken for ENOSPC
         if (pwrite(d->fd, &fields, sizeof fields, holder_fields_offset) != ssize_t(sizeof fields))
@@ -1037,8 +1050,7 @@ int file_acquire(dlock_backend* backend, const dlock_acquire_request* request, d
             DLOCK_STRUCT_COVERS(request, dlock_acquire_request, kind) ? request->kind : uint32_t(DLOCK_HOLD_EXCLUSIVE);
         if (kind > DLOCK_HOLD_PERMIT)
             fail(DLOCK_INVALID_ARGUMENT, fmt::format("file backend: unknown hold kind {} for `{}`", kind, request->name));
-        const std::string name(request->name);
-        give_back_unless_kept guard{backend, backend->take(name, kind == DLOCK_HOLD_PERMIT, request->owner)};
+        give_back_unless_kept guard{backend, backend->take(request->name, kind == DLOCK_HOLD_PERMIT, request->owner)};
         uint64_t fence = 0;
         if (kind == DLOCK_HOLD_EXCLUSIVE) acquire_exclusive(backend, request, guard, fence);
         else if (kind == DLOCK_HOLD_SHARED) acquire_shared(backend, request, guard, fence);

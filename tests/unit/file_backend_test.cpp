@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 using namespace std::chrono_literals;
@@ -215,6 +216,48 @@ TEST_F(FileBackend, CloseInterruptsAWaiterThatBlocksSignals) {
     if (!closed) held.release();
     ASSERT_TRUE(closed) << "close() did not interrupt a waiter that blocks signals";
     EXPECT_EQ(attempt.get(), DLOCK_CANCELLED);
+}
+
+// Unlocked descriptions are kept for reuse, at most `idle_descriptors` of them, whichever way the
+// pool is used: one name over and over, many names, many threads at once.
+TEST_F(FileBackend, IdleDescriptionsStayWithinTheirLimitAndAreReused) {
+    const std::string dir = std::filesystem::canonical(dir_.path()).string();
+    auto open_lock_files = [&] {  // descriptions of files in the directory, open in this process
+        int n = 0;
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+            std::error_code ec;
+            const auto target = std::filesystem::read_symlink(entry.path(), ec).string();
+            // A file this client created shows under its temporary name: anything in the directory.
+            if (!ec && target.rfind(dir + "/", 0) == 0) ++n;
+        }
+        return n;
+    };
+    auto client = dlock::client::from_yaml("backend: file\noptions:\n  directory: \"" + dir_.path() + "\"\n  idle_descriptors: 3\n");
+    client.acquire("same", try_for(0ms)).release();
+    EXPECT_EQ(open_lock_files(), 1);
+    for (int i = 0; i < 100; ++i) client.acquire("same", try_for(0ms)).release();
+    EXPECT_EQ(open_lock_files(), 1) << "locking one name again opened another description";
+    for (int i = 0; i < 10; ++i) client.acquire("name" + std::to_string(i), try_for(0ms)).release();
+    EXPECT_EQ(open_lock_files(), 3);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&client, t] {
+            for (int i = 0; i < 200; ++i) client.acquire("thread" + std::to_string(t) + "-" + std::to_string(i % 5), try_for(2s)).release();
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_LE(open_lock_files(), 3);
+    EXPECT_GE(open_lock_files(), 1);
+    // The kept descriptions still lock: a second client contends with each.
+    auto other = open_client();
+    auto held = client.acquire("thread0-0", try_for(0ms));
+    std::error_code ec;
+    EXPECT_FALSE(other.acquire("thread0-0", try_for(0ms), ec));
+    EXPECT_EQ(ec, dlock::errc::timeout);
+
+    auto keeps_none = dlock::client::from_yaml("backend: file\noptions:\n  directory: \"" + dir_.path() + "\"\n  idle_descriptors: 0\n");
+    const int before = open_lock_files();
+    for (int i = 0; i < 5; ++i) keeps_none.acquire("none" + std::to_string(i), try_for(0ms)).release();
+    EXPECT_EQ(open_lock_files(), before) << "idle_descriptors: 0 kept a description open";
 }
 
 }  // namespace

@@ -227,4 +227,29 @@ TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
     EXPECT_TRUE(p.finished.load()) << "dlock_lease_on_lost returned while the previous callback still ran";
 }
 
+// Destroying a released lease whose lost callback is still running waits for the callback, so the
+// caller may free the callback's data once dlock_lease_destroy returns.
+TEST(Keeper, DestroyingAReleasedLeaseWaitsForItsRunningCallback) {
+    struct progress {
+        std::atomic<bool> running{false};
+        std::atomic<bool> finished{false};
+    } p;
+    auto client = fake_client("  lose_after: 50ms\n");
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    o.ttl_ms = 30'000;
+    dlock_lease* lease = nullptr;
+    ASSERT_EQ(dlock_acquire(client.handle(), "destroyed-while-called", &o, &lease), DLOCK_OK) << dlock_last_error();
+    const dlock_lost_callback slow = [](dlock_lease*, void* data) {
+        auto* state = static_cast<progress*>(data);
+        state->running = true;
+        std::this_thread::sleep_for(200ms);
+        state->finished = true;
+    };
+    ASSERT_EQ(dlock_lease_on_lost(lease, slow, &p), DLOCK_OK);
+    ASSERT_TRUE(eventually([&] { return p.running.load(); }));
+    EXPECT_EQ(dlock_lease_release(lease), DLOCK_LOST);
+    dlock_lease_destroy(lease);
+    EXPECT_TRUE(p.finished.load()) << "dlock_lease_destroy returned while the lease's callback still ran";
+}
+
 }  // namespace
