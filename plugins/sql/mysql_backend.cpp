@@ -458,7 +458,7 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
     poll_pause pause;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        const int64_t deadline = statement_deadline_within(req->deadline_ns);
+        const int64_t deadline = statement_deadline_within(config_.client_limit_ms(), req->deadline_ns);
         auto c = connections_->borrow(deadline, true);
         const int64_t sent = now_ns();
         uint64_t fence = 0;
@@ -545,7 +545,7 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
     bool retried_unknown = false;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        const int64_t deadline = statement_deadline_within(req->deadline_ns);
+        const int64_t deadline = statement_deadline_within(config_.client_limit_ms(), req->deadline_ns);
         auto c = connections_->borrow(deadline, true);
         const int64_t sent = now_ns();
         result r;

@@ -130,12 +130,6 @@ private:
     void check_server(connection& c);
     void ensure_schema(connection& c);
     int64_t statement_deadline() const { return now_ns() + config_.client_limit_ms() * 1'000'000; }
-    // The same, or an acquire's own deadline when that comes sooner and is still ahead (0, try once,
-    // and a deadline already passed get one whole attempt).
-    int64_t statement_deadline_within(int64_t acquire_deadline_ns) const {
-        const int64_t limit = statement_deadline();
-        return acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns() ? std::min(limit, acquire_deadline_ns) : limit;
-    }
     std::string where() const { return "mysql " + config_.server; }
 
     settings config_;

@@ -257,19 +257,34 @@ std::string quote_identifier(const std::string& identifier) {
     return out + "\"";
 }
 
-uint64_t hash64(const std::string& bytes) {
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
+namespace {
+
+constexpr uint64_t fnv1a64_basis = 0xcbf29ce484222325ULL;
+
+uint64_t fnv1a64(uint64_t h, const std::string& bytes) {
     for (unsigned char c : bytes) {
         h ^= c;
         h *= 0x100000001b3ULL;
     }
-    h ^= h >> 33;  // MurmurHash3 fmix64
+    return h;
+}
+
+uint64_t fmix64(uint64_t h) {  // MurmurHash3's finaliser
+    h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ULL;
     h ^= h >> 33;
     return h;
 }
+
+}  // namespace
+
+uint64_t hash64(const std::string& bytes) { return fmix64(fnv1a64(fnv1a64_basis, bytes)); }
+
+hash64_prefix::hash64_prefix(const std::string& prefix) : state_(fnv1a64(fnv1a64_basis, prefix)) {}
+
+uint64_t hash64_prefix::operator()(const std::string& rest) const { return fmix64(fnv1a64(state_, rest)); }
 
 void resolve(settings& s) {
     std::vector<std::pair<std::string, std::string>> params;

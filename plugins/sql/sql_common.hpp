@@ -113,6 +113,26 @@ std::string quote_identifier(const std::string& identifier);
 // every dlock client: advisory lock keys and LISTEN channel names derive from it.
 uint64_t hash64(const std::string& bytes);
 
+// hash64(prefix + rest) for a fixed prefix whose bytes are hashed once, when the object is built
+// (FNV-1a consumes bytes in order): a per-acquire key derivation allocates and rehashes nothing.
+class hash64_prefix {
+public:
+    explicit hash64_prefix(const std::string& prefix);
+    uint64_t operator()(const std::string& rest) const;
+
+private:
+    uint64_t state_;  // FNV-1a after the prefix, not finalised
+};
+
+// When a statement sent now must have been answered: `client_limit_ms` (settings::client_limit_ms())
+// from now, or an acquire's own deadline when that comes sooner and is still ahead (0, try once, and a
+// deadline already passed get one whole attempt).
+inline int64_t statement_deadline_within(int64_t client_limit_ms, int64_t acquire_deadline_ns) {
+    const int64_t now = now_ns();
+    const int64_t limit = now + client_limit_ms * 1'000'000;
+    return acquire_deadline_ns != 0 && acquire_deadline_ns > now ? std::min(limit, acquire_deadline_ns) : limit;
+}
+
 // The status and message for an exception thrown by libpqxx during `what` (e.g. "acquire of `x`").
 // `maybe_executed`: the statement may have reached the server, so a lost connection leaves its
 // outcome unknown (DLOCK_UNKNOWN) rather than simply failed (DLOCK_UNAVAILABLE).
