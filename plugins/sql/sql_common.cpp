@@ -607,16 +607,12 @@ monitor::~monitor() {
     ::close(wake_fd_);
 }
 
-void monitor::watch(entry& e, bool on) {
-    if (on) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        for (const auto& [id, other] : entries_)
-            if (&other == &e) ev.data.u64 = id;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
-    } else {
-        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
-    }
+void monitor::watch(entry& e, uint64_t id, bool on) {
+    epoll_event ev{};
+    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
+    ev.data.u64 = id;
+    // Not registered yet (a new session, or a new socket that got a closed one's number): add it.
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
 }
 
 std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {
@@ -637,10 +633,7 @@ void monitor::add(void* cookie, session* s) {
     ids_[cookie] = id;
     entry& e = entries_[id];
     e = entry{cookie, s, s->socket(), phase::idle, false, now_ns() + probe_interval_ns_, 0};
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = id;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+    watch(e, id, true);
     if (e.probe_at_ns < wakes_at_ns_) {
         wakes_at_ns_ = e.probe_at_ns;
         signal_fd(wake_fd_);
@@ -653,7 +646,7 @@ bool monitor::take(void* cookie) {
     auto it = find(cookie);
     if (it == entries_.end()) return false;
     const bool dead = it->second.dead;
-    if (it->second.state == phase::idle && !dead) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    if (it->second.state == phase::idle && !dead) watch(it->second, it->first, false);
     entries_.erase(it);
     ids_.erase(cookie);
     return dead;
@@ -666,7 +659,7 @@ bool monitor::begin_use(void* cookie) {
     if (it == entries_.end() || it->second.dead) return false;
     it->second.state = phase::in_use;
     it->second.probe_deadline_ns = 0;  // the caller's statement eats a pending probe's answer first
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);  // its reply must not look like a death
+    watch(it->second, it->first, false);  // its reply must not look like a death
     return true;
 }
 
@@ -677,7 +670,7 @@ void monitor::end_use(void* cookie, bool still_alive) {
     it->second.state = phase::idle;
     it->second.probe_at_ns = now_ns() + probe_interval_ns_;  // just heard from
     if (!still_alive) it->second.dead = true;
-    else watch(it->second, true);
+    else watch(it->second, it->first, true);
     settled_.notify_all();
 }
 
@@ -724,7 +717,7 @@ void monitor::run() {
         std::vector<uint64_t> dead;
         auto give_up = [&](uint64_t id, entry& e) {
             e.state = phase::checking;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            watch(e, id, false);
             dead.push_back(id);
         };
         for (int i = 0; i < ready; ++i) {
@@ -740,7 +733,7 @@ void monitor::run() {
                 continue;
             }
             e.state = phase::checking;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            watch(e, it->first, false);
             to_check.emplace_back(it->first, e.s);
         }
         for (auto& [id, e] : entries_) {
@@ -763,7 +756,7 @@ void monitor::run() {
             auto it = entries_.find(id);
             if (std::find(dead.begin(), dead.end(), id) != dead.end()) continue;
             it->second.state = phase::idle;
-            watch(it->second, true);
+            watch(it->second, id, true);
         }
         for (uint64_t id : dead) {
             auto it = entries_.find(id);

@@ -495,8 +495,8 @@ private:
 // server ends it, and frees its locks, when it hears of it). A silent failure is thus reported
 // within 2 × probe_interval_ns. A statement run between begin_use() and end_use() eats a pending
 // probe's answer first (libpq discards unread results before a new query) and counts as being heard
-// from. Adding, using and taking a session are epoll_ctl calls; the monitor thread is woken for an
-// add only when it sleeps past the new session's first probe (at most once per interval).
+// from. Adding, using and taking a session are one epoll_ctl call each; the monitor thread is woken
+// for an add only when it sleeps past the new session's first probe (at most once per interval).
 class monitor {
 public:
     monitor(std::function<void(void* cookie)> on_dead, int64_t probe_interval_ns);
@@ -530,7 +530,12 @@ private:
     bool read_probe(entry& e, int64_t now);
     // The next time a probe is due or overdue (INT64_MAX: none).
     int64_t next_probe_event() const;
-    void watch(entry& e, bool on);
+    // Turns the watch of `e`'s socket on or off. Off is EPOLL_CTL_MOD to no events (EPOLLONESHOT),
+    // not a removal: a session holds lock after lock, and re-enabling a registered socket costs a
+    // fraction of removing and adding it. The socket stays registered until the session closes it
+    // (the kernel drops it then); while off it can wake the monitor at most once, for an error or
+    // hangup (epoll always reports those), which finds no idle entry and is ignored.
+    void watch(entry& e, uint64_t id, bool on);
     std::map<uint64_t, entry>::iterator find(void* cookie);
     void wait_settled(std::unique_lock<std::mutex>& lock, void* cookie);
 

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -525,6 +526,38 @@ TEST_F(SqlFaults, TerminatedAdvisorySessionIsReportedLostAtOnce) {
     std::error_code ec;
     auto again = client.acquire("faults/terminate-2", dlock::acquire_options().with_wait(0ms), ec);
     EXPECT_FALSE(ec) << dlock_last_error();
+}
+
+// A pooled session serves hold after hold (the monitor watches it only while it holds): its end is
+// still pushed as LOST while it holds, and its end while idle in the pool costs the client nothing
+// (no busy monitor) and fails no acquire.
+TEST_F(SqlFaults, ReusedAdvisorySessionIsReportedLostAtOnceAndItsIdleEndIsQuiet) {
+    auto client = open("advisory");
+    auto holder_pid = [&] { return scalar("SELECT holder_pid FROM dlock_locks_advisory WHERE name = 'faults/reuse'"); };
+    for (int i = 0; i < 5; ++i) client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s)).release();
+    const int64_t pooled = holder_pid();
+    ASSERT_GT(pooled, 0);
+    auto cpu_ms = [] {
+        timespec t{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        return int64_t(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+    };
+    raw().execute("SELECT pg_terminate_backend(" + std::to_string(pooled) + ")");
+    const int64_t cpu_before = cpu_ms();
+    std::this_thread::sleep_for(600ms);
+    EXPECT_LT(cpu_ms() - cpu_before, 300) << "the client spun on the ended idle session";
+    auto lease = client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s));
+    EXPECT_NE(holder_pid(), pooled) << "the ended session was reused";
+
+    for (int i = 0; i < 3; ++i) {
+        lease.release();
+        lease = client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s));
+    }
+    std::atomic<bool> lost{false};
+    lease.on_lost([&] { lost = true; });
+    raw().execute("SELECT pg_terminate_backend(" + std::to_string(holder_pid()) + ")");
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 2s)) << "LOST must be pushed for a session that held before";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
 }
 
 // EV for advisory mode: between the server ending a session and its holder noticing, the lock is
