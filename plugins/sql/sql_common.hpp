@@ -351,8 +351,10 @@ public:
     // A usable connection, waiting for one to be free until `deadline_ns` (then failure
     // DLOCK_UNAVAILABLE naming pool_size), or the connect's failure (classified by the dialect).
     // A `cancellable` borrow (for acquires) fails with DLOCK_CANCELLED after interrupt(); releases,
-    // which closing the client still makes, are not.
-    lease borrow(int64_t deadline_ns, bool cancellable = false) {
+    // which closing the client still makes, are not. Without `check_idle`, an idle connection is
+    // handed out unchecked (no system call): for a caller whose statement fails at once on an ended
+    // connection, closes it, and retries once with a checked borrow.
+    lease borrow(int64_t deadline_ns, bool cancellable = false, bool check_idle = true) {
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
@@ -360,7 +362,7 @@ public:
                 std::unique_ptr<connection> c = std::move(idle_.back());
                 idle_.pop_back();
                 lock.unlock();
-                if (Dialect::alive(*c)) return lease(this, std::move(c));
+                if (!check_idle || Dialect::alive(*c)) return lease(this, std::move(c));
                 c.reset();  // ended by the server while idle (restart, kill, idle limit): replace it
                 lock.lock();
                 --open_;

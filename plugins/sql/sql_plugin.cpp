@@ -1160,11 +1160,12 @@ void scrub(dlock_backend* b, session& s) {
 }
 
 // `unanswered` is set when the server gave no answer within the client limit (then a retry would
-// only wait as long again).
+// only wait as long again). `check_idle`: the pool checks an idle session before handing it out
+// (pool::borrow); unchecked, a session the server ended fails the statement at once.
 int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h,
-                          dlock_grant* grant, bool& unanswered) {
+                          dlock_grant* grant, bool& unanswered, bool check_idle) {
     const bool wait = req->deadline_ns != 0;
-    auto s = b->sessions->borrow(req->deadline_ns, true);
+    auto s = b->sessions->borrow(req->deadline_ns, true, check_idle);
     const waiting_session registered(b, &*s);
     // A wait is bounded by lock_timeout on the server; the client gives it up a client-side limit
     // later (a wait without a deadline cannot tell a long queue from a partition: only closing the
@@ -1210,12 +1211,14 @@ int acquire_advisory(dlock_backend* b, const dlock_acquire_request* req, std::un
     h->key = b->key_for(h->name);
     bool unanswered = false;
     try {
-        return acquire_advisory_once(b, req, h, grant, unanswered);
+        // The pool's idle check (a poll per acquire) is left to this failure path: the common case,
+        // a live session, pays no system call for it.
+        return acquire_advisory_once(b, req, h, grant, unanswered, false);
     } catch (const failure& f) {
         // A session the server ended while idle in the pool fails at once; the session is gone, and
-        // anything it might have been granted with it, so one retry on a fresh session is safe.
+        // anything it might have been granted with it, so one retry on a checked session is safe.
         if (f.status != DLOCK_UNAVAILABLE || b->interrupted || unanswered) throw;
-        return acquire_advisory_once(b, req, h, grant, unanswered);
+        return acquire_advisory_once(b, req, h, grant, unanswered, true);
     }
 }
 

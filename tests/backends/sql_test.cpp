@@ -560,6 +560,27 @@ TEST_F(SqlFaults, ReusedAdvisorySessionIsReportedLostAtOnceAndItsIdleEndIsQuiet)
     EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
 }
 
+// An advisory acquire hands a pooled session out unchecked and, should the server have ended it
+// while idle, retries once on a checked one: with every idle session ended, acquires still succeed.
+TEST_F(SqlFaults, AdvisoryAcquireSucceedsAfterTheServerEndedEveryIdleSession) {
+    auto client = open("advisory");
+    {
+        std::vector<dlock::lease> held;
+        for (int i = 0; i < 3; ++i) held.push_back(client.acquire("faults/idle-" + std::to_string(i), dlock::acquire_options().with_wait(2s)));
+    }  // three sessions back in the pool, idle
+    ASSERT_GE(scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'"), 3);
+    EXPECT_GE(scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'"), 3);
+    for (int i = 0; i < 3; ++i) {
+        std::error_code ec;
+        auto lease = client.acquire("faults/idle-" + std::to_string(i), dlock::acquire_options().with_wait(2s), ec);
+        EXPECT_FALSE(ec) << "acquire " << i << ": " << dlock_last_error();
+        EXPECT_TRUE(lease);
+    }
+    std::error_code ec;
+    auto tried = client.acquire("faults/idle-try", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "a try, too: " << dlock_last_error();
+}
+
 // EV for advisory mode: between the server ending a session and its holder noticing, the lock is
 // free. A holder stalled in that window (paused) would write after the next holder; only the
 // fencing token tells them apart.
