@@ -115,7 +115,7 @@ held_monitor::held_monitor(std::function<void(void*)> on_dead) : on_dead_(std::m
     if (epoll_fd_ < 0) fail(DLOCK_INTERNAL, fmt::format("sql backend: epoll_create1 failed: {}", std::strerror(errno)));
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;  // the wake fd
+    ev.data.u64 = 0;  // the wake fd
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
     thread_ = std::thread([this] { run(); });
 }
@@ -129,13 +129,18 @@ held_monitor::~held_monitor() {
     ::close(wake_fd_);
 }
 
+void held_monitor::watch(const entry& e, bool on) {
+    epoll_event ev{};
+    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
+    ev.data.u64 = e.id;
+    // Not registered yet (a new connection, or a new socket that got a closed one's number): add it.
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+}
+
 void held_monitor::add(void* cookie, int fd) {
     std::lock_guard<std::mutex> lock(mutex_);
-    entries_[cookie] = entry{fd};
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = cookie;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    entry& e = entries_[cookie] = entry{fd, next_id_++};
+    watch(e, true);
 }
 
 bool held_monitor::take(void* cookie) {
@@ -147,7 +152,7 @@ bool held_monitor::take(void* cookie) {
     auto it = entries_.find(cookie);
     if (it == entries_.end()) return false;
     const bool dead = it->second.dead;
-    if (!dead && !it->second.in_use) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    if (!dead && !it->second.in_use) watch(it->second, false);
     entries_.erase(it);
     return dead;
 }
@@ -161,7 +166,7 @@ bool held_monitor::begin_use(void* cookie) {
     auto it = entries_.find(cookie);
     if (it == entries_.end() || it->second.dead) return false;
     it->second.in_use = true;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);  // its reply must not look like a death
+    watch(it->second, false);  // its reply must not look like a death
     return true;
 }
 
@@ -174,10 +179,7 @@ void held_monitor::end_use(void* cookie, bool still_alive) {
         it->second.dead = true;
         return;
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = cookie;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, it->second.fd, &ev);
+    watch(it->second, true);
 }
 
 void held_monitor::run() {
@@ -189,16 +191,18 @@ void held_monitor::run() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             for (int i = 0; i < ready; ++i) {
-                if (!events[i].data.ptr) {
+                if (events[i].data.u64 == 0) {
                     uint64_t value;
                     [[maybe_unused]] ssize_t n = ::read(wake_fd_, &value, sizeof value);
                     continue;
                 }
-                auto it = entries_.find(events[i].data.ptr);
+                // Events come only for watched (or just switched off) sockets: few, so a scan.
+                auto it = std::find_if(entries_.begin(), entries_.end(),
+                                       [&](const auto& held) { return held.second.id == events[i].data.u64; });
                 if (it == entries_.end() || it->second.in_use || it->second.dead) continue;
                 // An idle MySQL session is sent nothing unasked: anything readable is its end (the
                 // server's "connection killed" packet, or EOF).
-                epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+                watch(it->second, false);
                 it->second.dead = true;
                 it->second.reporting = true;
                 report.push_back(it->first);
@@ -458,7 +462,7 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
     poll_pause pause;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        const int64_t deadline = statement_deadline_within(req->deadline_ns);
+        const int64_t deadline = statement_deadline_within(config_.client_limit_ms(), req->deadline_ns);
         auto c = connections_->borrow(deadline, true);
         const int64_t sent = now_ns();
         uint64_t fence = 0;
@@ -545,7 +549,7 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
     bool retried_unknown = false;
     for (;;) {
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        const int64_t deadline = statement_deadline_within(req->deadline_ns);
+        const int64_t deadline = statement_deadline_within(config_.client_limit_ms(), req->deadline_ns);
         auto c = connections_->borrow(deadline, true);
         const int64_t sent = now_ns();
         result r;

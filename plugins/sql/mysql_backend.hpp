@@ -51,7 +51,10 @@ struct hold : lease_state {
 
 // Watches the sockets of idle connections that keep named locks (epoll) and reports a connection
 // the server ended through `on_dead`, from its own thread, holding no lock its other calls take.
-// After take() returns, `on_dead` is never called for that cookie again.
+// After take() returns, `on_dead` is never called for that cookie again. A connection holds lock
+// after lock: its socket stays registered and its watch is switched on and off (EPOLL_CTL_MOD, a
+// fraction of the cost of adding and removing it); off, epoll may still report an error or hangup
+// once, under an id no entry has any more, which is ignored.
 class held_monitor {
 public:
     explicit held_monitor(std::function<void(void* cookie)> on_dead);
@@ -69,14 +72,17 @@ public:
 private:
     struct entry {
         int fd;
+        uint64_t id;  // the epoll data of its socket: never reused, unlike a cookie's address
         bool in_use = false, dead = false, reporting = false;
     };
     void run();
+    void watch(const entry& e, bool on);
 
     std::function<void(void*)> on_dead_;
     std::mutex mutex_;
     std::condition_variable settled_;
     std::map<void*, entry> entries_;
+    uint64_t next_id_ = 1;  // 0: the wake fd
     int epoll_fd_ = -1, wake_fd_ = -1;
     std::atomic<bool> stopping_{false};
     std::thread thread_;
@@ -130,12 +136,6 @@ private:
     void check_server(connection& c);
     void ensure_schema(connection& c);
     int64_t statement_deadline() const { return now_ns() + config_.client_limit_ms() * 1'000'000; }
-    // The same, or an acquire's own deadline when that comes sooner and is still ahead (0, try once,
-    // and a deadline already passed get one whole attempt).
-    int64_t statement_deadline_within(int64_t acquire_deadline_ns) const {
-        const int64_t limit = statement_deadline();
-        return acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns() ? std::min(limit, acquire_deadline_ns) : limit;
-    }
     std::string where() const { return "mysql " + config_.server; }
 
     settings config_;

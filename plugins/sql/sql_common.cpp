@@ -257,19 +257,34 @@ std::string quote_identifier(const std::string& identifier) {
     return out + "\"";
 }
 
-uint64_t hash64(const std::string& bytes) {
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
+namespace {
+
+constexpr uint64_t fnv1a64_basis = 0xcbf29ce484222325ULL;
+
+uint64_t fnv1a64(uint64_t h, const std::string& bytes) {
     for (unsigned char c : bytes) {
         h ^= c;
         h *= 0x100000001b3ULL;
     }
-    h ^= h >> 33;  // MurmurHash3 fmix64
+    return h;
+}
+
+uint64_t fmix64(uint64_t h) {  // MurmurHash3's finaliser
+    h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ULL;
     h ^= h >> 33;
     return h;
 }
+
+}  // namespace
+
+uint64_t hash64(const std::string& bytes) { return fmix64(fnv1a64(fnv1a64_basis, bytes)); }
+
+hash64_prefix::hash64_prefix(const std::string& prefix) : state_(fnv1a64(fnv1a64_basis, prefix)) {}
+
+uint64_t hash64_prefix::operator()(const std::string& rest) const { return fmix64(fnv1a64(state_, rest)); }
 
 void resolve(settings& s) {
     std::vector<std::pair<std::string, std::string>> params;
@@ -592,16 +607,12 @@ monitor::~monitor() {
     ::close(wake_fd_);
 }
 
-void monitor::watch(entry& e, bool on) {
-    if (on) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        for (const auto& [id, other] : entries_)
-            if (&other == &e) ev.data.u64 = id;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
-    } else {
-        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
-    }
+void monitor::watch(entry& e, uint64_t id, bool on) {
+    epoll_event ev{};
+    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
+    ev.data.u64 = id;
+    // Not registered yet (a new session, or a new socket that got a closed one's number): add it.
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
 }
 
 std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {
@@ -622,10 +633,7 @@ void monitor::add(void* cookie, session* s) {
     ids_[cookie] = id;
     entry& e = entries_[id];
     e = entry{cookie, s, s->socket(), phase::idle, false, now_ns() + probe_interval_ns_, 0};
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = id;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
+    watch(e, id, true);
     if (e.probe_at_ns < wakes_at_ns_) {
         wakes_at_ns_ = e.probe_at_ns;
         signal_fd(wake_fd_);
@@ -638,7 +646,7 @@ bool monitor::take(void* cookie) {
     auto it = find(cookie);
     if (it == entries_.end()) return false;
     const bool dead = it->second.dead;
-    if (it->second.state == phase::idle && !dead) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    if (it->second.state == phase::idle && !dead) watch(it->second, it->first, false);
     entries_.erase(it);
     ids_.erase(cookie);
     return dead;
@@ -651,7 +659,7 @@ bool monitor::begin_use(void* cookie) {
     if (it == entries_.end() || it->second.dead) return false;
     it->second.state = phase::in_use;
     it->second.probe_deadline_ns = 0;  // the caller's statement eats a pending probe's answer first
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);  // its reply must not look like a death
+    watch(it->second, it->first, false);  // its reply must not look like a death
     return true;
 }
 
@@ -662,7 +670,7 @@ void monitor::end_use(void* cookie, bool still_alive) {
     it->second.state = phase::idle;
     it->second.probe_at_ns = now_ns() + probe_interval_ns_;  // just heard from
     if (!still_alive) it->second.dead = true;
-    else watch(it->second, true);
+    else watch(it->second, it->first, true);
     settled_.notify_all();
 }
 
@@ -709,7 +717,7 @@ void monitor::run() {
         std::vector<uint64_t> dead;
         auto give_up = [&](uint64_t id, entry& e) {
             e.state = phase::checking;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            watch(e, id, false);
             dead.push_back(id);
         };
         for (int i = 0; i < ready; ++i) {
@@ -725,7 +733,7 @@ void monitor::run() {
                 continue;
             }
             e.state = phase::checking;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+            watch(e, it->first, false);
             to_check.emplace_back(it->first, e.s);
         }
         for (auto& [id, e] : entries_) {
@@ -748,7 +756,7 @@ void monitor::run() {
             auto it = entries_.find(id);
             if (std::find(dead.begin(), dead.end(), id) != dead.end()) continue;
             it->second.state = phase::idle;
-            watch(it->second, true);
+            watch(it->second, id, true);
         }
         for (uint64_t id : dead) {
             auto it = entries_.find(id);

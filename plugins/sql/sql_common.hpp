@@ -113,6 +113,26 @@ std::string quote_identifier(const std::string& identifier);
 // every dlock client: advisory lock keys and LISTEN channel names derive from it.
 uint64_t hash64(const std::string& bytes);
 
+// hash64(prefix + rest) for a fixed prefix whose bytes are hashed once, when the object is built
+// (FNV-1a consumes bytes in order): a per-acquire key derivation allocates and rehashes nothing.
+class hash64_prefix {
+public:
+    explicit hash64_prefix(const std::string& prefix);
+    uint64_t operator()(const std::string& rest) const;
+
+private:
+    uint64_t state_;  // FNV-1a after the prefix, not finalised
+};
+
+// When a statement sent now must have been answered: `client_limit_ms` (settings::client_limit_ms())
+// from now, or an acquire's own deadline when that comes sooner and is still ahead (0, try once, and a
+// deadline already passed get one whole attempt).
+inline int64_t statement_deadline_within(int64_t client_limit_ms, int64_t acquire_deadline_ns) {
+    const int64_t now = now_ns();
+    const int64_t limit = now + client_limit_ms * 1'000'000;
+    return acquire_deadline_ns != 0 && acquire_deadline_ns > now ? std::min(limit, acquire_deadline_ns) : limit;
+}
+
 // The status and message for an exception thrown by libpqxx during `what` (e.g. "acquire of `x`").
 // `maybe_executed`: the statement may have reached the server, so a lost connection leaves its
 // outcome unknown (DLOCK_UNKNOWN) rather than simply failed (DLOCK_UNAVAILABLE).
@@ -331,8 +351,10 @@ public:
     // A usable connection, waiting for one to be free until `deadline_ns` (then failure
     // DLOCK_UNAVAILABLE naming pool_size), or the connect's failure (classified by the dialect).
     // A `cancellable` borrow (for acquires) fails with DLOCK_CANCELLED after interrupt(); releases,
-    // which closing the client still makes, are not.
-    lease borrow(int64_t deadline_ns, bool cancellable = false) {
+    // which closing the client still makes, are not. Without `check_idle`, an idle connection is
+    // handed out unchecked (no system call): for a caller whose statement fails at once on an ended
+    // connection, closes it, and retries once with a checked borrow.
+    lease borrow(int64_t deadline_ns, bool cancellable = false, bool check_idle = true) {
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
@@ -340,7 +362,7 @@ public:
                 std::unique_ptr<connection> c = std::move(idle_.back());
                 idle_.pop_back();
                 lock.unlock();
-                if (Dialect::alive(*c)) return lease(this, std::move(c));
+                if (!check_idle || Dialect::alive(*c)) return lease(this, std::move(c));
                 c.reset();  // ended by the server while idle (restart, kill, idle limit): replace it
                 lock.lock();
                 --open_;
@@ -475,8 +497,8 @@ private:
 // server ends it, and frees its locks, when it hears of it). A silent failure is thus reported
 // within 2 × probe_interval_ns. A statement run between begin_use() and end_use() eats a pending
 // probe's answer first (libpq discards unread results before a new query) and counts as being heard
-// from. Adding, using and taking a session are epoll_ctl calls; the monitor thread is woken for an
-// add only when it sleeps past the new session's first probe (at most once per interval).
+// from. Adding, using and taking a session are one epoll_ctl call each; the monitor thread is woken
+// for an add only when it sleeps past the new session's first probe (at most once per interval).
 class monitor {
 public:
     monitor(std::function<void(void* cookie)> on_dead, int64_t probe_interval_ns);
@@ -510,7 +532,12 @@ private:
     bool read_probe(entry& e, int64_t now);
     // The next time a probe is due or overdue (INT64_MAX: none).
     int64_t next_probe_event() const;
-    void watch(entry& e, bool on);
+    // Turns the watch of `e`'s socket on or off. Off is EPOLL_CTL_MOD to no events (EPOLLONESHOT),
+    // not a removal: a session holds lock after lock, and re-enabling a registered socket costs a
+    // fraction of removing and adding it. The socket stays registered until the session closes it
+    // (the kernel drops it then); while off it can wake the monitor at most once, for an error or
+    // hangup (epoll always reports those), which finds no idle entry and is ignored.
+    void watch(entry& e, uint64_t id, bool on);
     std::map<uint64_t, entry>::iterator find(void* cookie);
     void wait_settled(std::unique_lock<std::mutex>& lock, void* cookie);
 

@@ -219,15 +219,12 @@ struct dlock_backend {
         return *watcher;
     }
 
+    // Advisory mode: hash64(advisory_table + '\0' + name) of a name (docs/backends/sql.md), set with the table.
+    hash64_prefix advisory_key_hash{""};
+
     std::string where() const { return "postgres " + config.server; }
     // When a statement sent now must have been answered (client-side limit).
     int64_t statement_deadline() const { return now_ns() + config.client_limit_ms() * 1'000'000; }
-    // The same, or an acquire's own deadline when that comes sooner and is still ahead (0, try once,
-    // and a deadline already passed get one whole attempt).
-    int64_t statement_deadline_within(int64_t acquire_deadline_ns) const {
-        const int64_t limit = statement_deadline();
-        return acquire_deadline_ns != 0 && acquire_deadline_ns > now_ns() ? std::min(limit, acquire_deadline_ns) : limit;
-    }
     std::string channel_for(const std::string& name) const {
         return fmt::format("dlock_{:016x}", hash64(sql.lease_table + '\0' + name));
     }
@@ -239,7 +236,7 @@ struct dlock_backend {
     // name with the prefix that spells no 64-bit integer (it would otherwise silently hash).
     int64_t key_for(const std::string& name) const {
         const std::string& prefix = config.advisory_key_prefix;
-        if (prefix.empty() || name.compare(0, prefix.size(), prefix) != 0) return int64_t(hash64(sql.advisory_table + '\0' + name));
+        if (prefix.empty() || name.compare(0, prefix.size(), prefix) != 0) return int64_t(advisory_key_hash(name));
         const std::string digits = name.substr(prefix.size());
         const char* begin = digits.c_str();
         char* end = nullptr;
@@ -536,6 +533,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         b->sql.advisory_table = schema_q + "." + quote_identifier(c.table + "_advisory");
         b->sql.version_table = schema_q + "." + quote_identifier(c.table + "_schema");
         b->sql.holders_table = schema_q + "." + quote_identifier(c.table + "_holders");
+        b->advisory_key_hash = hash64_prefix(b->sql.advisory_table + '\0');
         b->holder = holder_description();
         auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
         if (c.mode == lock_mode::lease)
@@ -649,7 +647,7 @@ struct fair_attempt {
 attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
                           int64_t acquire_deadline_ns, fair_attempt* fair = nullptr) {
     attempt a;
-    int64_t deadline = b->statement_deadline_within(acquire_deadline_ns);
+    int64_t deadline = statement_deadline_within(b->config.client_limit_ms(), acquire_deadline_ns);
     if (fair && fair->enter) deadline = fair->wait_deadline_ns;
     pool::lease borrowed;
     if (!fair) borrowed = b->sessions->borrow(deadline, true);
@@ -997,7 +995,7 @@ struct holder_attempt {
 // waiters)); `on`: its session.
 holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acquire_request* req, bool admitted, session* on) {
     holder_attempt a;
-    const int64_t deadline = b->statement_deadline_within(req->deadline_ns);
+    const int64_t deadline = statement_deadline_within(b->config.client_limit_ms(), req->deadline_ns);
     const bool shared = h.kind == DLOCK_HOLD_SHARED;
     for (int collisions = 0;; ++collisions) {
         pool::lease borrowed;
@@ -1162,11 +1160,12 @@ void scrub(dlock_backend* b, session& s) {
 }
 
 // `unanswered` is set when the server gave no answer within the client limit (then a retry would
-// only wait as long again).
+// only wait as long again). `check_idle`: the pool checks an idle session before handing it out
+// (pool::borrow); unchecked, a session the server ended fails the statement at once.
 int acquire_advisory_once(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h,
-                          dlock_grant* grant, bool& unanswered) {
+                          dlock_grant* grant, bool& unanswered, bool check_idle) {
     const bool wait = req->deadline_ns != 0;
-    auto s = b->sessions->borrow(req->deadline_ns, true);
+    auto s = b->sessions->borrow(req->deadline_ns, true, check_idle);
     const waiting_session registered(b, &*s);
     // A wait is bounded by lock_timeout on the server; the client gives it up a client-side limit
     // later (a wait without a deadline cannot tell a long queue from a partition: only closing the
@@ -1212,12 +1211,14 @@ int acquire_advisory(dlock_backend* b, const dlock_acquire_request* req, std::un
     h->key = b->key_for(h->name);
     bool unanswered = false;
     try {
-        return acquire_advisory_once(b, req, h, grant, unanswered);
+        // The pool's idle check (a poll per acquire) is left to this failure path: the common case,
+        // a live session, pays no system call for it.
+        return acquire_advisory_once(b, req, h, grant, unanswered, false);
     } catch (const failure& f) {
         // A session the server ended while idle in the pool fails at once; the session is gone, and
-        // anything it might have been granted with it, so one retry on a fresh session is safe.
+        // anything it might have been granted with it, so one retry on a checked session is safe.
         if (f.status != DLOCK_UNAVAILABLE || b->interrupted || unanswered) throw;
-        return acquire_advisory_once(b, req, h, grant, unanswered);
+        return acquire_advisory_once(b, req, h, grant, unanswered, true);
     }
 }
 

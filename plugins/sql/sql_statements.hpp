@@ -334,20 +334,24 @@ struct statements {
                                      " bumped AS ({}) SELECT fence FROM bumped",
                                      fmt::format(bump, "WHERE ok"))},
             // $1 key, $2 name, $3 owner, $4 holder, $5 lock_timeout → the fence; waits in the
-            // server's queue, SQLSTATE 55P03 when lock_timeout runs out.
-            {"lock", fmt::format("WITH setting AS (SELECT set_config('lock_timeout', $5, true)),"
-                                 " locked AS (SELECT pg_advisory_lock($1::bigint) FROM setting),"
+            // server's queue, SQLSTATE 55P03 when lock_timeout runs out. A free lock is taken
+            // without setting lock_timeout (the try never passes a queued waiter: the server refuses
+            // a request that conflicts with its queue); CASE runs its branches in order.
+            {"lock", fmt::format("WITH locked AS (SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN true"
+                                 " WHEN set_config('lock_timeout', $5, true) IS NULL THEN false"
+                                 " ELSE pg_advisory_lock($1::bigint)::text IS NOT NULL END AS ok),"
                                  " bumped AS ({}) SELECT fence FROM bumped",
-                                 fmt::format(bump, ""))},
+                                 fmt::format(bump, "WHERE ok"))},
             // Shared holds of the same key: any number together, none beside an exclusive one. The
             // server's queue is FIFO across modes: a shared request waits behind a queued exclusive one.
             {"try_lock_shared", fmt::format("WITH locked AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok),"
                                             " bumped AS ({}) SELECT fence FROM bumped",
                                             fmt::format(bump, "WHERE ok"))},
-            {"lock_shared", fmt::format("WITH setting AS (SELECT set_config('lock_timeout', $5, true)),"
-                                        " locked AS (SELECT pg_advisory_lock_shared($1::bigint) FROM setting),"
+            {"lock_shared", fmt::format("WITH locked AS (SELECT CASE WHEN pg_try_advisory_lock_shared($1::bigint) THEN true"
+                                        " WHEN set_config('lock_timeout', $5, true) IS NULL THEN false"
+                                        " ELSE pg_advisory_lock_shared($1::bigint)::text IS NOT NULL END AS ok),"
                                         " bumped AS ({}) SELECT fence FROM bumped",
-                                        fmt::format(bump, ""))},
+                                        fmt::format(bump, "WHERE ok"))},
             {"unlock_shared", "SELECT pg_advisory_unlock_shared($1::bigint)"},
             {"unlock", "SELECT pg_advisory_unlock($1::bigint)"},
             {"unlock_all", "SELECT pg_advisory_unlock_all()"},

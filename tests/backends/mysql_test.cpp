@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -358,6 +359,38 @@ TEST_F(MysqlBackend, KilledSessionOfANamedHolderIsReportedLostAndFreesTheLock) {
     EXPECT_GT(next.fencing_token(), lease.fencing_token());
     EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
     EXPECT_EQ(waiter.inspect("kill/named").holder, next.owner()) << "the lost lease's release touched the next holder";
+}
+
+// A pooled connection serves hold after hold (watched only while it holds): killed while it holds,
+// it is still reported LOST at once; killed while idle in the pool, it costs the client nothing (no
+// busy monitor) and fails no acquire.
+TEST_F(MysqlBackend, ReusedNamedSessionIsReportedLostAtOnceAndItsIdleEndIsQuiet) {
+    auto client = open("named");
+    auto holder_session = [&] { return scalar("SELECT holder_connection FROM dlock_locks_named WHERE name = 'kill/reuse'"); };
+    for (int i = 0; i < 5; ++i) client.acquire("kill/reuse", dlock::acquire_options().with_wait(2s)).release();
+    const std::string pooled = holder_session();
+    ASSERT_FALSE(pooled.empty());
+    auto cpu_ms = [] {
+        timespec t{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        return int64_t(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+    };
+    server().kill_connection(std::stoull(pooled));
+    const int64_t cpu_before = cpu_ms();
+    std::this_thread::sleep_for(600ms);
+    EXPECT_LT(cpu_ms() - cpu_before, 300) << "the client spun on the killed idle connection";
+    auto lease = client.acquire("kill/reuse", dlock::acquire_options().with_wait(2s));
+    EXPECT_NE(holder_session(), pooled) << "the killed connection was reused";
+
+    for (int i = 0; i < 3; ++i) {
+        lease.release();
+        lease = client.acquire("kill/reuse", dlock::acquire_options().with_wait(2s));
+    }
+    std::atomic<bool> lost{false};
+    lease.on_lost([&] { lost = true; });
+    server().kill_connection(std::stoull(holder_session()));
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 2s)) << "LOST must be pushed for a connection that held before";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
 }
 
 TEST_F(MysqlBackend, KilledSessionsDoNotEndALeaseTableLock) {

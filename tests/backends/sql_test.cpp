@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -111,6 +112,65 @@ TEST_F(SqlFaults, KilledAdvisoryHolderFreesTheLockAtOnce) {
     std::cout << "[sql advisory] next holder " << recovery << " ms after the holder's SIGKILL (ttl was 30 s)\n";
     EXPECT_LT(recovery, 1000) << "the server ends the dead holder's session and wakes the queued waiter";
     EXPECT_GT(lease.fencing_token(), std::stoull(line.substr(5)));
+}
+
+// The advisory key of a name is hash64 of the advisory table's quoted name, a NUL and the name
+// (docs/backends/sql.md, "mode: advisory"): an application, or another dlock, computing it finds the
+// lock taken exactly while dlock holds it.
+TEST_F(SqlFaults, AdvisoryKeyIsTheDocumentedHashOfTheTableAndTheName) {
+    auto client = open("advisory");
+    auto app = raw();  // one session, as an application's connection
+    for (const std::string& name : {std::string("keys/a"), std::string("keys/ünïcode name"), std::string(200, 'k')}) {
+        const int64_t key = int64_t(dlock::sql::hash64(std::string("\"public\".\"dlock_locks_advisory\"") + '\0' + name));
+        const std::string try_key = "SELECT pg_try_advisory_lock(" + std::to_string(key) + ")";
+        auto lease = client.acquire(name, dlock::acquire_options().with_wait(2s));
+        EXPECT_EQ(app.query_value(try_key).value_or(""), "f") << name << ": dlock holds key " << key;
+        lease.release();
+        ASSERT_EQ(app.query_value(try_key).value_or(""), "t") << name << ": released";
+        std::error_code ec;
+        client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << name << ": the application holds key " << key;
+        ASSERT_EQ(app.query_value("SELECT pg_advisory_unlock(" + std::to_string(key) + ")").value_or(""), "t");
+    }
+}
+
+// A waiting advisory acquire takes a free lock at once; behind a holder it waits in the server's lock
+// queue (one ungranted advisory lock) and gives up at its own deadline; a waiter queued first is
+// served first even when a later acquire arrives in the instant of the release.
+TEST_F(SqlFaults, AdvisoryWaitQueuesOnTheServerAndEndsAtItsDeadline) {
+    auto holder = open("advisory");
+    auto waiter = open("advisory");
+    auto lease = holder.acquire("wait/bounded", dlock::acquire_options().with_wait(2s));
+    std::error_code ec;
+    auto gave_up = std::async(std::launch::async, [&] {
+        const auto start = clock_type::now();
+        waiter.acquire("wait/bounded", dlock::acquire_options().with_wait(800ms), ec);
+        return ms_since(start);
+    });
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the waiter never queued on the server";
+    const int64_t waited = gave_up.get();
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_GE(waited, 700) << "lock_timeout ended the wait early";
+    EXPECT_LT(waited, 5000) << "lock_timeout did not bound the wait";
+    EXPECT_EQ(advisory_lock_count(false), 0) << "the waiter left the queue";
+
+    // Queued first, served first: a later waiting acquire queues behind it.
+    auto first = std::async(std::launch::async, [&] { return waiter.acquire("wait/bounded", dlock::acquire_options().with_wait(10s)); });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the first waiter never queued";
+    auto late = open("advisory");
+    auto second = std::async(std::launch::async, [&] { return late.acquire("wait/bounded", dlock::acquire_options().with_wait(10s)); });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(false) == 2; }, 5s)) << "the second waiter never queued";
+    lease.release();
+    auto first_lease = first.get();
+    EXPECT_TRUE(first_lease);
+    EXPECT_EQ(second.wait_for(300ms), std::future_status::timeout) << "the later waiter got the lock first";
+    const uint64_t first_token = first_lease.fencing_token();
+    first_lease.release();
+    auto second_lease = second.get();
+    EXPECT_GT(second_lease.fencing_token(), first_token);
+
+    auto free_again = holder.acquire("wait/free", dlock::acquire_options().with_wait(2s));
+    EXPECT_TRUE(free_again) << "a waiting acquire of a free lock";
 }
 
 TEST_F(SqlFaults, KilledLeaseHolderFreesTheLockAfterItsTtl) {
@@ -466,6 +526,64 @@ TEST_F(SqlFaults, TerminatedAdvisorySessionIsReportedLostAtOnce) {
     std::error_code ec;
     auto again = client.acquire("faults/terminate-2", dlock::acquire_options().with_wait(0ms), ec);
     EXPECT_FALSE(ec) << dlock_last_error();
+}
+
+// A pooled session serves hold after hold (the monitor watches it only while it holds): its end is
+// still pushed as LOST while it holds, and its end while idle in the pool costs the client nothing
+// (no busy monitor) and fails no acquire.
+TEST_F(SqlFaults, ReusedAdvisorySessionIsReportedLostAtOnceAndItsIdleEndIsQuiet) {
+    auto client = open("advisory");
+    auto holder_pid = [&] { return scalar("SELECT holder_pid FROM dlock_locks_advisory WHERE name = 'faults/reuse'"); };
+    for (int i = 0; i < 5; ++i) client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s)).release();
+    const int64_t pooled = holder_pid();
+    ASSERT_GT(pooled, 0);
+    auto cpu_ms = [] {
+        timespec t{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        return int64_t(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+    };
+    raw().execute("SELECT pg_terminate_backend(" + std::to_string(pooled) + ")");
+    const int64_t cpu_before = cpu_ms();
+    std::this_thread::sleep_for(600ms);
+    EXPECT_LT(cpu_ms() - cpu_before, 300) << "the client spun on the ended idle session";
+    auto lease = client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s));
+    EXPECT_NE(holder_pid(), pooled) << "the ended session was reused";
+
+    for (int i = 0; i < 3; ++i) {
+        lease.release();
+        lease = client.acquire("faults/reuse", dlock::acquire_options().with_wait(2s));
+    }
+    std::atomic<bool> lost{false};
+    lease.on_lost([&] { lost = true; });
+    raw().execute("SELECT pg_terminate_backend(" + std::to_string(holder_pid()) + ")");
+    EXPECT_TRUE(eventually([&] { return lost.load(); }, 2s)) << "LOST must be pushed for a session that held before";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::already_lost);
+}
+
+// An advisory acquire hands a pooled session out unchecked and, should the server have ended it
+// while idle, retries once on a checked one: with every idle session ended, acquires still succeed.
+TEST_F(SqlFaults, AdvisoryAcquireSucceedsAfterTheServerEndedEveryIdleSession) {
+    auto client = open("advisory");
+    {
+        std::vector<dlock::lease> held;
+        for (int i = 0; i < 3; ++i) held.push_back(client.acquire("faults/idle-" + std::to_string(i), dlock::acquire_options().with_wait(2s)));
+    }  // three sessions back in the pool, idle
+    ASSERT_GE(scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'"), 3);
+    EXPECT_GE(scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'"), 3);
+    // pg_terminate_backend only signals: wait until the sessions are gone, and a little longer (a
+    // backend leaves pg_stat_activity just before it closes its socket). A session ended while
+    // being handed out is another case: the retry may then fail UNAVAILABLE, as before.
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'") == 0; }, 5s));
+    std::this_thread::sleep_for(200ms);
+    for (int i = 0; i < 3; ++i) {
+        std::error_code ec;
+        auto lease = client.acquire("faults/idle-" + std::to_string(i), dlock::acquire_options().with_wait(2s), ec);
+        EXPECT_FALSE(ec) << "acquire " << i << ": " << dlock_last_error();
+        EXPECT_TRUE(lease);
+    }
+    std::error_code ec;
+    auto tried = client.acquire("faults/idle-try", dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "a try, too: " << dlock_last_error();
 }
 
 // EV for advisory mode: between the server ending a session and its holder noticing, the lock is
@@ -1089,6 +1207,37 @@ TEST(SqlSettings, OlderServerIsRefusedNamingItsVersion) {
             EXPECT_NE(f.message.find("db.example:5432/app"), std::string::npos) << f.message;
         }
     }
+}
+
+// An acquire's statement must be answered by the client limit, or by the acquire's own deadline when
+// that comes sooner; a try (deadline 0) or a deadline already passed still gets one whole attempt.
+TEST(SqlSettings, StatementDeadlineIsTheSoonerOfTheClientLimitAndTheAcquiresDeadline) {
+    const int64_t limit_ms = 6250, limit_ns = limit_ms * 1'000'000;
+    const int64_t before = dlock::sql::now_ns();
+    const int64_t whole = dlock::sql::statement_deadline_within(limit_ms, 0);
+    EXPECT_GE(whole, before + limit_ns);
+    EXPECT_LE(whole, dlock::sql::now_ns() + limit_ns);
+    const int64_t sooner = dlock::sql::now_ns() + 1'000'000'000;
+    EXPECT_EQ(dlock::sql::statement_deadline_within(limit_ms, sooner), sooner);
+    const int64_t later = dlock::sql::now_ns() + 2 * limit_ns;
+    const int64_t capped = dlock::sql::statement_deadline_within(limit_ms, later);
+    EXPECT_LT(capped, later);
+    EXPECT_LE(capped, dlock::sql::now_ns() + limit_ns);
+    EXPECT_GE(dlock::sql::statement_deadline_within(limit_ms, before - 1), before + limit_ns) << "a passed deadline gets one attempt";
+    const int64_t unbounded = dlock::sql::statement_deadline_within(limit_ms, dlock::sql::forever_ns);
+    EXPECT_GE(unbounded, before + limit_ns);
+    EXPECT_LE(unbounded, dlock::sql::now_ns() + limit_ns);
+}
+
+// A key derivation may hash its fixed prefix once: the result is hash64 of the whole bytes, which
+// every dlock client computes (docs/backends/sql.md, "mode: advisory").
+TEST(SqlSettings, HashFromACachedPrefixIsTheHashOfTheWholeBytes) {
+    const std::string nul(1, '\0');
+    for (const std::string& prefix : {std::string(), std::string("\"public\".\"dlock_locks_advisory\"") + nul, std::string("turnstile") + nul})
+        for (const std::string& rest : {std::string(), std::string("a"), std::string("s1/sql_advisory"), std::string(300, 'x') + nul + "y"}) {
+            const dlock::sql::hash64_prefix hashed(prefix);
+            EXPECT_EQ(hashed(rest), dlock::sql::hash64(prefix + rest)) << "prefix of " << prefix.size() << " bytes, rest of " << rest.size();
+        }
 }
 
 // libpq quotes pieces of a connection string it cannot parse — a token, a percent-encoded
