@@ -203,6 +203,51 @@ TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
 }
 
+// A fair waiter whose wait runs out while it is queued behind another waiter keeps its queue session
+// for its next wait: giving up leaves the turnstile on that session, and the session goes back to
+// the pool. (Closing it instead makes the next wait connect again: a new server backend, its
+// settings and its prepared statements, each time a wait runs out.) Each wait is seen queued on the
+// server, by the pid of the session it queues on.
+TEST_F(SqlFaults, FairLeaseWaiterThatTimesOutInTheQueueKeepsItsSession) {
+    const std::string name = "faults/queue-timeout-keeps-session";
+    auto holder = open("lease");
+    auto first = open("lease");
+    auto waiter = open("lease");
+    auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code first_ec;
+    std::thread first_waiter([&] {
+        auto lease = first.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), first_ec);
+        if (!first_ec) lease.release(first_ec);
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the first waiter was never admitted";
+    constexpr int waits = 4;
+    std::set<int64_t> queued_on;  // the pids of the sessions the waiter queued on
+    for (int i = 0; i < waits; ++i) {
+        std::error_code ec;
+        std::thread wait([&] { waiter.acquire(name, dlock::acquire_options().with_wait(700ms), ec); });
+        int64_t pid = -1;
+        EXPECT_TRUE(eventually(
+            [&] { return (pid = scalar("SELECT coalesce(min(pid), -1) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")) > 0; },
+            5s))
+            << "wait " << i << " never queued";
+        wait.join();
+        EXPECT_EQ(ec, dlock::errc::timeout) << "wait " << i << ": " << dlock_last_error();
+        EXPECT_EQ(advisory_lock_count(false), 0) << "wait " << i << ": the waiter is still queued after giving up";
+        if (pid > 0) queued_on.insert(pid);
+    }
+    EXPECT_EQ(queued_on.size(), 1u) << waits << " waits that ran out in the queue used " << queued_on.size() << " sessions";
+    EXPECT_EQ(advisory_lock_count(true), 1) << "only the first waiter's place is held";
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    first_waiter.join();
+    EXPECT_FALSE(first_ec) << first_ec.message();
+    std::error_code ec;
+    auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(5s), ec);  // on the session it kept
+    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(true) + advisory_lock_count(false) == 0; }, 5s))
+        << "the turnstile was not left";
+}
+
 // statement_timeout bounds each lease statement, not a fair waiter's time in the name's queue (that
 // wait is bounded by lock_timeout, set to the acquire's own deadline): a waiter queued behind another
 // waiter for longer than statement_timeout is served in its turn. Round 0 enters the turnstile on
