@@ -169,24 +169,29 @@ struct dlock_backend {
     // shared locks, holders, list and break are offered).
     bool shared_ready = false;
 
-    // Lease mode: the names this client's fair acquires last found contended (they had to wait, or
-    // queued and found others queued). A fair acquire of such a name queues in its first statement
-    // (acquire_queued); of any other name it first tries the plain `acquire`, which takes no
-    // turnstile. A hint only: either way the lock goes first come, first served.
+    // Lease mode: whether this client's fair acquires last found a name contended (they had to wait,
+    // or queued and found others queued) or free. A fair acquire of a contended name queues in its
+    // first statement (acquire_queued); of a free one it first tries the plain `acquire`, which
+    // takes no turnstile. Of a name the client knows nothing of, it queues at once when a queue
+    // session is idle (the client has queued before; a free name costs acquire_queued one
+    // statement too), else it tries the plain statement first: waiters that arrive together on a
+    // new name then queue at once, rather than each first locking the name's row for a plain
+    // attempt, with the holder's release queued behind them. A hint only: either way the lock goes
+    // first come, first served.
     std::mutex contended_mutex;
-    std::set<std::string> contended_names;
+    std::map<std::string, bool> contended_names;
     bool seems_contended(const std::string& name) {
-        std::lock_guard<std::mutex> lock(contended_mutex);
-        return contended_names.count(name) > 0;
+        {
+            std::lock_guard<std::mutex> lock(contended_mutex);
+            const auto it = contended_names.find(name);
+            if (it != contended_names.end()) return it->second;
+        }
+        return queue_sessions && queue_sessions->has_idle();
     }
     void note_contended(const std::string& name, bool contended) {
         std::lock_guard<std::mutex> lock(contended_mutex);
-        if (!contended) {
-            contended_names.erase(name);
-            return;
-        }
-        if (contended_names.size() >= 1024) contended_names.clear();  // bounded: the hint just starts over
-        contended_names.insert(name);
+        if (contended_names.size() >= 1024 && !contended_names.count(name)) contended_names.clear();  // bounded: the hint just starts over
+        contended_names[name] = contended;
     }
 
     // Lease mode: the LISTEN connection, started by the first wait.
