@@ -175,23 +175,24 @@ struct dlock_backend {
     // takes no turnstile. Of a name the client knows nothing of, it queues at once when a queue
     // session is idle (the client has queued before; a free name costs acquire_queued one
     // statement too), else it tries the plain statement first: waiters that arrive together on a
-    // new name then queue at once, rather than each first locking the name's row for a plain
-    // attempt, with the holder's release queued behind them. A hint only: either way the lock goes
-    // first come, first served.
+    // new name then queue at once, rather than each first making a plain attempt that locks and
+    // writes the name's row, one after the other. A hint only: either way the lock goes first come,
+    // first served.
     std::mutex contended_mutex;
-    std::map<std::string, bool> contended_names;
+    std::map<std::string, bool> contention_hints;
     bool seems_contended(const std::string& name) {
         {
             std::lock_guard<std::mutex> lock(contended_mutex);
-            const auto it = contended_names.find(name);
-            if (it != contended_names.end()) return it->second;
+            const auto it = contention_hints.find(name);
+            if (it != contention_hints.end()) return it->second;
         }
         return queue_sessions && queue_sessions->has_idle();
     }
     void note_contended(const std::string& name, bool contended) {
         std::lock_guard<std::mutex> lock(contended_mutex);
-        if (contended_names.size() >= 1024 && !contended_names.count(name)) contended_names.clear();  // bounded: the hint just starts over
-        contended_names[name] = contended;
+        // Bounded: the hints just start over.
+        if (contention_hints.size() >= 1024 && !contention_hints.count(name)) contention_hints.clear();
+        contention_hints[name] = contended;
     }
 
     // Lease mode: the LISTEN connection, started by the first wait.
