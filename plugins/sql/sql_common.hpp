@@ -383,6 +383,13 @@ public:
         }
     }
 
+    // Whether a connection is idle now (a borrow would neither wait nor connect). A hint: another
+    // thread may take it first.
+    bool has_idle() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return !idle_.empty();
+    }
+
     // Returns a connection (closed if not reusable); frees its slot.
     void give_back(std::unique_ptr<connection> c) {
         std::unique_ptr<connection> closing;  // closed outside the lock

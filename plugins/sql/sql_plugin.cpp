@@ -169,24 +169,30 @@ struct dlock_backend {
     // shared locks, holders, list and break are offered).
     bool shared_ready = false;
 
-    // Lease mode: the names this client's fair acquires last found contended (they had to wait, or
-    // queued and found others queued). A fair acquire of such a name queues in its first statement
-    // (acquire_queued); of any other name it first tries the plain `acquire`, which takes no
-    // turnstile. A hint only: either way the lock goes first come, first served.
+    // Lease mode: whether this client's fair acquires last found a name contended (they had to wait,
+    // or queued and found others queued) or free. A fair acquire of a contended name queues in its
+    // first statement (acquire_queued); of a free one it first tries the plain `acquire`, which
+    // takes no turnstile. Of a name the client knows nothing of, it queues at once when a queue
+    // session is idle (the client has queued before; a free name costs acquire_queued one
+    // statement too), else it tries the plain statement first: waiters that arrive together on a
+    // new name then queue at once, rather than each first making a plain attempt that locks and
+    // writes the name's row, one after the other. A hint only: either way the lock goes first come,
+    // first served.
     std::mutex contended_mutex;
-    std::set<std::string> contended_names;
+    std::map<std::string, bool> contention_hints;
     bool seems_contended(const std::string& name) {
-        std::lock_guard<std::mutex> lock(contended_mutex);
-        return contended_names.count(name) > 0;
+        {
+            std::lock_guard<std::mutex> lock(contended_mutex);
+            const auto it = contention_hints.find(name);
+            if (it != contention_hints.end()) return it->second;
+        }
+        return queue_sessions && queue_sessions->has_idle();
     }
     void note_contended(const std::string& name, bool contended) {
         std::lock_guard<std::mutex> lock(contended_mutex);
-        if (!contended) {
-            contended_names.erase(name);
-            return;
-        }
-        if (contended_names.size() >= 1024) contended_names.clear();  // bounded: the hint just starts over
-        contended_names.insert(name);
+        // Bounded: the hints just start over.
+        if (contention_hints.size() >= 1024 && !contention_hints.count(name)) contention_hints.clear();
+        contention_hints[name] = contended;
     }
 
     // Lease mode: the LISTEN connection, started by the first wait.
@@ -627,6 +633,17 @@ bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
 
 std::string lock_timeout_for(int64_t deadline_ns);
 
+// Leaves every turnstile place queue session `s` holds (statement turnstile_leave_any); false when
+// that failed (the caller then closes the session, which leaves them on the server).
+bool leave_any_turnstile(dlock_backend* b, session& s) {
+    try {
+        s.run_until(b->statement_deadline(), "turnstile_leave_any");
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 // A fair waiter's attempt: on its turnstile session; the first one waits for admission in the same
 // statement (acquire_queued, with the name's turnstile key).
 struct fair_attempt {
@@ -642,8 +659,9 @@ struct fair_attempt {
 // up has the full limit, so a server that answers again resolves the outcome.
 // `fair`: a fair waiter's attempt on its turnstile session, else a pooled session runs `acquire`.
 // A statement that fails while it waits in the turnstile throws failure DLOCK_TIMEOUT (its
-// lock_timeout ran out) or DLOCK_CANCELLED (the client is closing), and leaves the session broken:
-// it may have been admitted before it failed.
+// lock_timeout ran out: the session has left any place it held, or is left broken if it could not)
+// or DLOCK_CANCELLED (the client is closing), which leaves the session broken: it may have been
+// admitted before it failed.
 attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attempt_role role, int64_t registered_at_us,
                           int64_t acquire_deadline_ns, fair_attempt* fair = nullptr) {
     attempt a;
@@ -693,9 +711,13 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         return a;
     } catch (const std::exception& e) {
         if (fair && fair->enter) {
-            s->mark_broken();
+            // lock_timeout ran out (55P03): in the turnstile, or on the row once admitted. The session
+            // answered, so it serves the next wait once it has left whatever place it held; any
+            // other failure, or a client that is closing, ends the session (and its place with it).
+            const bool timed_out = !b->interrupted && sqlstate_of(e) == "55P03";
+            if (!timed_out || !leave_any_turnstile(b, *s)) s->mark_broken();
             if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-            if (sqlstate_of(e) == "55P03")
+            if (timed_out)
                 fail(DLOCK_TIMEOUT, fmt::format("lock `{}` is held on {} (waited behind the waiters queued before)", h.name,
                                                 b->where()));
         }

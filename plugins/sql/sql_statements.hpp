@@ -114,6 +114,10 @@ struct statements {
                                 " SELECT pg_advisory_lock($1::bigint) FROM setting"},
             // $1 key → true when the turnstile was ours.
             {"turnstile_leave", "SELECT pg_advisory_unlock($1::bigint)"},
+            // A queue session's waiter gave up (its lock_timeout ran out) before or after admission:
+            // whatever place it held in a turnstile is left, so the session can serve the next wait.
+            // (pg_advisory_unlock of a place not held would warn.)
+            {"turnstile_leave_any", "SELECT pg_advisory_unlock_all()"},
             // $1 name: a registered waiter leaves without the lock (timeout, cancel, error).
             {"unwait", fmt::format("UPDATE {0} SET waiters = GREATEST(waiters - 1, 0) WHERE name = $1", T)},
             // $1 name, $2 owner, $3 channel → one row when released (and waiters notified), none

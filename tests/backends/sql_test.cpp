@@ -28,6 +28,7 @@
 #include <future>
 #include <map>
 #include <pwd.h>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -263,6 +264,51 @@ TEST_F(SqlFaults, TimedOutLeaseWaiterLeavesTheQueue) {
     EXPECT_EQ(a.release(), dlock::release_outcome::released);
 }
 
+// A fair waiter whose wait runs out while it is queued behind another waiter keeps its queue session
+// for its next wait: giving up leaves the turnstile on that session, and the session goes back to
+// the pool. (Closing it instead makes the next wait connect again: a new server backend, its
+// settings and its prepared statements, each time a wait runs out.) Each wait is seen queued on the
+// server, by the pid of the session it queues on.
+TEST_F(SqlFaults, FairLeaseWaiterThatTimesOutInTheQueueKeepsItsSession) {
+    const std::string name = "faults/queue-timeout-keeps-session";
+    auto holder = open("lease");
+    auto first = open("lease");
+    auto waiter = open("lease");
+    auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    std::error_code first_ec;
+    std::thread first_waiter([&] {
+        auto lease = first.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), first_ec);
+        if (!first_ec) lease.release(first_ec);
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the first waiter was never admitted";
+    constexpr int waits = 4;
+    std::set<int64_t> queued_on;  // the pids of the sessions the waiter queued on
+    for (int i = 0; i < waits; ++i) {
+        std::error_code ec;
+        std::thread wait([&] { waiter.acquire(name, dlock::acquire_options().with_wait(700ms), ec); });
+        int64_t pid = -1;
+        EXPECT_TRUE(eventually(
+            [&] { return (pid = scalar("SELECT coalesce(min(pid), -1) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")) > 0; },
+            5s))
+            << "wait " << i << " never queued";
+        wait.join();
+        EXPECT_EQ(ec, dlock::errc::timeout) << "wait " << i << ": " << dlock_last_error();
+        EXPECT_EQ(advisory_lock_count(false), 0) << "wait " << i << ": the waiter is still queued after giving up";
+        if (pid > 0) queued_on.insert(pid);
+    }
+    EXPECT_EQ(queued_on.size(), 1u) << waits << " waits that ran out in the queue used " << queued_on.size() << " sessions";
+    EXPECT_EQ(advisory_lock_count(true), 1) << "only the first waiter's place is held";
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    first_waiter.join();
+    EXPECT_FALSE(first_ec) << first_ec.message();
+    std::error_code ec;
+    auto lease = waiter.acquire(name, dlock::acquire_options().with_wait(5s), ec);  // on the session it kept
+    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(true) + advisory_lock_count(false) == 0; }, 5s))
+        << "the turnstile was not left";
+}
+
 // statement_timeout bounds each lease statement, not a fair waiter's time in the name's queue (that
 // wait is bounded by lock_timeout, set to the acquire's own deadline): a waiter queued behind another
 // waiter for longer than statement_timeout is served in its turn. Round 0 enters the turnstile on
@@ -394,6 +440,94 @@ TEST_F(SqlFaults, FairLeaseContendedCycleCostsAboutTwiceTheMinimumStatementsAtAn
         std::cout << "[sql lease] " << waiters << " waiters: " << per_cycle << " statements per contended cycle:" << list << "\n";
         EXPECT_LE(per_cycle, 6.5) << waiters << " waiters, statements per cycle:" << list;
     }
+}
+
+// The statements PostgreSQL logged (log_statement = all) between two marker statements of the admin
+// session, by kind (a prepared statement's name, else the first word of the text); nullopt while
+// the end marker is not in the log yet.
+std::optional<std::map<std::string, int64_t>> logged_statements_by_kind(dlock::lab::lab& lab, const std::string& mark) {
+    std::ifstream log(lab.sql().log_path());
+    bool inside = false;
+    std::map<std::string, int64_t> kinds;
+    for (std::string line; std::getline(log, line);) {
+        if (line.find(mark + "-begin") != std::string::npos) {
+            inside = true;
+            continue;
+        }
+        if (line.find(mark + "-end") != std::string::npos) return inside ? std::optional(kinds) : std::nullopt;
+        if (!inside) continue;
+        for (const std::string tag : {"LOG:  execute ", "LOG:  statement: "}) {
+            const auto at = line.find(tag);
+            if (at == std::string::npos) continue;
+            const std::string rest = line.substr(at + tag.size());
+            ++kinds[rest.substr(0, rest.find_first_of(": "))];
+        }
+    }
+    return std::nullopt;
+}
+
+// Fair waiters whose clients have queued before (their queue sessions are open) and who arrive
+// together on a name new to them queue in their first statement (acquire_queued), in arrival order:
+// none first tries the plain acquire, which locks the name's row and registers in it, one waiter
+// after the other (S3 counts a contended cycle on a name new to every waiter: with 1 000 waiters,
+// each acquiring once, that was up to one more statement per cycle).
+TEST_F(SqlFaults, FairLeaseWaitersThatQueuedBeforeQueueInTheirFirstStatementOnANewName) {
+    auto admin = raw();
+    admin.execute("ALTER SYSTEM SET log_statement = 'all'");
+    admin.execute("SELECT pg_reload_conf()");
+    std::this_thread::sleep_for(300ms);  // every session reads the setting before its next statement
+    struct reset_logging {
+        dlock::lab::postgres_client& admin;
+        ~reset_logging() {
+            admin.execute("ALTER SYSTEM RESET log_statement");
+            admin.execute("SELECT pg_reload_conf()");
+        }
+    } reset{admin};
+    auto holder = open("lease");
+    constexpr int waiters = 8;
+    std::vector<dlock::client> clients;
+    {  // each waiter's client queues once (its wait runs out behind the holder)
+        auto held = holder.acquire("faults/new-name-warm", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+        for (int i = 0; i < waiters; ++i) {
+            clients.push_back(open("lease"));
+            std::error_code ec;
+            clients.back().acquire("faults/new-name-warm", dlock::acquire_options().with_wait(100ms), ec);
+            ASSERT_EQ(ec, dlock::errc::timeout) << dlock_last_error();
+        }
+        EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    }
+    const std::string name = "faults/new-name";
+    auto held = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    const std::string mark = "dlock-sql-test-new-name-" + std::to_string(::getpid());
+    admin.execute("SELECT '" + mark + "-begin'");
+    std::vector<std::thread> threads;
+    std::vector<std::error_code> errors(waiters);
+    for (int i = 0; i < waiters; ++i)
+        threads.emplace_back([&, i] {
+            auto lease = clients[size_t(i)].acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), errors[size_t(i)]);
+            if (!errors[size_t(i)]) lease.release(errors[size_t(i)]);
+        });
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(true) == 1 && advisory_lock_count(false) == waiters - 1; }, 10s))
+        << "the waiters never all queued";
+    admin.execute("SELECT '" + mark + "-end'");
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    for (auto& t : threads) t.join();
+    for (const auto& ec : errors) EXPECT_FALSE(ec) << ec.message();
+    std::map<std::string, int64_t> kinds;
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto logged = logged_statements_by_kind(*lab_, mark);
+            if (logged) kinds = *logged;
+            return bool(logged);
+        },
+        5s))
+        << "the markers never reached " << lab_->sql().log_path();
+    std::string list;
+    for (const auto& [kind, n] : kinds) list += " " + kind + " " + std::to_string(n);
+    std::cout << "[sql lease] " << waiters << " waiters arriving on a new name, statements while they queued:" << list << "\n";
+    EXPECT_EQ(kinds["acquire_queued"], waiters) << list;
+    // The one plain attempt: the admitted waiter's retry after its LISTEN.
+    EXPECT_LE(kinds["acquire"], 1) << "plain attempts before queueing:" << list;
 }
 
 // The fair waiter the turnstile admits after waiting in it is the head of the queue: the waiters
