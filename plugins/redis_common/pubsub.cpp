@@ -10,20 +10,6 @@
 
 namespace dlock::redis_common {
 
-namespace {
-
-int append(redisContext* ctx, const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    return redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data());
-}
-
-}  // namespace
-
 subscriber::subscriber(endpoint where, settings s, std::function<void()> on_change)
     : waker("redis", std::move(on_change)), where_(std::move(where)), settings_(std::move(s)) {
     thread_ = std::thread([this] { run(); });
@@ -55,7 +41,7 @@ void subscriber::run() {
         }
         backoff_ms = 0;
         redisContext* ctx = conn->context();
-        for (const auto& name : resubscribe()) append(ctx, {"SUBSCRIBE", name});
+        for (const auto& name : resubscribe()) command_line().add("SUBSCRIBE").add(name).append_to(ctx);
         bool healthy = write_buffered(ctx);
         while (healthy && !stopping_) {
             pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd(), POLLIN, 0}};
@@ -63,7 +49,7 @@ void subscriber::run() {
             if (fds[1].revents) {
                 drain();
                 const std::vector<request> todo = requests();
-                for (const auto& r : todo) append(ctx, {r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel});
+                for (const auto& r : todo) command_line().add(r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE").add(r.channel).append_to(ctx);
                 if (!todo.empty() && !write_buffered(ctx)) healthy = false;
             }
             if (fds[0].revents) {
@@ -88,15 +74,18 @@ void subscriber::run() {
     }
 }
 
-bool pipeline(connection& c, const std::vector<std::string>& command) {
-    if (append(c.context(), command) != REDIS_OK || !write_buffered(c.context())) return false;
+bool pipeline(connection& c, const command_line& command) {
+    if (command.append_to(c.context()) != REDIS_OK || !write_buffered(c.context())) return false;
     c.owe_reply();
     return true;
 }
 
-std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
-                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late, const enough_replies& enough) {
+namespace {
+
+// fan_out, with `command_for(i)` the command for connection i.
+template <class CommandFor>
+std::vector<reply_ptr> fan_out_each(std::vector<connection*>& connections, const CommandFor& command_for, int64_t deadline_ns,
+                                    std::vector<bool>& late, const enough_replies& enough) {
     const size_t n = connections.size();
     std::vector<reply_ptr> replies(n);
     late.assign(n, false);
@@ -106,7 +95,7 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
     for (size_t i = 0; i < n; ++i) {
         connection* c = connections[i];
         if (!c || c->broken()) continue;
-        if (append(c->context(), commands[i]) != REDIS_OK || !write_buffered(c->context())) {
+        if (command_for(i).append_to(c->context()) != REDIS_OK || !write_buffered(c->context())) {
             c->mark_broken();
             continue;
         }
@@ -159,6 +148,21 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
     }
     for (size_t i = 0; i < n; ++i) late[i] = waiting[i];
     return replies;
+}
+
+}  // namespace
+
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
+                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough) {
+    std::vector<std::unique_ptr<command_line>> lines;
+    for (const auto& c : commands) lines.push_back(std::make_unique<command_line>(c));
+    return fan_out_each(connections, [&](size_t i) -> const command_line& { return *lines[i]; }, deadline_ns, late, enough);
+}
+
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough) {
+    return fan_out_each(connections, [&](size_t) -> const command_line& { return command; }, deadline_ns, late, enough);
 }
 
 }  // namespace dlock::redis_common

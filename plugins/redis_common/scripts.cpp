@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstring>
 
 namespace dlock::redis_common {
@@ -15,7 +16,9 @@ std::string script::sha1() const {
 
 void script::learn_sha1(const std::string& sha) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (sha1_known_.load(std::memory_order_relaxed)) return;  // a script's SHA1 never changes
     sha1_ = sha;
+    sha1_known_.store(true, std::memory_order_release);
 }
 
 namespace {
@@ -711,13 +714,51 @@ std::vector<std::string> script_command(const script& s, bool by_source, const s
     return cmd;
 }
 
-reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
-                     const std::vector<std::string>& args) {
-    reply_ptr r = c.command(script_command(s, false, keys, args));
+script_call::script_call(const std::vector<std::string>& keys, const std::vector<std::string>& args) : script_call() {
+    for (const auto& k : keys) key(k);
+    for (const auto& a : args) arg(a);
+}
+
+script_call& script_call::key(std::string_view k) {
+    line_.add(k);
+    ++keys_;
+    return *this;
+}
+
+script_call& script_call::arg(std::string_view a) {
+    line_.add(a);
+    return *this;
+}
+
+script_call& script_call::arg(int64_t n) {
+    if (numbers_used_ < sizeof numbers_ / sizeof numbers_[0]) {
+        char* text = numbers_[numbers_used_++];
+        return arg(std::string_view(text, size_t(std::to_chars(text, text + sizeof numbers_[0], n).ptr - text)));
+    }
+    more_numbers_.push_back(std::to_string(n));
+    return arg(more_numbers_.back());
+}
+
+const command_line& script_call::command(const script& s, bool by_source) {
+    const std::string* sha = by_source ? nullptr : s.known_sha1();
+    line_.set(0, sha ? "EVALSHA" : "EVAL");
+    line_.set(1, sha ? std::string_view(*sha) : std::string_view(s.source()));
+    line_.set(2, std::string_view(key_count_, size_t(std::to_chars(key_count_, key_count_ + sizeof key_count_, keys_).ptr - key_count_)));
+    return line_;
+}
+
+reply_ptr run_script(connection& c, const script& s, script_call& call) {
+    reply_ptr r = c.command(call.command(s, false));
     if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0)
-        r = c.command(script_command(s, true, keys, args));  // the server lost its script cache
+        r = c.command(call.command(s, true));  // the server lost its script cache
     if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(c.where().text(), std::string(r->str, r->len));
     return r;
+}
+
+reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& args) {
+    script_call call(keys, args);
+    return run_script(c, s, call);
 }
 
 lock_keys keys_for(const std::string& prefix, const std::string& name) {
