@@ -201,11 +201,11 @@ struct node_replies {
 node_replies on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
                           const std::vector<std::string>& args, int64_t timeout_ns, const enough_replies& enough = {}) {
     round_connections round(b);
-    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(s, false, keys, args));
+    script_call call(keys, args);
     std::vector<bool> late;
     node_replies out;
     out.sent_ns = now_ns();
-    out.replies = fan_out(round.conns, commands, out.sent_ns + timeout_ns, late, enough);
+    out.replies = fan_out(round.conns, call.command(s, false), out.sent_ns + timeout_ns, late, enough);
     std::vector<reply_ptr>& replies = out.replies;
     for (size_t i = 0; i < replies.size(); ++i) {
         if (late[i]) {
@@ -442,7 +442,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
     const std::vector<std::string> keys = acquire_keys(lock, shared);
     const std::vector<std::string> args = acquire_args(b, value, ttl_ms, shared, place);
     const script& acquire = acquire_script_for(shared);
-    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire, false, keys, args));
+    script_call call(keys, args);
     std::vector<bool> late;
     // The round is decided by the quorum-th grant, or once a quorum can no longer be reached.
     const size_t nodes = b->nodes.size();
@@ -457,7 +457,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
     };
     r.sent_ns = now_ns();
     const int64_t deadline_ns = r.sent_ns + b->config.command_timeout_ms * 1'000'000;
-    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late, decided);
+    std::vector<reply_ptr> replies = fan_out(round.conns, call.command(acquire, false), deadline_ns, late, decided);
     // Refused by a quorum: the round failed, and what it got is given back below on every node that
     // did not refuse. The nodes that had not answered yet are usually only a moment behind, and
     // most refuse too: their replies are awaited a while longer (as long again as the round took,
