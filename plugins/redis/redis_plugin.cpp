@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 using namespace dlock::redis_common;
 
@@ -58,6 +59,11 @@ struct dlock_backend {
     dlock_plugin_host host{};
     std::unique_ptr<pool> connections;
     std::unique_ptr<subscriber> waker;  // started by the first wait
+    // The keys of the names locked lately, each built once (keys_for formats six strings): at most
+    // keys_cache_limit names per kind, forgotten all at once when full.
+    static constexpr size_t keys_cache_limit = 1024;
+    std::mutex keys_mutex;
+    std::unordered_map<std::string, std::shared_ptr<const lock_keys>> lock_keys_cache, semaphore_keys_cache;
     std::mutex waker_mutex;
     std::condition_variable interrupted_changed;  // with waker_mutex
     std::atomic<bool> interrupted{false};
@@ -72,6 +78,17 @@ struct dlock_backend {
     int64_t claim_ms() const { return std::max<int64_t>(500, config.command_timeout_ms); }
     // How long a queue entry outlives the latest time its waiter retries by.
     int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
+    std::shared_ptr<const lock_keys> keys_of(const char* name, bool semaphore) {
+        std::lock_guard<std::mutex> lock(keys_mutex);
+        auto& cache = semaphore ? semaphore_keys_cache : lock_keys_cache;
+        auto found = cache.find(name);
+        if (found != cache.end()) return found->second;
+        if (cache.size() >= keys_cache_limit) cache.clear();
+        auto keys = std::make_shared<const lock_keys>(semaphore ? semaphore_keys_for(config.key_prefix, name)
+                                                                : keys_for(config.key_prefix, name));
+        cache.emplace(name, keys);
+        return keys;
+    }
     // Sleeps until `until_ns` or interrupt.
     void sleep_until(int64_t until_ns) {
         std::unique_lock<std::mutex> lock(waker_mutex);
@@ -84,7 +101,7 @@ struct dlock_backend {
 struct dlock_hold {
     uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
     uint32_t permits = 0;                  // PERMIT: the semaphore's limit
-    lock_keys keys;                        // the lock's keys, or the semaphore's
+    std::shared_ptr<const lock_keys> keys;  // the lock's keys, or the semaphore's
     std::string name;
     std::string owner;
     std::string token;  // a shared hold's or permit's fencing token once granted: its member is owner:token
@@ -101,25 +118,24 @@ struct dlock_hold {
     }
     // Its entry in the waiter queue, and the suffix of the channel that wakes it there.
     std::string queue_entry() const { return kind == DLOCK_HOLD_SHARED ? "s:" + owner : owner; }
-    std::vector<std::string> acquire_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses}; }
-    std::vector<std::string> acquire_args(const dlock_backend* b, int64_t ttl_ms, int mode) const {
-        std::vector<std::string> args{owner, std::to_string(ttl_ms), std::to_string(mode), std::to_string(b->entry_grace_ms())};
-        if (kind == DLOCK_HOLD_SHARED) {
-            args.push_back(std::to_string(b->claim_ms()));
-            args.push_back(keys.waiter_channel_prefix);
-        } else if (kind == DLOCK_HOLD_PERMIT) {
-            args.push_back(std::to_string(permits));
-        }
-        return args;
+    std::vector<std::string> acquire_keys() const { return {keys->lock, keys->fence, keys->queue, keys->queue_lapses}; }
+    // The acquire script's keys and arguments (referring to this hold's strings and the backend's).
+    script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, int mode) const {
+        call.key(keys->lock).key(keys->fence).key(keys->queue).key(keys->queue_lapses);
+        call.arg(owner).arg(ttl_ms).arg(mode).arg(b->entry_grace_ms());
+        if (kind == DLOCK_HOLD_SHARED) call.arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
+        else if (kind == DLOCK_HOLD_PERMIT) call.arg(int64_t(permits));
+        return call;
     }
-    std::vector<std::string> release_keys() const { return {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel}; }
-    std::vector<std::string> release_args(const dlock_backend* b) const {
-        std::vector<std::string> args{owner, std::to_string(b->claim_ms()), keys.waiter_channel_prefix};
-        if (kind != DLOCK_HOLD_EXCLUSIVE) args.push_back(token);  // "" before the grant: found by owner
-        return args;
+    // The release script's keys and arguments.
+    script_call& release_call(script_call& call, const dlock_backend* b) const {
+        call.key(keys->lock).key(keys->fence).key(keys->queue).key(keys->queue_lapses).key(keys->channel);
+        call.arg(owner).arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
+        if (kind != DLOCK_HOLD_EXCLUSIVE) call.arg(token);  // "" before the grant: found by owner
+        return call;
     }
     std::vector<std::string> leave_args(const dlock_backend* b) const {
-        return {queue_entry(), std::to_string(b->claim_ms()), keys.waiter_channel_prefix,
+        return {queue_entry(), std::to_string(b->claim_ms()), keys->waiter_channel_prefix,
                 kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock"};
     }
     // What renew_holds_script compares: the exclusive holder's key value, or the member.
@@ -215,12 +231,14 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue
         }
         a.sent_ns = now_ns();
         try {
-            r = run_script(**c, h.acquire_script(), h.acquire_keys(), h.acquire_args(b, ttl_ms, int(mode)));
+            script_call call;
+            r = run_script(**c, h.acquire_script(), h.acquire_call(call, b, ttl_ms, int(mode)));
         } catch (const failure& f) {
             if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
             if (f.status != DLOCK_UNKNOWN) throw;
             if ((*c)->closed_by_server()) throw settled_failure{f, true};
-            (*c)->send_behind_pending(script_command(h.release_script(), true, h.release_keys(), h.release_args(b)));
+            script_call release;
+            (*c)->send_behind_pending(h.release_call(release, b).command(h.release_script(), true));
             throw;
         }
     }
@@ -252,7 +270,8 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
         try {
             if (release_first) {
                 auto c = b->connections->borrow(borrow_deadline);
-                run_script(*c, h.release_script(), h.release_keys(), h.release_args(b));
+                script_call call;
+                run_script(*c, h.release_script(), h.release_call(call, b));
                 release_first = false;
             }
             return try_acquire(b, h, ttl_ms, mode, borrow_deadline);
@@ -263,7 +282,8 @@ attempt acquire_retrying(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, 
                 if (release_first) {  // best effort: the key, if it was set, expires after ttl
                     try {
                         auto c = b->connections->borrow(after + busy_wait_ns);
-                        run_script(*c, h.release_script(), h.release_keys(), h.release_args(b));
+                        script_call call;
+                        run_script(*c, h.release_script(), h.release_call(call, b));
                     } catch (const failure&) {
                     }
                 }
@@ -294,8 +314,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
         if (h->kind > DLOCK_HOLD_PERMIT || (h->kind == DLOCK_HOLD_PERMIT) != (h->permits > 0))
             fail(DLOCK_INVALID_ARGUMENT, fmt::format("redis: acquire of `{}` with kind {} and permits {}", req->name, h->kind, h->permits));
         h->name = req->name;
-        h->keys = h->kind == DLOCK_HOLD_PERMIT ? semaphore_keys_for(b->config.key_prefix, req->name)
-                                               : keys_for(b->config.key_prefix, req->name);
+        h->keys = b->keys_of(req->name, h->kind == DLOCK_HOLD_PERMIT);
         h->owner = req->owner;
 
         auto finish = [&](const attempt& a) {
@@ -350,7 +369,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 
         // A fair waiter is woken on its own channel, by the release that makes it (one of) the next.
         const std::string channel =
-            mode == queue_mode::barging ? h->keys.channel : h->keys.waiter_channel_prefix + h->queue_entry();
+            mode == queue_mode::barging ? h->keys->channel : h->keys->waiter_channel_prefix + h->queue_entry();
         subscriber& waker = b->subscriber_for_waits();
         const subscriber::watching watched(waker, channel);
         waker.wait_listening(channel, std::min(req->deadline_ns, now_ns() + b->config.command_timeout_ms * ms_ns));
@@ -387,7 +406,8 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
-        reply_ptr r = run_script(*c, h->release_script(), h->release_keys(), h->release_args(b));
+        script_call call;
+        reply_ptr r = run_script(*c, h->release_script(), h->release_call(call, b));
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
         return r->integer == 1 ? DLOCK_OK : DLOCK_LOST;
     });
@@ -400,7 +420,7 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
         std::vector<std::string> keys, args;
         for (size_t i = 0; i < count; ++i) {
             const dlock_hold* h = renewals[i].hold;
-            keys.push_back(h->keys.lock);
+            keys.push_back(h->keys->lock);
             args.push_back(std::string(1, h->renewal_kind()));
             args.push_back(h->renewal_member());
             args.push_back(std::to_string(renewals[i].ttl_ms));

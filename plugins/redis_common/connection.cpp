@@ -91,24 +91,16 @@ timeval to_timeval(int64_t ms) { return timeval{time_t(ms / 1000), suseconds_t((
 
 // redisCommandArgv, with the request written by write_buffered: redisGetReply then finds nothing to
 // write and only reads.
-reply_ptr blocking_command(redisContext* ctx, const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) return nullptr;
+reply_ptr blocking_command(redisContext* ctx, const command_line& line) {
+    if (line.append_to(ctx) != REDIS_OK) return nullptr;
     if (!write_buffered(ctx)) return nullptr;
     void* raw = nullptr;
     if (redisGetReply(ctx, &raw) != REDIS_OK) return nullptr;
     return reply_ptr(static_cast<redisReply*>(raw));
 }
 
-}  // namespace
-
-bool write_buffered(redisContext* ctx) {
-    if (ctx->err) return false;
+// write_buffered's sending, also after `ctx` failed (send_behind_pending).
+bool send_buffered(redisContext* ctx) {
     size_t sent = 0;
     const size_t length = sdslen(ctx->obuf);
     while (sent < length) {
@@ -133,6 +125,43 @@ bool write_buffered(redisContext* ctx) {
     return true;
 }
 
+}  // namespace
+
+command_line& command_line::add(const char* data, size_t size) {
+    if (count_ < inline_capacity) {
+        inline_argv_[count_] = data;
+        inline_lengths_[count_] = size;
+    } else {
+        if (heap_argv_.empty()) {
+            heap_argv_.assign(inline_argv_, inline_argv_ + inline_capacity);
+            heap_lengths_.assign(inline_lengths_, inline_lengths_ + inline_capacity);
+        }
+        heap_argv_.push_back(data);
+        heap_lengths_.push_back(size);
+    }
+    ++count_;
+    return *this;
+}
+
+command_line& command_line::add(const std::vector<std::string>& args) {
+    for (const auto& a : args) add(a.data(), a.size());
+    return *this;
+}
+
+void command_line::set(size_t i, std::string_view text) {
+    (heap_argv_.empty() ? inline_argv_ : heap_argv_.data())[i] = text.data();
+    (heap_lengths_.empty() ? inline_lengths_ : heap_lengths_.data())[i] = text.size();
+}
+
+int command_line::append_to(redisContext* ctx) const {
+    return redisAppendCommandArgv(ctx, int(count_), const_cast<const char**>(argv()), lengths());
+}
+
+bool write_buffered(redisContext* ctx) {
+    if (ctx->err) return false;
+    return send_buffered(ctx);
+}
+
 connection::connection(const endpoint& where, const settings& s) : where_(where) {
     ctx_.reset(redisConnectWithTimeout(where.host.c_str(), where.port, to_timeval(s.connect_timeout_ms)));
     if (!ctx_) fail(DLOCK_INTERNAL, "redis: out of memory allocating a connection");
@@ -142,7 +171,7 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
     redisSetTimeout(ctx_.get(), to_timeval(s.command_timeout_ms));
     redisEnableKeepAlive(ctx_.get());
     auto expect_ok = [&](const std::vector<std::string>& args, const char* what) {
-        reply_ptr r = blocking_command(ctx_.get(), args);
+        reply_ptr r = blocking_command(ctx_.get(), command_line(args));
         if (!r) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection lost during {}: {}", where.text(), what, ctx_->errstr));
         if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(where.text(), r->str);
         return r;
@@ -167,7 +196,7 @@ connection::connection(const endpoint& where, const settings& s) : where_(where)
     }
 }
 
-reply_ptr connection::command(const std::vector<std::string>& args) {
+reply_ptr connection::command(const command_line& line) {
     if (broken_) fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: connection is broken", where_.text()));
     while (owed_ > 0) {  // replies of requests nobody waits for: read and drop them first
         void* raw = nullptr;
@@ -179,7 +208,7 @@ reply_ptr connection::command(const std::vector<std::string>& args) {
         --owed_;
     }
     errno = 0;
-    reply_ptr r = blocking_command(ctx_.get(), args);
+    reply_ptr r = blocking_command(ctx_.get(), line);
     if (!r) {
         const int error = errno;  // hiredis leaves the failed read's or write's errno in place
         broken_ = true;
@@ -202,28 +231,11 @@ bool connection::closed_while_idle() const {
     return owed_ == 0;
 }
 
-bool connection::send_behind_pending(const std::vector<std::string>& args) {
+bool connection::send_behind_pending(const command_line& line) {
     broken_ = true;  // its replies are never read
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    char* raw = nullptr;
-    const int length = redisFormatCommandArgv(&raw, int(argv.size()), argv.data(), lens.data());
-    if (length < 0) return false;
-    std::unique_ptr<char, void (*)(char*)> formatted(raw, redisFreeCommand);
-    // Whatever hiredis still buffers (a request it could not flush) goes first, to keep the order.
-    std::string bytes(ctx_->obuf ? ctx_->obuf : "", ctx_->obuf ? sdslen(ctx_->obuf) : 0);
-    bytes.append(formatted.get(), size_t(length));
-    for (size_t sent = 0; sent < bytes.size();) {
-        const ssize_t n = send(ctx_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);  // SO_SNDTIMEO bounds it
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        sent += size_t(n);
-    }
-    return true;
+    // Appended behind whatever hiredis still buffers (a request it could not flush), to keep the
+    // order, and sent whether or not the context failed.
+    return line.append_to(ctx_.get()) == REDIS_OK && send_buffered(ctx_.get());
 }
 
 std::vector<std::string> hazard_warnings(connection& c) {

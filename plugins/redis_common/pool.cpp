@@ -25,7 +25,7 @@ pool::borrowed pool::borrow(int64_t deadline_ns) {
         if (!idle_.empty()) {
             auto c = std::move(idle_.back());
             idle_.pop_back();
-            if (!c->closed_while_idle()) return borrowed(this, std::move(c));
+            if (now_ns() - c->idle_since_ns() < recently_used_ns || !c->closed_while_idle()) return borrowed(this, std::move(c));
             --open_;  // closed by the server meanwhile: drop it, try the next (or a new one)
             continue;
         }
@@ -63,6 +63,7 @@ void pool::give_back(std::unique_ptr<connection> c) {
     if (c->broken()) {
         --open_;
     } else {
+        c->idle_from(now_ns());
         idle_.push_back(std::move(c));
     }
     available_.notify_one();

@@ -10,20 +10,6 @@
 
 namespace dlock::redis_common {
 
-namespace {
-
-int append(redisContext* ctx, const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    return redisAppendCommandArgv(ctx, int(argv.size()), argv.data(), lens.data());
-}
-
-}  // namespace
-
 subscriber::subscriber(endpoint where, settings s, std::function<void()> on_change)
     : waker("redis", std::move(on_change)), where_(std::move(where)), settings_(std::move(s)) {
     thread_ = std::thread([this] { run(); });
@@ -55,7 +41,7 @@ void subscriber::run() {
         }
         backoff_ms = 0;
         redisContext* ctx = conn->context();
-        for (const auto& name : resubscribe()) append(ctx, {"SUBSCRIBE", name});
+        for (const auto& name : resubscribe()) command_line().add("SUBSCRIBE").add(name).append_to(ctx);
         bool healthy = write_buffered(ctx);
         while (healthy && !stopping_) {
             pollfd fds[2] = {{ctx->fd, POLLIN, 0}, {wake_fd(), POLLIN, 0}};
@@ -63,7 +49,7 @@ void subscriber::run() {
             if (fds[1].revents) {
                 drain();
                 const std::vector<request> todo = requests();
-                for (const auto& r : todo) append(ctx, {r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel});
+                for (const auto& r : todo) command_line().add(r.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE").add(r.channel).append_to(ctx);
                 if (!todo.empty() && !write_buffered(ctx)) healthy = false;
             }
             if (fds[0].revents) {
@@ -88,15 +74,19 @@ void subscriber::run() {
     }
 }
 
-bool pipeline(connection& c, const std::vector<std::string>& command) {
-    if (append(c.context(), command) != REDIS_OK || !write_buffered(c.context())) return false;
+bool pipeline(connection& c, const command_line& command) {
+    if (command.append_to(c.context()) != REDIS_OK || !write_buffered(c.context())) return false;
     c.owe_reply();
     return true;
 }
 
-std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
-                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late, const enough_replies& enough) {
+namespace {
+
+// fan_out, with `append(i, ctx)` adding connection i's command to what `ctx` buffers (as
+// redisAppendCommandArgv, REDIS_OK when done).
+template <class Append>
+std::vector<reply_ptr> fan_out_each(std::vector<connection*>& connections, const Append& append, int64_t deadline_ns,
+                                    std::vector<bool>& late, const enough_replies& enough) {
     const size_t n = connections.size();
     std::vector<reply_ptr> replies(n);
     late.assign(n, false);
@@ -106,7 +96,7 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
     for (size_t i = 0; i < n; ++i) {
         connection* c = connections[i];
         if (!c || c->broken()) continue;
-        if (append(c->context(), commands[i]) != REDIS_OK || !write_buffered(c->context())) {
+        if (append(i, c->context()) != REDIS_OK || !write_buffered(c->context())) {
             c->mark_broken();
             continue;
         }
@@ -159,6 +149,50 @@ std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
     }
     for (size_t i = 0; i < n; ++i) late[i] = waiting[i];
     return replies;
+}
+
+}  // namespace
+
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
+                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough) {
+    // Each command formatted once, and again only when it differs from the one before.
+    using formatted_command = std::unique_ptr<char, void (*)(char*)>;
+    std::vector<formatted_command> formatted;
+    std::vector<std::pair<const char*, int>> text(commands.size(), {nullptr, -1});
+    for (size_t i = 0; i < commands.size(); ++i) {
+        if (i > 0 && commands[i] == commands[i - 1]) {
+            text[i] = text[i - 1];
+            continue;
+        }
+        const command_line line(commands[i]);
+        char* raw = nullptr;
+        const int length = redisFormatCommandArgv(&raw, int(line.count()), const_cast<const char**>(line.argv()), line.lengths());
+        if (length < 0) continue;
+        formatted.emplace_back(raw, redisFreeCommand);
+        text[i] = {raw, length};
+    }
+    return fan_out_each(
+        connections,
+        [&](size_t i, redisContext* ctx) {
+            return text[i].first ? redisAppendFormattedCommand(ctx, text[i].first, size_t(text[i].second)) : REDIS_ERR;
+        },
+        deadline_ns, late, enough);
+}
+
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough) {
+    // Formatted once for every connection.
+    char* raw = nullptr;
+    const int length = redisFormatCommandArgv(&raw, int(command.count()), const_cast<const char**>(command.argv()),
+                                              command.lengths());
+    std::unique_ptr<char, void (*)(char*)> formatted(length < 0 ? nullptr : raw, redisFreeCommand);
+    return fan_out_each(
+        connections,
+        [&](size_t, redisContext* ctx) {
+            return formatted ? redisAppendFormattedCommand(ctx, formatted.get(), size_t(length)) : REDIS_ERR;
+        },
+        deadline_ns, late, enough);
 }
 
 }  // namespace dlock::redis_common

@@ -16,11 +16,13 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -58,6 +60,37 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 // (READONLY, OOM, LOADING, MISCONF, WRONGTYPE, NOAUTH/WRONGPASS, ...).
 failure classify_error_reply(const std::string& server, const std::string& error);
 
+// The arguments of one command as hiredis takes them (pointers and lengths), referring to strings
+// the caller keeps alive until the command is appended: building one copies no argument. Up to 16
+// arguments are kept inline (no allocation). Neither copied nor moved: script_call points into it.
+class command_line {
+public:
+    command_line() = default;
+    explicit command_line(const std::vector<std::string>& args) { add(args); }
+    command_line(const command_line&) = delete;
+    command_line& operator=(const command_line&) = delete;
+
+    command_line& add(const char* data, size_t size);
+    command_line& add(std::string_view text) { return add(text.data(), text.size()); }
+    command_line& add(const std::vector<std::string>& args);
+    // Replaces argument `i` (< count()).
+    void set(size_t i, std::string_view text);
+
+    size_t count() const { return count_; }
+    const char* const* argv() const { return heap_argv_.empty() ? inline_argv_ : heap_argv_.data(); }
+    const size_t* lengths() const { return heap_lengths_.empty() ? inline_lengths_ : heap_lengths_.data(); }
+    // redisAppendCommandArgv: adds the command to what `ctx` buffers (nothing is sent).
+    int append_to(redisContext* ctx) const;
+
+private:
+    static constexpr size_t inline_capacity = 16;
+    size_t count_ = 0;
+    const char* inline_argv_[inline_capacity];
+    size_t inline_lengths_[inline_capacity];
+    std::vector<const char*> heap_argv_;  // every argument, once there are more than inline_capacity
+    std::vector<size_t> heap_lengths_;
+};
+
 // Writes what `ctx` has buffered (hiredis's output buffer) with send(MSG_NOSIGNAL), as hiredis
 // would with write(2). hiredis 0.14 writes with write(2), and a write to a connection the server
 // closed raises SIGPIPE, whose default action ends the host process: every request dlock sends goes
@@ -85,7 +118,8 @@ public:
     // Sends a command and waits for its reply. A transport failure marks the connection broken and
     // throws failure(DLOCK_UNAVAILABLE if nothing was sent, else DLOCK_UNKNOWN); an error reply is
     // returned as a reply (callers decide).
-    reply_ptr command(const std::vector<std::string>& args);
+    reply_ptr command(const command_line& line);
+    reply_ptr command(const std::vector<std::string>& args) { return command(command_line(args)); }
 
     // After command() failed: true when the server had closed the connection (EOF, reset), as a
     // restarted server or one that dropped an idle client does. A server runs nothing more that
@@ -98,12 +132,16 @@ public:
     // sent something nobody asked for; checked without blocking before a pooled connection is
     // reused, so a dead one is dropped before a command is lost on it.
     bool closed_while_idle() const;
+    // When the pool was last given this connection back (CLOCK_MONOTONIC, ns).
+    int64_t idle_since_ns() const { return idle_since_ns_; }
+    void idle_from(int64_t ns) { idle_since_ns_ = ns; }
 
     // Writes `args` straight onto the socket, even after a command timed out (hiredis refuses a
     // context once it failed), so the server reads it behind the request still pending on this
     // connection and runs both in order. Nobody reads its reply: the connection must be dropped
     // (it is marked broken). False if it could not be written whole.
-    bool send_behind_pending(const std::vector<std::string>& args);
+    bool send_behind_pending(const command_line& line);
+    bool send_behind_pending(const std::vector<std::string>& args) { return send_behind_pending(command_line(args)); }
 
 private:
     struct context_deleter {
@@ -115,11 +153,13 @@ private:
     bool broken_ = false;
     bool closed_by_server_ = false;
     int owed_ = 0;
+    int64_t idle_since_ns_ = 0;
 };
 
 // Connections to one server, shared by threads. Broken connections are dropped, and so are idle
-// ones the server closed meanwhile (checked at each borrow); a reconnect after a failure waits out
-// a growing backoff (10 ms doubling to 1 s) instead of hammering the server.
+// ones the server closed meanwhile (checked at a borrow, unless the connection was given back less
+// than recently_used_ns ago); a reconnect after a failure waits out a growing backoff (10 ms
+// doubling to 1 s) instead of hammering the server.
 class pool {
 public:
     pool(endpoint where, settings s);
@@ -147,6 +187,13 @@ public:
     // borrow() waiting at most connect_timeout + command_timeout: how long one connection is normally kept.
     borrowed borrow();
 
+    // A connection given back this recently is lent without the check that the server closed it
+    // (a poll(2) per borrow, two per lock cycle): servers close connections when they restart or
+    // after an idle `timeout` (at least 1 s), and one that closes it within this window after a
+    // command is the race the check leaves anyway (a close just after the check). A command sent
+    // on such a connection fails as one the server closed (connection::closed_by_server).
+    static constexpr int64_t recently_used_ns = 1'000'000;
+
 private:
     friend class borrowed;
     void give_back(std::unique_ptr<connection> c);
@@ -168,12 +215,15 @@ public:
     explicit script(const char* src) : source_(src) {}
     const char* source() const { return source_; }
     std::string sha1() const;            // empty until a server told us
+    // The SHA1 once known (never changed after), else null: read without a lock or a copy.
+    const std::string* known_sha1() const { return sha1_known_.load(std::memory_order_acquire) ? &sha1_ : nullptr; }
     void learn_sha1(const std::string& sha) const;
 
 private:
     const char* source_;
     mutable std::mutex mutex_;
-    mutable std::string sha1_;
+    mutable std::string sha1_;  // written once, under mutex_, before sha1_known_ is set
+    mutable std::atomic<bool> sha1_known_{false};
 };
 
 // The scripts both plugins run. KEYS[1] lock key, KEYS[2] fence key, KEYS[3] channel (as a key so
@@ -233,7 +283,34 @@ extern const script renew_holds_script;
 extern const script holders_script;
 extern const script break_script;
 
+// The keys and arguments of one script call, referring to strings the caller keeps alive (numbers
+// are kept in it), all keys added before any argument: no argument is copied to send the call.
+class script_call {
+public:
+    script_call() { line_.add("EVALSHA").add("").add(""); }  // command, SHA1 or source, key count: see command()
+    script_call(const std::vector<std::string>& keys, const std::vector<std::string>& args);
+    script_call(const script_call&) = delete;
+    script_call& operator=(const script_call&) = delete;
+
+    script_call& key(std::string_view k);
+    script_call& arg(std::string_view a);
+    script_call& arg(int64_t n);  // as decimal text
+
+    // The command line that runs `s` with these keys and arguments: EVALSHA, or EVAL (which also
+    // caches the script) when `by_source` or the SHA1 is not known yet. Valid until the next call.
+    const command_line& command(const script& s, bool by_source);
+
+private:
+    command_line line_;
+    size_t keys_ = 0;
+    char key_count_[24];
+    char numbers_[6][24];               // the text of the first arg(int64_t)s,
+    size_t numbers_used_ = 0;
+    std::list<std::string> more_numbers_;  // and of the others (a list: its strings never move)
+};
+
 // EVALSHA with NOSCRIPT fallback on one connection. Error replies are thrown as classified failures.
+reply_ptr run_script(connection& c, const script& s, script_call& call);
 reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
                      const std::vector<std::string>& args);
 // The command line for EVALSHA (or EVAL when `by_source`), for pipelined/fan-out use.
@@ -309,8 +386,12 @@ using enough_replies = std::function<bool(const std::vector<reply_ptr>&)>;
 std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
                                const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
                                std::vector<bool>& late, const enough_replies& enough = {});
+// The same command to every connection.
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough = {});
 // Appends and flushes a command whose reply nobody will wait for (it is owed, then dropped);
 // false on a transport failure.
-bool pipeline(connection& c, const std::vector<std::string>& command);
+bool pipeline(connection& c, const command_line& command);
+inline bool pipeline(connection& c, const std::vector<std::string>& command) { return pipeline(c, command_line(command)); }
 
 }  // namespace dlock::redis_common

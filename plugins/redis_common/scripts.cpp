@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstring>
 
 namespace dlock::redis_common {
@@ -15,7 +16,9 @@ std::string script::sha1() const {
 
 void script::learn_sha1(const std::string& sha) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (sha1_known_.load(std::memory_order_relaxed)) return;  // a script's SHA1 never changes
     sha1_ = sha;
+    sha1_known_.store(true, std::memory_order_release);
 }
 
 namespace {
@@ -63,7 +66,7 @@ end
 // The waiter queue of a lock: KEYS[3] maps each waiting owner token to its arrival (server time,
 // µs), KEYS[4] to the server time (ms) its entry lapses unless the waiter renews it by retrying.
 // drop_lapsed removes lapsed entries (a waiter that died or gave up without leaving): at most 100
-// per call, so a script's cost stays bounded. wake_next publishes on the first waiter's channel
+// per call, so a script's cost stays bounded; true when it removed any. wake_next publishes on the first waiter's channel
 // (prefix .. owner), and gives it claim_ms to take the lock before its entry lapses. A first
 // waiter nobody hears on its channel (its client died and its connection with it) is dropped and
 // the next one woken instead, up to 10 in one call — unless it queued less than claim_ms ago: a
@@ -81,7 +84,9 @@ local function drop_lapsed(now)
   if #lapsed > 0 then
     redis.call('ZREM', KEYS[3], unpack(lapsed))
     redis.call('ZREM', KEYS[4], unpack(lapsed))
+    return true
   end
+  return false
 end
 local function wake_next(now, now_us, claim_ms, prefix)
   for _ = 1, 10 do
@@ -232,15 +237,25 @@ const script acquire_script(acquire_source.c_str());
 // expires (-1: it has no expiry), or until the first waiter's entry lapses when the lock is free,
 // 1 when held | 0 when free but others queue first}.
 // The queue's keys expire with their longest-lived entry, so a queue nobody visits again vanishes.
-static const std::string queue_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
+// The uncontended case (a free lock, nobody queued) is decided first, before the queue's functions
+// are defined (defining them costs the server more than a command), and costs one ZRANGE more
+// than acquire_script; the server time is read only when needed.
+static const std::string queue_acquire_source = std::string(grant_lua) + R"lua(
 local mode = tonumber(ARGV[3])
-local now, now_us = server_time()
 local first
-if mode > 0 then
-  drop_lapsed(now)
-  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if mode > 0 then first = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end
+local held = redis.pcall('GET', KEYS[1])
+if not held and not first then return grant(nil) end
+)lua" + queue_lua + shared_lua + R"lua(
+local now, now_us
+if first then
+  now, now_us = server_time()
+  if drop_lapsed(now) then first = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end
 end
-local held = lock_holder(now)
+if type(held) == 'table' then
+  if not now then now, now_us = server_time() end
+  held = lock_holder(now)
+end
 if not held and (mode == 0 or first == nil or first == ARGV[1]) then
   return grant(function()
     if first == ARGV[1] then
@@ -249,6 +264,7 @@ if not held and (mode == 0 or first == nil or first == ARGV[1]) then
     end
   end)
 end
+if not now then now, now_us = server_time() end
 local wait_ms
 if held then
   wait_ms = redis.call('PTTL', KEYS[1])
@@ -274,9 +290,15 @@ return 0
 
 // As release_script (the broadcast channel, KEYS[5], still wakes barging waiters), and wakes the
 // first queued waiter (wake_next). DEL last: see release_script.
-static const std::string queue_release_source = std::string(queue_lua) + R"lua(
+// Nobody queued (the uncontended case): released before the queue's functions are defined.
+static const std::string queue_release_source = R"lua(
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end  -- a set (shared holders) is not ours either
 redis.call('PUBLISH', KEYS[5], 'released')
+if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == nil then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+)lua" + std::string(queue_lua) + R"lua(
 local now, now_us = server_time()
 drop_lapsed(now)
 wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
@@ -356,17 +378,25 @@ const script shared_acquire_script(shared_acquire_source.c_str());
 // us when refused), entry_grace_ms.
 // -> {1, fence} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
 // until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0}.
-static const std::string redlock_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
--- An empty queue (the uncontended case) costs one ZRANGE more than acquire_script.
+// An empty queue and a free lock (the uncontended case) cost one ZRANGE more than acquire_script,
+// and are granted before the queue's functions are defined (defining them costs the server more
+// than a command).
+static const std::string redlock_acquire_source = std::string(grant_lua) + R"lua(
 local mode = tonumber(ARGV[5])
-local now
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local holder  -- nil until read
+if not first then
+  holder = redis.pcall('GET', KEYS[1])
+  if not holder then return grant(nil) end
+end
+)lua" + queue_lua + shared_lua + R"lua(
+local now
 if first then
   now = server_time()
   drop_lapsed(now)
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
-local holder = redis.pcall('GET', KEYS[1])
+if holder == nil then holder = redis.pcall('GET', KEYS[1]) end
 if type(holder) == 'table' then
   now = now or server_time()
   holder = lock_holder(now)
@@ -394,19 +424,23 @@ const script redlock_acquire_script(redlock_acquire_source.c_str());
 // queue with its own score (the grant removed its entry), so it keeps its place there. Then the
 // first waiter is woken unless it is the one giving back, which retries anyway; the broadcast
 // channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see release_script.
-static const std::string redlock_release_source = std::string(queue_lua) + R"lua(
+// Nobody queued (the uncontended case): released before the queue's functions are defined.
+static const std::string redlock_release_source = R"lua(
 local giving_back = ARGV[7] == 'give back'
 local queued = redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= nil
+if not queued and not giving_back then
+  if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('PUBLISH', KEYS[5], 'released')
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+)lua" + std::string(queue_lua) + R"lua(
 if queued and not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[4])) == tonumber(ARGV[5]) then
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
-if not queued and not giving_back then  -- nobody to wake (the uncontended case)
-  redis.call('DEL', KEYS[1])
-  return 1
-end
 local now, now_us = server_time()
 if giving_back and ARGV[4] ~= '' then queue_member(ARGV[4], ARGV[5], tonumber(ARGV[6]), now, false) end
 drop_lapsed(now)
@@ -680,13 +714,51 @@ std::vector<std::string> script_command(const script& s, bool by_source, const s
     return cmd;
 }
 
-reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
-                     const std::vector<std::string>& args) {
-    reply_ptr r = c.command(script_command(s, false, keys, args));
+script_call::script_call(const std::vector<std::string>& keys, const std::vector<std::string>& args) : script_call() {
+    for (const auto& k : keys) key(k);
+    for (const auto& a : args) arg(a);
+}
+
+script_call& script_call::key(std::string_view k) {
+    line_.add(k);
+    ++keys_;
+    return *this;
+}
+
+script_call& script_call::arg(std::string_view a) {
+    line_.add(a);
+    return *this;
+}
+
+script_call& script_call::arg(int64_t n) {
+    if (numbers_used_ < sizeof numbers_ / sizeof numbers_[0]) {
+        char* text = numbers_[numbers_used_++];
+        return arg(std::string_view(text, size_t(std::to_chars(text, text + sizeof numbers_[0], n).ptr - text)));
+    }
+    more_numbers_.push_back(std::to_string(n));
+    return arg(more_numbers_.back());
+}
+
+const command_line& script_call::command(const script& s, bool by_source) {
+    const std::string* sha = by_source ? nullptr : s.known_sha1();
+    line_.set(0, sha ? "EVALSHA" : "EVAL");
+    line_.set(1, sha ? std::string_view(*sha) : std::string_view(s.source()));
+    line_.set(2, std::string_view(key_count_, size_t(std::to_chars(key_count_, key_count_ + sizeof key_count_, keys_).ptr - key_count_)));
+    return line_;
+}
+
+reply_ptr run_script(connection& c, const script& s, script_call& call) {
+    reply_ptr r = c.command(call.command(s, false));
     if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0)
-        r = c.command(script_command(s, true, keys, args));  // the server lost its script cache
+        r = c.command(call.command(s, true));  // the server lost its script cache
     if (r->type == REDIS_REPLY_ERROR) throw classify_error_reply(c.where().text(), std::string(r->str, r->len));
     return r;
+}
+
+reply_ptr run_script(connection& c, const script& s, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& args) {
+    script_call call(keys, args);
+    return run_script(c, s, call);
 }
 
 lock_keys keys_for(const std::string& prefix, const std::string& name) {

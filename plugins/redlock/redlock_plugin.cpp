@@ -125,6 +125,8 @@ struct queue_place {
 
 struct dlock_hold {
     lock_keys keys;
+    // Its acquire and release scripts' keys on every node (acquire_keys, release_keys), built once.
+    std::vector<std::string> acquire_keys, release_keys;
     bool shared = false;  // a shared hold: `value` is a member of the set at the lock key on each node
     std::string owner;    // the lease's owner token
     std::string value;    // what the winning round wrote: round_value(owner, round)
@@ -173,7 +175,7 @@ struct round_connections {
         for (size_t i = 0; i < b->nodes.size(); ++i) {
             try {
                 borrowed[i] = std::make_unique<pool::borrowed>(b->nodes[i].connections->borrow());
-                if (redlock_release_script.sha1().empty()) learn_redlock_scripts(**borrowed[i]);
+                if (!redlock_release_script.known_sha1()) learn_redlock_scripts(**borrowed[i]);
                 conns[i] = &**borrowed[i];
             } catch (const failure&) {
                 borrowed[i].reset();  // a connection a failed SCRIPT LOAD broke is dropped, not used
@@ -201,11 +203,11 @@ struct node_replies {
 node_replies on_all_nodes(dlock_backend* b, const script& s, const std::vector<std::string>& keys,
                           const std::vector<std::string>& args, int64_t timeout_ns, const enough_replies& enough = {}) {
     round_connections round(b);
-    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(s, false, keys, args));
+    script_call call(keys, args);
     std::vector<bool> late;
     node_replies out;
     out.sent_ns = now_ns();
-    out.replies = fan_out(round.conns, commands, out.sent_ns + timeout_ns, late, enough);
+    out.replies = fan_out(round.conns, call.command(s, false), out.sent_ns + timeout_ns, late, enough);
     std::vector<reply_ptr>& replies = out.replies;
     for (size_t i = 0; i < replies.size(); ++i) {
         if (late[i]) {
@@ -435,14 +437,15 @@ void collect_owed_replies(std::vector<connection*>& conns, const std::vector<boo
     }
 }
 
-round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::string& value, int64_t ttl_ms, bool shared,
+round_result acquire_round(dlock_backend* b, const dlock_hold& h, const std::string& value, int64_t ttl_ms,
                            const queue_place& place) {
     round_result r;
     round_connections round(b);
-    const std::vector<std::string> keys = acquire_keys(lock, shared);
+    const bool shared = h.shared;
+    const std::vector<std::string>& keys = h.acquire_keys;
     const std::vector<std::string> args = acquire_args(b, value, ttl_ms, shared, place);
     const script& acquire = acquire_script_for(shared);
-    std::vector<std::vector<std::string>> commands(b->nodes.size(), script_command(acquire, false, keys, args));
+    script_call call(keys, args);
     std::vector<bool> late;
     // The round is decided by the quorum-th grant, or once a quorum can no longer be reached.
     const size_t nodes = b->nodes.size();
@@ -457,7 +460,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
     };
     r.sent_ns = now_ns();
     const int64_t deadline_ns = r.sent_ns + b->config.command_timeout_ms * 1'000'000;
-    std::vector<reply_ptr> replies = fan_out(round.conns, commands, deadline_ns, late, decided);
+    std::vector<reply_ptr> replies = fan_out(round.conns, call.command(acquire, false), deadline_ns, late, decided);
     // Refused by a quorum: the round failed, and what it got is given back below on every node that
     // did not refuse. The nodes that had not answered yet are usually only a moment behind, and
     // most refuse too: their replies are awaited a while longer (as long again as the round took,
@@ -514,7 +517,7 @@ round_result acquire_round(dlock_backend* b, const lock_keys& lock, const std::s
         // that did not refuse (a refusal set nothing: the script is atomic), pipelined on the same
         // connection behind the acquire (so a node that has not answered yet runs SET, then
         // release, in that order) without waiting for the replies.
-        const auto give_back = script_command(release_script_for(shared), true, release_keys(lock, shared),
+        const auto give_back = script_command(release_script_for(shared), true, h.release_keys,
                                               release_args(b, value, shared, place, true));
         for (size_t i = 0; i < round.conns.size(); ++i) {
             const redisReply* rep = replies[i].get();
@@ -598,6 +601,8 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             h->shared = true;
         }
         h->keys = keys_for(b->config.key_prefix, req->name);
+        h->acquire_keys = acquire_keys(h->keys, h->shared);
+        h->release_keys = release_keys(h->keys, h->shared);
         h->owner = req->owner;
         thread_local std::mt19937_64 rng{std::random_device{}()};
 
@@ -716,7 +721,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             const std::vector<uint64_t> seen_own = h->shared ? std::vector<uint64_t>() : own_heard();
             const uint64_t seen_broadcast = wakers && broadcast_watched && !h->shared ? heard(*wakers, broadcast) : 0;
             const std::string value = round_value(h->owner, round);
-            const round_result r = acquire_round(b, h->keys, value, req->ttl_ms, h->shared, place);
+            const round_result r = acquire_round(b, *h, value, req->ttl_ms, place);
             if (r.acquired) {
                 h->value = value;
                 h->place = place;
@@ -825,7 +830,7 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
                 if (rep && rep->type == REDIS_REPLY_INTEGER) (rep->integer == 1 ? released : not_ours)++;
             return released >= b->quorum || not_ours >= b->quorum;
         };
-        const auto replies = on_all_nodes(b, release_script_for(h->shared), release_keys(h->keys, h->shared),
+        const auto replies = on_all_nodes(b, release_script_for(h->shared), h->release_keys,
                                           release_args(b, h->value, h->shared, h->place, false), command_timeout_ns(b), decided)
                                  .replies;
         size_t released = 0, not_ours = 0;

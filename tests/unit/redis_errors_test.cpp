@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 using dlock::redis_common::classify_error_reply;
 
@@ -81,6 +83,55 @@ TEST(RedisTransport, WriteToAConnectionTheServerClosedIsAnErrorNotASignal) {
                 std::string(ctx->errstr).find("reset") != std::string::npos)
         << ctx->errstr;
     redisFree(ctx);
+}
+
+// A command line refers to its arguments (no copies) and keeps up to 16 inline: one of 40, with an
+// empty argument and one holding a NUL byte, is formatted with every argument, in order.
+TEST(RedisTransport, CommandLineKeepsEveryArgumentInOrderPastItsInlineCapacity) {
+    std::vector<std::string> args;
+    for (int i = 0; i < 40; ++i) args.push_back(std::string(size_t(i % 7), char('a' + i % 26)) + std::to_string(i));
+    args[5] = "";
+    args[17] = std::string("nul\0byte", 8);
+    dlock::redis_common::command_line line;
+    for (const auto& a : args) line.add(a);
+    ASSERT_EQ(line.count(), args.size());
+    std::string expected = "*" + std::to_string(args.size()) + "\r\n";
+    for (const auto& a : args) expected += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+    char* formatted = nullptr;
+    const int length = redisFormatCommandArgv(&formatted, int(line.count()), const_cast<const char**>(line.argv()), line.lengths());
+    ASSERT_GT(length, 0);
+    EXPECT_EQ(std::string(formatted, size_t(length)), expected);
+    redisFreeCommand(formatted);
+
+    line.set(20, "replaced");  // past the inline capacity too
+    EXPECT_EQ(std::string(line.argv()[20], line.lengths()[20]), "replaced");
+}
+
+// A script call's numbers are kept in it, the first ones inline and the others beside: each stays
+// valid (and in order) however many there are, and the key count and command follow the script.
+TEST(RedisTransport, ScriptCallKeepsItsNumbersAndCountsItsKeys) {
+    const dlock::redis_common::script s("return 1");
+    dlock::redis_common::script_call call;
+    const std::string k1 = "key-one", k2 = "key-two";
+    call.key(k1).key(k2);
+    const std::vector<int64_t> numbers = {0, -1, 7, 1234567890123, INT64_MAX, INT64_MIN, 42, -42, 1000000, 3};
+    for (int64_t n : numbers) call.arg(n);
+    call.arg("text");
+    const auto& line = call.command(s, /*by_source=*/false);  // SHA1 unknown: EVAL with the source
+    std::vector<std::string> got;
+    for (size_t i = 0; i < line.count(); ++i) got.emplace_back(line.argv()[i], line.lengths()[i]);
+    std::vector<std::string> want = {"EVAL", "return 1", "2", k1, k2};
+    for (int64_t n : numbers) want.push_back(std::to_string(n));
+    want.push_back("text");
+    EXPECT_EQ(got, want);
+
+    s.learn_sha1("0123456789abcdef0123456789abcdef01234567");
+    const auto& by_sha = call.command(s, false);
+    EXPECT_EQ(std::string(by_sha.argv()[0], by_sha.lengths()[0]), "EVALSHA");
+    EXPECT_EQ(std::string(by_sha.argv()[1], by_sha.lengths()[1]), "0123456789abcdef0123456789abcdef01234567");
+    const auto& by_source = call.command(s, true);
+    EXPECT_EQ(std::string(by_source.argv()[0], by_source.lengths()[0]), "EVAL");
+    EXPECT_EQ(std::string(by_source.argv()[1], by_source.lengths()[1]), "return 1");
 }
 
 }  // namespace
