@@ -344,6 +344,47 @@ TEST_F(SqlFaults, FairLeaseWaiterMayWaitLongerThanStatementTimeout) {
     }
 }
 
+// Has the lab's PostgreSQL log every statement (log_statement = all) while it lives; the setting is
+// reset when it ends, so later tests see the server as configured.
+struct statement_log {
+    explicit statement_log(dlock::lab::postgres_client& admin) : admin(admin) {
+        admin.execute("ALTER SYSTEM SET log_statement = 'all'");
+        admin.execute("SELECT pg_reload_conf()");
+        std::this_thread::sleep_for(300ms);  // every session reads the setting before its next statement
+    }
+    ~statement_log() {
+        admin.execute("ALTER SYSTEM RESET log_statement");
+        admin.execute("SELECT pg_reload_conf()");
+    }
+    statement_log(const statement_log&) = delete;
+    statement_log& operator=(const statement_log&) = delete;
+    dlock::lab::postgres_client& admin;
+};
+
+// The statements PostgreSQL logged (log_statement = all) between two marker statements of the admin
+// session, by kind (a prepared statement's name, else the first word of the text); nullopt while
+// the end marker is not in the log yet.
+std::optional<std::map<std::string, int64_t>> logged_statements_by_kind(dlock::lab::lab& lab, const std::string& mark) {
+    std::ifstream log(lab.sql().log_path());
+    bool inside = false;
+    std::map<std::string, int64_t> kinds;
+    for (std::string line; std::getline(log, line);) {
+        if (line.find(mark + "-begin") != std::string::npos) {
+            inside = true;
+            continue;
+        }
+        if (line.find(mark + "-end") != std::string::npos) return inside ? std::optional(kinds) : std::nullopt;
+        if (!inside) continue;
+        for (const std::string tag : {"LOG:  execute ", "LOG:  statement: "}) {
+            const auto at = line.find(tag);
+            if (at == std::string::npos) continue;
+            const std::string rest = line.substr(at + tag.size());
+            ++kinds[rest.substr(0, rest.find_first_of(": "))];
+        }
+    }
+    return std::nullopt;
+}
+
 // The statements a fair lease waiter's contended cycle costs the server, from PostgreSQL's own
 // statement log (log_statement = all, between two marker statements of the admin session), as the
 // benchmark's S3 counts them: `waiters` clients, each acquiring with a wait (fair: true, the
@@ -380,31 +421,12 @@ double statements_per_contended_cycle(dlock::lab::lab& lab, const std::string& y
     int64_t counted = -1;
     EXPECT_TRUE(eventually(
         [&] {
-            std::ifstream log(lab.sql().log_path());
-            bool inside = false;
-            std::map<std::string, int64_t> kinds;
-            int64_t n = 0;
-            for (std::string line; std::getline(log, line);) {
-                if (line.find(mark + "-begin") != std::string::npos) {
-                    inside = true;
-                    continue;
-                }
-                if (line.find(mark + "-end") != std::string::npos) {
-                    if (!inside) return false;
-                    counted = n;
-                    by_statement = kinds;
-                    return true;
-                }
-                if (!inside) continue;
-                for (const std::string tag : {"LOG:  execute ", "LOG:  statement: "}) {
-                    const auto at = line.find(tag);
-                    if (at == std::string::npos) continue;
-                    const std::string rest = line.substr(at + tag.size());
-                    ++kinds[rest.substr(0, rest.find_first_of(": "))];
-                    ++n;
-                }
-            }
-            return false;
+            auto logged = logged_statements_by_kind(lab, mark);
+            if (!logged) return false;
+            by_statement = *logged;
+            counted = 0;
+            for (const auto& [kind, n] : by_statement) counted += n;
+            return true;
         },
         5s))
         << "the markers never reached " << lab.sql().log_path();
@@ -420,16 +442,7 @@ double statements_per_contended_cycle(dlock::lab::lab& lab, const std::string& y
 // costs one more), while the 7 a cycle cost when the queue took statements of its own fails.
 TEST_F(SqlFaults, FairLeaseContendedCycleCostsAboutTwiceTheMinimumStatementsAtAnyWaiterCount) {
     auto admin = raw();
-    admin.execute("ALTER SYSTEM SET log_statement = 'all'");
-    admin.execute("SELECT pg_reload_conf()");
-    std::this_thread::sleep_for(300ms);  // every session reads the setting before its next statement
-    struct reset_logging {
-        dlock::lab::postgres_client& admin;
-        ~reset_logging() {
-            admin.execute("ALTER SYSTEM RESET log_statement");
-            admin.execute("SELECT pg_reload_conf()");
-        }
-    } reset{admin};
+    const statement_log logging(admin);
     for (const int waiters : {2, 16}) {
         std::map<std::string, int64_t> kinds;
         constexpr int cycles = 300;
@@ -442,30 +455,6 @@ TEST_F(SqlFaults, FairLeaseContendedCycleCostsAboutTwiceTheMinimumStatementsAtAn
     }
 }
 
-// The statements PostgreSQL logged (log_statement = all) between two marker statements of the admin
-// session, by kind (a prepared statement's name, else the first word of the text); nullopt while
-// the end marker is not in the log yet.
-std::optional<std::map<std::string, int64_t>> logged_statements_by_kind(dlock::lab::lab& lab, const std::string& mark) {
-    std::ifstream log(lab.sql().log_path());
-    bool inside = false;
-    std::map<std::string, int64_t> kinds;
-    for (std::string line; std::getline(log, line);) {
-        if (line.find(mark + "-begin") != std::string::npos) {
-            inside = true;
-            continue;
-        }
-        if (line.find(mark + "-end") != std::string::npos) return inside ? std::optional(kinds) : std::nullopt;
-        if (!inside) continue;
-        for (const std::string tag : {"LOG:  execute ", "LOG:  statement: "}) {
-            const auto at = line.find(tag);
-            if (at == std::string::npos) continue;
-            const std::string rest = line.substr(at + tag.size());
-            ++kinds[rest.substr(0, rest.find_first_of(": "))];
-        }
-    }
-    return std::nullopt;
-}
-
 // Fair waiters whose clients have queued before (their queue sessions are open) and who arrive
 // together on a name new to them queue in their first statement (acquire_queued), in arrival order:
 // none first tries the plain acquire, which locks the name's row and registers in it, one waiter
@@ -473,16 +462,7 @@ std::optional<std::map<std::string, int64_t>> logged_statements_by_kind(dlock::l
 // each acquiring once, that was up to one more statement per cycle).
 TEST_F(SqlFaults, FairLeaseWaitersThatQueuedBeforeQueueInTheirFirstStatementOnANewName) {
     auto admin = raw();
-    admin.execute("ALTER SYSTEM SET log_statement = 'all'");
-    admin.execute("SELECT pg_reload_conf()");
-    std::this_thread::sleep_for(300ms);  // every session reads the setting before its next statement
-    struct reset_logging {
-        dlock::lab::postgres_client& admin;
-        ~reset_logging() {
-            admin.execute("ALTER SYSTEM RESET log_statement");
-            admin.execute("SELECT pg_reload_conf()");
-        }
-    } reset{admin};
+    const statement_log logging(admin);
     auto holder = open("lease");
     constexpr int waiters = 8;
     std::vector<dlock::client> clients;
