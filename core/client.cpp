@@ -400,7 +400,7 @@ void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& na
     if (status != DLOCK_OK && status != DLOCK_LOST)
         logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
                       name, detail::status_name(status), message_of(err, ""));
-    plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+    destroy_plugin_hold(plugin_hold);
 }
 
 void client_core::mark_lost(hold& h) {
@@ -507,6 +507,16 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
 void client_core::destroy_plugin_hold(dlock_hold* plugin_hold) {
     plugin_error err;
     plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
+}
+
+void client_core::abandon_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h) {
+    forget_hold(h);
+    dlock_hold* plugin_hold = h->plugin_hold;
+    h->plugin_hold = nullptr;
+    h->state = DLOCK_LEASE_LOST;
+    lock.unlock();
+    destroy_plugin_hold(plugin_hold);
+    lock.lock();
 }
 
 int client_core::release(dlock_lease* lease) {
@@ -625,14 +635,7 @@ void client_core::destroy(dlock_lease* lease) {
                 // Best effort only: drop our record. A TTL backend lets the lease expire; a session-bound
                 // one (file) releases when the plugin frees the hold.
                 logger().warn("lease on `{}` destroyed without a confirmed release: {}", h->name, why);
-                forget_hold(h);
-                dlock_hold* plugin_hold = h->plugin_hold;
-                h->plugin_hold = nullptr;
-                h->state = DLOCK_LEASE_LOST;
-                lock.unlock();
-                plugin_error err;
-                plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
-                lock.lock();
+                abandon_hold(lock, h);
             }
         }
     }
@@ -846,13 +849,7 @@ void client_core::close() {
             std::string why;
             if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {
                 logger().warn("closing the client: {}", why);
-                forget_hold(h);
-                dlock_hold* plugin_hold = h->plugin_hold;
-                h->plugin_hold = nullptr;
-                h->state = DLOCK_LEASE_LOST;
-                lock.unlock();
-                plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
-                lock.lock();
+                abandon_hold(lock, h);
             }
         }
     }

@@ -113,6 +113,10 @@ private:
     int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
                      dlock_hold** destroy_later = nullptr);
     void destroy_plugin_hold(dlock_hold* plugin_hold);  // not under mutex_
+    // Drops a hold whose release was not confirmed (release_hold answered UNKNOWN): our record of it
+    // and the plugin's hold go, it counts as lost; a TTL backend lets it expire, a session-bound one
+    // (file) releases it with the plugin's hold. Needs `lock` on mutex_ (let go meanwhile).
+    void abandon_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h);
     void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
     void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
     void check_open(const char* what);  // throws DLOCK_CANCELLED once closed
