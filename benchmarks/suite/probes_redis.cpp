@@ -69,8 +69,7 @@ struct fan_out_floor {
             for (const auto& r : so_far) n += r ? 1 : 0;
             return n >= quorum;
         };
-        rc::fan_out(conns, std::vector<std::vector<std::string>>(conns.size(), command), rc::now_ns() + 1'000'000'000, late,
-                    at_quorum);
+        rc::fan_out(conns, rc::command_line(command), rc::now_ns() + 1'000'000'000, late, at_quorum);
     }
 };
 

@@ -80,13 +80,13 @@ bool pipeline(connection& c, const command_line& command) {
     return true;
 }
 
-namespace {
-
-// fan_out, with `append(i, ctx)` adding connection i's command to what `ctx` buffers (as
-// redisAppendCommandArgv, REDIS_OK when done).
-template <class Append>
-std::vector<reply_ptr> fan_out_each(std::vector<connection*>& connections, const Append& append, int64_t deadline_ns,
-                                    std::vector<bool>& late, const enough_replies& enough) {
+std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
+                               std::vector<bool>& late, const enough_replies& enough) {
+    // Formatted once for every connection.
+    char* raw = nullptr;
+    const int length = redisFormatCommandArgv(&raw, int(command.count()), const_cast<const char**>(command.argv()),
+                                              command.lengths());
+    const std::unique_ptr<char, void (*)(char*)> formatted(length < 0 ? nullptr : raw, redisFreeCommand);
     const size_t n = connections.size();
     std::vector<reply_ptr> replies(n);
     late.assign(n, false);
@@ -96,7 +96,8 @@ std::vector<reply_ptr> fan_out_each(std::vector<connection*>& connections, const
     for (size_t i = 0; i < n; ++i) {
         connection* c = connections[i];
         if (!c || c->broken()) continue;
-        if (append(i, c->context()) != REDIS_OK || !write_buffered(c->context())) {
+        if (!formatted || redisAppendFormattedCommand(c->context(), formatted.get(), size_t(length)) != REDIS_OK ||
+            !write_buffered(c->context())) {
             c->mark_broken();
             continue;
         }
@@ -149,50 +150,6 @@ std::vector<reply_ptr> fan_out_each(std::vector<connection*>& connections, const
     }
     for (size_t i = 0; i < n; ++i) late[i] = waiting[i];
     return replies;
-}
-
-}  // namespace
-
-std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
-                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late, const enough_replies& enough) {
-    // Each command formatted once, and again only when it differs from the one before.
-    using formatted_command = std::unique_ptr<char, void (*)(char*)>;
-    std::vector<formatted_command> formatted;
-    std::vector<std::pair<const char*, int>> text(commands.size(), {nullptr, -1});
-    for (size_t i = 0; i < commands.size(); ++i) {
-        if (i > 0 && commands[i] == commands[i - 1]) {
-            text[i] = text[i - 1];
-            continue;
-        }
-        const command_line line(commands[i]);
-        char* raw = nullptr;
-        const int length = redisFormatCommandArgv(&raw, int(line.count()), const_cast<const char**>(line.argv()), line.lengths());
-        if (length < 0) continue;
-        formatted.emplace_back(raw, redisFreeCommand);
-        text[i] = {raw, length};
-    }
-    return fan_out_each(
-        connections,
-        [&](size_t i, redisContext* ctx) {
-            return text[i].first ? redisAppendFormattedCommand(ctx, text[i].first, size_t(text[i].second)) : REDIS_ERR;
-        },
-        deadline_ns, late, enough);
-}
-
-std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
-                               std::vector<bool>& late, const enough_replies& enough) {
-    // Formatted once for every connection.
-    char* raw = nullptr;
-    const int length = redisFormatCommandArgv(&raw, int(command.count()), const_cast<const char**>(command.argv()),
-                                              command.lengths());
-    std::unique_ptr<char, void (*)(char*)> formatted(length < 0 ? nullptr : raw, redisFreeCommand);
-    return fan_out_each(
-        connections,
-        [&](size_t, redisContext* ctx) {
-            return formatted ? redisAppendFormattedCommand(ctx, formatted.get(), size_t(length)) : REDIS_ERR;
-        },
-        deadline_ns, late, enough);
 }
 
 }  // namespace dlock::redis_common

@@ -67,12 +67,14 @@ class command_line {
 public:
     command_line() = default;
     explicit command_line(const std::vector<std::string>& args) { add(args); }
+    explicit command_line(std::vector<std::string>&& args) = delete;  // it refers to the strings
     command_line(const command_line&) = delete;
     command_line& operator=(const command_line&) = delete;
 
     command_line& add(const char* data, size_t size);
     command_line& add(std::string_view text) { return add(text.data(), text.size()); }
     command_line& add(const std::vector<std::string>& args);
+    command_line& add(std::vector<std::string>&& args) = delete;
     // Replaces argument `i` (< count()).
     void set(size_t i, std::string_view text);
 
@@ -289,6 +291,10 @@ class script_call {
 public:
     script_call() { line_.add("EVALSHA").add("").add(""); }  // command, SHA1 or source, key count: see command()
     script_call(const std::vector<std::string>& keys, const std::vector<std::string>& args);
+    // It refers to the strings: not to those of a temporary.
+    script_call(std::vector<std::string>&& keys, const std::vector<std::string>& args) = delete;
+    script_call(const std::vector<std::string>& keys, std::vector<std::string>&& args) = delete;
+    script_call(std::vector<std::string>&& keys, std::vector<std::string>&& args) = delete;
     script_call(const script_call&) = delete;
     script_call& operator=(const script_call&) = delete;
 
@@ -383,10 +389,6 @@ private:
 // flagged in `late`, and their connection is left mid-reply for the caller, who may pipeline a
 // follow-up command behind the pending one (with pipeline()) and must then mark it broken.
 using enough_replies = std::function<bool(const std::vector<reply_ptr>&)>;
-std::vector<reply_ptr> fan_out(std::vector<connection*>& connections,
-                               const std::vector<std::vector<std::string>>& commands, int64_t deadline_ns,
-                               std::vector<bool>& late, const enough_replies& enough = {});
-// The same command to every connection.
 std::vector<reply_ptr> fan_out(std::vector<connection*>& connections, const command_line& command, int64_t deadline_ns,
                                std::vector<bool>& late, const enough_replies& enough = {});
 // Appends and flushes a command whose reply nobody will wait for (it is owed, then dropped);

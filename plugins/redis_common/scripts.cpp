@@ -698,19 +698,11 @@ return {holder, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 
 std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,
                                         const std::vector<std::string>& args) {
+    script_call call(keys, args);
+    const command_line& line = call.command(s, by_source);
     std::vector<std::string> cmd;
-    cmd.reserve(3 + keys.size() + args.size());
-    const std::string sha = by_source ? std::string() : s.sha1();
-    if (by_source || sha.empty()) {
-        cmd.emplace_back("EVAL");
-        cmd.emplace_back(s.source());
-    } else {
-        cmd.emplace_back("EVALSHA");
-        cmd.push_back(sha);
-    }
-    cmd.push_back(std::to_string(keys.size()));
-    cmd.insert(cmd.end(), keys.begin(), keys.end());
-    cmd.insert(cmd.end(), args.begin(), args.end());
+    cmd.reserve(line.count());
+    for (size_t i = 0; i < line.count(); ++i) cmd.emplace_back(line.argv()[i], line.lengths()[i]);
     return cmd;
 }
 

@@ -517,12 +517,13 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, const std::str
         // that did not refuse (a refusal set nothing: the script is atomic), pipelined on the same
         // connection behind the acquire (so a node that has not answered yet runs SET, then
         // release, in that order) without waiting for the replies.
-        const auto give_back = script_command(release_script_for(shared), true, h.release_keys,
-                                              release_args(b, value, shared, place, true));
+        const std::vector<std::string> give_back_args = release_args(b, value, shared, place, true);
+        script_call give_back(h.release_keys, give_back_args);
+        const command_line& give_back_line = give_back.command(release_script_for(shared), true);
         for (size_t i = 0; i < round.conns.size(); ++i) {
             const redisReply* rep = replies[i].get();
             const bool refused = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->integer == 0;
-            if (round.conns[i] && !round.conns[i]->broken() && !refused) pipeline(*round.conns[i], give_back);
+            if (round.conns[i] && !round.conns[i]->broken() && !refused) pipeline(*round.conns[i], give_back_line);
         }
     }
     for (size_t i = 0; i < late.size(); ++i)
