@@ -129,14 +129,6 @@ held_monitor::~held_monitor() {
     ::close(wake_fd_);
 }
 
-void held_monitor::watch(const entry& e, bool on) {
-    epoll_event ev{};
-    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
-    ev.data.u64 = e.id;
-    // Not registered yet (a new connection, or a new socket that got a closed one's number): add it.
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
-}
-
 void held_monitor::add(void* cookie, int fd) {
     std::lock_guard<std::mutex> lock(mutex_);
     entry& e = entries_[cookie] = entry{fd, next_id_++};

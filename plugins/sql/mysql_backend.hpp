@@ -52,9 +52,8 @@ struct hold : lease_state {
 // Watches the sockets of idle connections that keep named locks (epoll) and reports a connection
 // the server ended through `on_dead`, from its own thread, holding no lock its other calls take.
 // After take() returns, `on_dead` is never called for that cookie again. A connection holds lock
-// after lock: its socket stays registered and its watch is switched on and off (EPOLL_CTL_MOD, a
-// fraction of the cost of adding and removing it); off, epoll may still report an error or hangup
-// once, under an id no entry has any more, which is ignored.
+// after lock: its watch is switched on and off (switch_epoll_watch); an event that comes while it
+// is off finds no idle entry (its id is gone, or the connection is in use) and is ignored.
 class held_monitor {
 public:
     explicit held_monitor(std::function<void(void* cookie)> on_dead);
@@ -76,7 +75,7 @@ private:
         bool in_use = false, dead = false, reporting = false;
     };
     void run();
-    void watch(const entry& e, bool on);
+    void watch(const entry& e, bool on) { switch_epoll_watch(epoll_fd_, e.fd, e.id, on); }
 
     std::function<void(void*)> on_dead_;
     std::mutex mutex_;

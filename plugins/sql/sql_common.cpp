@@ -584,6 +584,13 @@ void listener::run() {
 
 // ---- monitor ------------------------------------------------------------------------------------
 
+void switch_epoll_watch(int epoll_fd, int fd, uint64_t id, bool on) {
+    epoll_event ev{};
+    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
+    ev.data.u64 = id;
+    if (epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
 monitor::monitor(std::function<void(void*)> on_dead, int64_t probe_interval_ns)
     : on_dead_(std::move(on_dead)), probe_interval_ns_(probe_interval_ns) {
     wake_fd_ = make_wake_fd();
@@ -605,14 +612,6 @@ monitor::~monitor() {
     if (thread_.joinable()) thread_.join();
     ::close(epoll_fd_);
     ::close(wake_fd_);
-}
-
-void monitor::watch(entry& e, uint64_t id, bool on) {
-    epoll_event ev{};
-    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
-    ev.data.u64 = id;
-    // Not registered yet (a new session, or a new socket that got a closed one's number): add it.
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e.fd, &ev);
 }
 
 std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {

@@ -133,6 +133,15 @@ inline int64_t statement_deadline_within(int64_t client_limit_ms, int64_t acquir
     return acquire_deadline_ns != 0 && acquire_deadline_ns > now ? std::min(limit, acquire_deadline_ns) : limit;
 }
 
+// Turns the watch of socket `fd` in epoll instance `epoll_fd` (under `id`, the event's data) on
+// (readable, or the peer hung up) or off. Off is EPOLL_CTL_MOD to no events (EPOLLONESHOT), not a
+// removal: a connection holds lock after lock, and re-enabling a registered socket costs a fraction
+// of removing and adding it. The socket stays registered until its owner closes it (the kernel drops
+// it then); while off it can report at most once, an error or hangup (epoll always reports those).
+// A socket not registered yet (a new connection, or a new socket that got a closed one's number) is
+// added when turned on.
+void switch_epoll_watch(int epoll_fd, int fd, uint64_t id, bool on);
+
 // The status and message for an exception thrown by libpqxx during `what` (e.g. "acquire of `x`").
 // `maybe_executed`: the statement may have reached the server, so a lost connection leaves its
 // outcome unknown (DLOCK_UNKNOWN) rather than simply failed (DLOCK_UNAVAILABLE).
@@ -539,12 +548,9 @@ private:
     bool read_probe(entry& e, int64_t now);
     // The next time a probe is due or overdue (INT64_MAX: none).
     int64_t next_probe_event() const;
-    // Turns the watch of `e`'s socket on or off. Off is EPOLL_CTL_MOD to no events (EPOLLONESHOT),
-    // not a removal: a session holds lock after lock, and re-enabling a registered socket costs a
-    // fraction of removing and adding it. The socket stays registered until the session closes it
-    // (the kernel drops it then); while off it can wake the monitor at most once, for an error or
-    // hangup (epoll always reports those), which finds no idle entry and is ignored.
-    void watch(entry& e, uint64_t id, bool on);
+    // switch_epoll_watch for `e`'s socket; an event that comes while it is off finds no idle entry
+    // and is ignored.
+    void watch(entry& e, uint64_t id, bool on) { switch_epoll_watch(epoll_fd_, e.fd, id, on); }
     std::map<uint64_t, entry>::iterator find(void* cookie);
     void wait_settled(std::unique_lock<std::mutex>& lock, void* cookie);
 
