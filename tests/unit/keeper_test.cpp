@@ -206,22 +206,25 @@ TEST(Keeper, ReplacingTheLostCallbackWhileItRunsIsSafe) {
     EXPECT_EQ(lease.state(), dlock::lease_state::lost);
 }
 
-// The C function waits for a running callback of the lease before replacing it, so the caller may
-// free the previous callback's data as soon as it returns.
-TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
-    struct progress {
-        std::atomic<bool> running{false};
-        std::atomic<bool> finished{false};
-    } p;
-    auto client = fake_client("  lose_after: 50ms\n");
-    auto lease = client.acquire("c-replaced", dlock::acquire_options().with_ttl(30s));
-    const dlock_lost_callback slow = [](dlock_lease*, void* data) {
-        auto* state = static_cast<progress*>(data);
+// A C lost callback that runs for 200 ms, for the tests that a call waits for a running callback.
+struct slow_callback {
+    std::atomic<bool> running{false};
+    std::atomic<bool> finished{false};
+    static void run(dlock_lease*, void* data) {
+        auto* state = static_cast<slow_callback*>(data);
         state->running = true;
         std::this_thread::sleep_for(200ms);
         state->finished = true;
-    };
-    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), slow, &p), DLOCK_OK);
+    }
+};
+
+// The C function waits for a running callback of the lease before replacing it, so the caller may
+// free the previous callback's data as soon as it returns.
+TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
+    slow_callback p;
+    auto client = fake_client("  lose_after: 50ms\n");
+    auto lease = client.acquire("c-replaced", dlock::acquire_options().with_ttl(30s));
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), &slow_callback::run, &p), DLOCK_OK);
     ASSERT_TRUE(eventually([&] { return p.running.load(); }));
     ASSERT_EQ(dlock_lease_on_lost(lease.handle(), nullptr, nullptr), DLOCK_OK);
     EXPECT_TRUE(p.finished.load()) << "dlock_lease_on_lost returned while the previous callback still ran";
@@ -230,22 +233,13 @@ TEST(Keeper, CReplacementWaitsForTheRunningCallback) {
 // Destroying a released lease whose lost callback is still running waits for the callback, so the
 // caller may free the callback's data once dlock_lease_destroy returns.
 TEST(Keeper, DestroyingAReleasedLeaseWaitsForItsRunningCallback) {
-    struct progress {
-        std::atomic<bool> running{false};
-        std::atomic<bool> finished{false};
-    } p;
+    slow_callback p;
     auto client = fake_client("  lose_after: 50ms\n");
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     o.ttl_ms = 30'000;
     dlock_lease* lease = nullptr;
     ASSERT_EQ(dlock_acquire(client.handle(), "destroyed-while-called", &o, &lease), DLOCK_OK) << dlock_last_error();
-    const dlock_lost_callback slow = [](dlock_lease*, void* data) {
-        auto* state = static_cast<progress*>(data);
-        state->running = true;
-        std::this_thread::sleep_for(200ms);
-        state->finished = true;
-    };
-    ASSERT_EQ(dlock_lease_on_lost(lease, slow, &p), DLOCK_OK);
+    ASSERT_EQ(dlock_lease_on_lost(lease, &slow_callback::run, &p), DLOCK_OK);
     ASSERT_TRUE(eventually([&] { return p.running.load(); }));
     EXPECT_EQ(dlock_lease_release(lease), DLOCK_LOST);
     dlock_lease_destroy(lease);
