@@ -422,6 +422,13 @@ void client_core::mark_lost(hold& h) {
     if (!lost_queue_.empty()) dispatcher_wake_.notify_one();
 }
 
+bool client_core::lost_by_validity(hold& h) {
+    if ((h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) && h.valid_until_ns != forever_ns &&
+        h.valid_until_ns <= monotonic_now_ns())
+        mark_lost(h);
+    return h.state == DLOCK_LEASE_LOST;
+}
+
 void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
     if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
     const int64_t ttl_ns = detail::ms_to_ns(h.ttl_ms);
@@ -469,8 +476,13 @@ void client_core::forget_hold(const std::shared_ptr<hold>& h) {
 int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
                               dlock_hold** destroy_later) {
     changed_.wait(lock, [&] { return !h->busy; });
-    if (!h->plugin_hold) return h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
-    const bool was_lost = h->state == DLOCK_LEASE_LOST;
+    // Decided by validity: a hold whose valid_until passed is ALREADY_LOST even if the backend still
+    // had it (another client may have held it meanwhile), unless an earlier attempt of this release
+    // was sent while it was valid: then that attempt may be what removed the lock, and the backend's
+    // answer decides, whatever validity (or the keeper, marking it LOST meanwhile) said since.
+    const bool was_lost = !h->release_sent_while_valid && lost_by_validity(*h);
+    if (!h->plugin_hold) return was_lost ? DLOCK_LOST : DLOCK_OK;
+    if (!was_lost) h->release_sent_while_valid = true;
     h->busy = true;
     dlock_hold* plugin_hold = h->plugin_hold;
     lock.unlock();
@@ -530,7 +542,7 @@ int client_core::release(dlock_lease* lease) {
     dlock_hold* done_with = nullptr;  // destroyed below, once mutex_ is let go
     if (!leases.empty()) {
         // Another reentrant lease still holds it: only this handle is done.
-        status = h->state == DLOCK_LEASE_LOST ? DLOCK_LOST : DLOCK_OK;
+        status = lost_by_validity(*h) ? DLOCK_LOST : DLOCK_OK;
     } else {
         status = release_hold(lock, h, why, &done_with);
         if (status == DLOCK_UNKNOWN) {
@@ -554,7 +566,8 @@ int client_core::renew(dlock_lease* lease) {
     if (lease->released) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("lease on `{}` was released", lease->hold->name));
     const std::shared_ptr<hold> h = lease->hold;
     changed_.wait(lock, [&] { return !h->busy; });
-    if (h->state == DLOCK_LEASE_LOST) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->hold->name));
+    // A renewal must not bring back a hold whose validity is over, keeper late or not.
+    if (lost_by_validity(*h)) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->hold->name));
     if (closed_ || !h->plugin_hold) throw error(DLOCK_CANCELLED, "the client is closed");
     h->busy = true;
     dlock_renewal renewal{h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0};
@@ -580,10 +593,7 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
         changed_.wait(lock, [&] { return running_callback_ != lease; });
     // Lost is decided by validity, as in state_of(), not by the keeper having woken yet (it may be
     // late on a loaded machine); marked before the new callback is in place, so that it runs here.
-    hold& h = *lease->hold;
-    if (!lease->released && (h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) &&
-        h.valid_until_ns <= monotonic_now_ns())
-        mark_lost(h);
+    if (!lease->released) lost_by_validity(*lease->hold);
     lease->on_lost = callback;
     lease->on_lost_data = user_data;
     if (!callback || lease->released || lease->lost_notified || lease->hold->state != DLOCK_LEASE_LOST) return;
@@ -599,10 +609,9 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
 dlock_lease_state client_core::state_of(const dlock_lease* lease) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (lease->released) return DLOCK_LEASE_RELEASED;
-    hold& h = *lease->hold;
     // The pollable state is exact even if the keeper has not woken yet.
-    if ((h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) && h.valid_until_ns <= monotonic_now_ns()) mark_lost(h);
-    return h.state;
+    lost_by_validity(*lease->hold);
+    return lease->hold->state;
 }
 
 int64_t client_core::valid_until_of(const dlock_lease* lease) {
@@ -657,8 +666,7 @@ void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_n
         raw->valid_until_ns = valid_until_ns;
     }
     // A bound already in the past is a loss now, not at the keeper's next wake.
-    if ((raw->state == DLOCK_LEASE_HELD || raw->state == DLOCK_LEASE_SUSPECT) && raw->valid_until_ns <= monotonic_now_ns())
-        mark_lost(*raw);
+    lost_by_validity(*raw);
     keeper_wake_.notify_one();
 }
 

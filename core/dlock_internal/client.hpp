@@ -63,6 +63,9 @@ struct hold {
     boost::container::small_vector<dlock_lease*, 1> leases;
     size_t slot = 0;                     // (m) index in client_core::holds_ while live
     bool counted_held = false;           // (m) handed out and counted in the leases-held gauge
+    // (m) a release was sent while the hold was still valid and its outcome is unknown: a retry after
+    // valid_until may still answer RELEASED (our own first attempt may be what removed the lock).
+    bool release_sent_while_valid = false;
 };
 
 class client_core : public std::enable_shared_from_this<client_core> {
@@ -105,6 +108,11 @@ private:
     void give_back_grant(dlock_hold* plugin_hold, const std::string& name);
     // Marks a hold LOST and queues the callbacks of its leases. Needs mutex_.
     void mark_lost(hold& h);
+    // Marks a HELD or SUSPECT hold LOST once its validity is over, whether or not the keeper has
+    // woken yet, and tells whether the hold is LOST. Every decision about a hold (its state, what
+    // release answers, a manual renew, a callback registered late) is taken from validity: from
+    // valid_until on another client may hold the lock. Needs mutex_.
+    bool lost_by_validity(hold& h);
     // Applies one renewal's result to a hold. Needs mutex_.
     void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
     // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_. With

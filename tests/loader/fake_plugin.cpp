@@ -4,10 +4,16 @@
 //   (none)             `fake`: a working in-process TTL lock (not shared between processes).
 //                      Options: `lose_after` (report the hold LOST through the host after this long),
 //                      `renew_status` (the status every renewal returns; 0 = renew normally),
-//                      `renew_delay` (each renewal call answers only after this long: a stuck keeper),
+//                      `renew_delay` (each renewal call answers only after this long: a stuck keeper;
+//                      with `renew_delay_prefix`, only calls renewing a name with that prefix),
 //                      `lose_in_acquire` (report each hold LOST through the host from inside
 //                      acquire, before acquire returns OK), `expired_grants` (the first N grants
-//                      come back with their validity already over, as a late reply would).
+//                      come back with their validity already over, as a late reply would),
+//                      `drift` (grants and renewals end their validity this long before the
+//                      fake's own expiry, as a real backend's ttl − drift does),
+//                      `unanswered_releases` (the first N releases remove the lock but answer
+//                      UNAVAILABLE, as a lost reply would; a retry that then finds the lock gone
+//                      answers OK, the rule of the real backends for releases in doubt).
 //   FAKE_NO_SYMBOL     exports no negotiation symbol
 //   FAKE_TOO_OLD       answers ABI version 0
 //   FAKE_TOO_NEW       refuses: needs ABI version 99
@@ -53,8 +59,11 @@ struct dlock_backend {
     int64_t lose_after_ms = 0;
     int renew_status = 0;
     int64_t renew_delay_ms = 0;
+    std::string renew_delay_prefix;
     bool lose_in_acquire = false;
     int64_t expired_grants = 0;  // (mutex) how many more grants to return already expired
+    int64_t drift_ms = 0;
+    int64_t unanswered_releases = 0;  // (mutex)
     std::mutex mutex;
     std::condition_variable changed;
     std::map<std::string, entry> locks;
@@ -71,6 +80,7 @@ struct dlock_backend {
 struct dlock_hold {
     std::string name, owner;
     void* cookie;
+    bool release_unanswered = false;  // (backend mutex) an earlier release removed the lock unanswered
 };
 
 namespace {
@@ -84,8 +94,11 @@ const dlock_option_desc options[] = {
     {"lose_after", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Report each hold LOST this long after acquire (0 = never)."},
     {"renew_status", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "Status every renewal returns (0 = renew normally)."},
     {"renew_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Each renewal call answers only after this long."},
+    {"renew_delay_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "", "Only renewals of names with this prefix are delayed (empty = all)."},
     {"lose_in_acquire", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false", "Report each hold LOST from inside acquire."},
     {"expired_grants", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "The first N grants arrive with their validity over."},
+    {"drift", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Validity ends this long before the fake's own expiry."},
+    {"unanswered_releases", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "The first N releases remove the lock but answer UNAVAILABLE."},
     {"log_line", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "", "Logged (at warn) through the host when the backend is created."},
     {"token", DLOCK_OPTION_STRING, DLOCK_OPTION_SECRET, DLOCK_DSN_NONE, "", "A secret the fake never uses or shows."},
 };
@@ -107,8 +120,12 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
         if (!std::strcmp(values[i].name, "lose_after")) b->lose_after_ms = values[i].int_value;
         if (!std::strcmp(values[i].name, "renew_status")) b->renew_status = int(values[i].int_value);
         if (!std::strcmp(values[i].name, "renew_delay")) b->renew_delay_ms = values[i].int_value;
+        if (!std::strcmp(values[i].name, "renew_delay_prefix") && values[i].string_value)
+            b->renew_delay_prefix = values[i].string_value;
         if (!std::strcmp(values[i].name, "lose_in_acquire")) b->lose_in_acquire = values[i].int_value != 0;
         if (!std::strcmp(values[i].name, "expired_grants")) b->expired_grants = values[i].int_value;
+        if (!std::strcmp(values[i].name, "drift")) b->drift_ms = values[i].int_value;
+        if (!std::strcmp(values[i].name, "unanswered_releases")) b->unanswered_releases = values[i].int_value;
         if (!std::strcmp(values[i].name, "log_line") && values[i].string_value && *values[i].string_value && host->log)
             host->log(host->context, 2, values[i].string_value);
     }
@@ -148,7 +165,7 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
             ++e.fence;
             *out_hold = new dlock_hold{r->name, r->owner, r->host_lease};
             grant->fencing_token = e.fence;
-            grant->valid_until_ns = e.expires_ns;
+            grant->valid_until_ns = e.expires_ns - b->drift_ms * 1'000'000;
             grant->ttl_ms = r->ttl_ms;
             if (b->expired_grants > 0) {
                 --b->expired_grants;
@@ -181,12 +198,18 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
     }
 }
 
-int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error*) {
+int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     std::lock_guard<std::mutex> lock(b->mutex);
     entry& e = b->locks[h->name];
-    if (e.owner != h->owner || e.expires_ns <= now_ns()) return DLOCK_LOST;
+    if (e.owner != h->owner || e.expires_ns <= now_ns()) return h->release_unanswered ? DLOCK_OK : DLOCK_LOST;
     e.owner.clear();
     b->changed.notify_all();
+    if (b->unanswered_releases > 0) {
+        --b->unanswered_releases;
+        h->release_unanswered = true;
+        set_error(error, "fake: the release's answer was lost");
+        return DLOCK_UNAVAILABLE;
+    }
     return DLOCK_OK;
 }
 
@@ -199,7 +222,9 @@ void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
 }
 
 int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
-    if (b->renew_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(b->renew_delay_ms));
+    bool delayed = false;
+    for (size_t i = 0; i < count && !delayed; ++i) delayed = rs[i].hold->name.compare(0, b->renew_delay_prefix.size(), b->renew_delay_prefix) == 0;
+    if (b->renew_delay_ms > 0 && delayed) std::this_thread::sleep_for(std::chrono::milliseconds(b->renew_delay_ms));
     std::lock_guard<std::mutex> lock(b->mutex);
     for (size_t i = 0; i < count; ++i) {
         if (b->renew_status) { rs[i].status = b->renew_status; continue; }
@@ -208,7 +233,7 @@ int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_e
         if (e.owner != rs[i].hold->owner || e.expires_ns <= sent) { rs[i].status = DLOCK_LOST; continue; }
         e.expires_ns = sent + rs[i].ttl_ms * 1'000'000;
         rs[i].status = DLOCK_OK;
-        rs[i].valid_until_ns = e.expires_ns;
+        rs[i].valid_until_ns = e.expires_ns - b->drift_ms * 1'000'000;
     }
     return DLOCK_OK;
 }

@@ -145,6 +145,45 @@ TEST(Keeper, ReentrantAcquireRefusesAHoldWhoseValidityRanOut) {
     EXPECT_EQ(first.state(), dlock::lease_state::lost);
 }
 
+// The keeper is stuck in a slow renewal of another lease (`slow/` names) while this lease's
+// validity runs out; the backend still holds the lock for it (its expiry is `drift` later, as a
+// real server's is ttl − drift after the client's valid_until). From valid_until on another client
+// may hold the lock, so release must answer ALREADY_LOST and a manual renew must not bring the lease
+// back to HELD: both decide from validity, as state() does, not from the keeper having run.
+TEST(Keeper, ReleaseAfterValidityEndedAnswersAlreadyLostBeforeTheKeeperRuns) {
+    auto client = fake_client("  renew_delay: 1500ms\n  renew_delay_prefix: slow/\n  drift: 200ms\n");
+    // Its first renewal is due at once (valid_until − ⅔ ttl = grant time): the keeper is in it for 1.5 s.
+    auto stuck = client.acquire("slow/keeper", dlock::acquire_options().with_ttl(600ms));
+    auto lapsed = client.acquire("lapsed", dlock::acquire_options().with_ttl(500ms).with_renew(false));
+    std::this_thread::sleep_for(380ms);  // lapsed: validity ended at ~300 ms; the backend's expiry is at 500 ms
+    EXPECT_EQ(lapsed.release(), dlock::release_outcome::already_lost) << "released after its validity had ended";
+    EXPECT_FALSE(client.inspect("lapsed").held) << "the owner-fenced release still removes what is ours";
+}
+
+TEST(Keeper, ManualRenewAfterValidityEndedAnswersLost) {
+    auto client = fake_client("  renew_delay: 1500ms\n  renew_delay_prefix: slow/\n  drift: 200ms\n");
+    auto stuck = client.acquire("slow/keeper", dlock::acquire_options().with_ttl(600ms));
+    auto lapsed = client.acquire("lapsed", dlock::acquire_options().with_ttl(500ms).with_renew(false));
+    std::this_thread::sleep_for(380ms);
+    std::error_code ec;
+    lapsed.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost) << "a manual renew after valid_until brought the lease back";
+    EXPECT_EQ(lapsed.state(), dlock::lease_state::lost);
+    EXPECT_EQ(lapsed.release(), dlock::release_outcome::already_lost);
+}
+
+// A release sent while the lease was valid went unanswered (it did remove the lock); the caller
+// retries after valid_until. That first attempt may be what removed the lock, so the backend's
+// answer decides (RELEASED), not the validity that ran out meanwhile.
+TEST(Keeper, ReleaseRetriedAfterValidityEndedFollowsTheAttemptSentWhileValid) {
+    auto client = fake_client("  unanswered_releases: 1\n  drift: 200ms\n");
+    auto lease = client.acquire("in-doubt", dlock::acquire_options().with_ttl(500ms).with_renew(false));
+    std::error_code ec;
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown);
+    std::this_thread::sleep_for(400ms);  // validity ended at ~300 ms
+    EXPECT_EQ(lease.release(ec), dlock::release_outcome::released) << dlock_last_error();
+}
+
 // The backend reports the hold LOST before its acquire returns OK (as a session expiring at that
 // moment would): the acquisition must not return a lease that is already lost, nor leave the lock
 // behind.

@@ -266,16 +266,21 @@ DLOCK_API dlock_lease_state dlock_lease_state_get(const dlock_lease *lease);
 DLOCK_API int dlock_lease_on_lost(dlock_lease *lease, dlock_lost_callback callback, void *user_data);
 
 /* Extends the lease by its ttl now, whatever the keeper does. Returns DLOCK_OK (valid_until moved),
-   DLOCK_LOST, DLOCK_UNAVAILABLE/DLOCK_UNKNOWN (could not confirm: the lease is SUSPECT),
+   DLOCK_LOST (also, without asking the backend, once valid_until has passed: a lease whose validity
+   ended is never brought back), DLOCK_UNAVAILABLE/DLOCK_UNKNOWN (could not confirm: the lease is SUSPECT),
    DLOCK_CANCELLED (client closed) or DLOCK_INVALID_ARGUMENT (released). For backends without
    DLOCK_CAP_TTL this confirms the lease is still held. */
 DLOCK_API int dlock_lease_renew(dlock_lease *lease);
 
 /* Releases the lock. Owner-only and idempotent. Returns
  *   DLOCK_OK      released (or already released by an earlier call);
- *   DLOCK_LOST    ALREADY_LOST: it had expired or been taken; nothing of the new holder's was touched;
+ *   DLOCK_LOST    ALREADY_LOST: it had expired or been taken; nothing of the new holder's was touched.
+ *                 Decided by validity: a release made once valid_until has passed answers this even
+ *                 if the backend still had the lock (another client may have held it meanwhile);
  *   DLOCK_UNKNOWN the backend could not be reached: the lease is still owned and the call is safe
- *                 to retry (it becomes LOST at valid_until if never confirmed). */
+ *                 to retry (it becomes LOST at valid_until if never confirmed). A retry of a release
+ *                 whose first attempt was sent while the lease was valid answers DLOCK_OK when the
+ *                 lock is found gone: that attempt may be what removed it. */
 DLOCK_API int dlock_lease_release(dlock_lease *lease);
 
 /* Frees the lease handle, releasing the lock first if still held (best effort). Accepts NULL. */
@@ -346,8 +351,12 @@ DLOCK_API int dlock_list(dlock_client *client, const char *prefix, dlock_holder_
 /* An administrator's forced release of every holder of the lock `name` (semaphore = 0) or of every
    permit of the semaphore `name` (semaphore = 1), whoever holds them; needs DLOCK_CAP_BREAK. The
    broken holders' leases become LOST (at their next renewal at the latest) and the next holder's
-   fencing token is higher than any broken one's, so resources that check tokens refuse the broken
-   holders' writes. *out_broken (may be NULL) receives how many holds were removed (0: it was
+   fencing token is higher than any broken one's. For a lock (exclusive or shared) a resource that
+   checks tokens therefore refuses the broken holders' writes. The permits of a semaphore draw their
+   tokens from one counter per name, so tokens do not order permits against each other: a resource
+   refuses a broken permit holder's write only once N newer permits have written (docs/guide.md).
+   A backend that issues no tokens (no DLOCK_CAP_FENCING) says on its page how its break is fenced.
+   *out_broken (may be NULL) receives how many holds were removed (0: it was
    free). Returns DLOCK_OK, DLOCK_INVALID_ARGUMENT, DLOCK_NOT_SUPPORTED, DLOCK_PERMISSION (this
    identity may not remove other holders' locks), DLOCK_UNAVAILABLE, DLOCK_UNKNOWN or
    DLOCK_BACKEND. */
