@@ -475,7 +475,8 @@ TEST_F(EtcdModes, BreakFencesTheNextHolderAndTheBrokenHolderIsLost) {
 // A break that fails part-way says how many holds it broke before the failure. Three permits are
 // held; the breaker reaches the server through a proxy whose answers arrive 500 ms late: its read
 // of the holders is answered at +0.5 s, the first delete at +1 s; at +0.75 s nothing passes upward
-// any more, so the second delete gets no answer and the break fails (UNAVAILABLE) after one key.
+// any more, so the second delete gets no answer and the break fails after one key: UNKNOWN, as that
+// delete may have happened.
 TEST_F(EtcdModes, BreakFailingPartWaySaysHowManyItBroke) {
     auto c = open();
     std::vector<dlock::lease> held;
@@ -497,7 +498,7 @@ TEST_F(EtcdModes, BreakFailingPartWaySaysHowManyItBroke) {
     proxy.heal();
     const auto left = c.holders("v2/break-midway", true);
     ASSERT_EQ(left.size(), 2u) << "the timing was off: the break should delete one key before the cut (" << message << ")";
-    EXPECT_EQ(ec, dlock::errc::unavailable) << message;
+    EXPECT_EQ(ec, dlock::errc::unknown) << "the delete that got no answer may have happened" << message;
     std::cout << "[etcd] " << message << "\n";
     EXPECT_NE(message.find("1 of 3"), std::string::npos) << "the message must say how many were broken: " << message;
 }
