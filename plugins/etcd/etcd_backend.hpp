@@ -214,6 +214,7 @@ struct dlock_backend final : session_listener {
     };
     std::vector<orphan> orphans;                     // keys to delete that a failed call left behind
     std::vector<std::shared_ptr<acquisition>> rechecks;  // holds whose own-key watch was reset
+    std::vector<std::shared_ptr<acquisition>> touches;   // admitted permits whose touch failed (see touch_own_key)
     bool janitor_started = false;
     bool janitor_stop = false;
     int64_t janitor_wakes_at = INT64_MIN;  // INT64_MIN: awake, will rescan
@@ -314,8 +315,9 @@ struct dlock_backend final : session_listener {
     // ---- janitor -----------------------------------------------------------------------------
 
     // Deletes the keys of holds whose validity ended without a renewal (renew: false: the session
-    // lease outlives them), keys a failed call left behind, and re-checks holds whose own-key watch
-    // was reset. Never blocks the keepalive threads: it has its own.
+    // lease outlives them), keys a failed call left behind, re-checks holds whose own-key watch
+    // was reset, and repeats the touches admitted permits could not make. Never blocks the
+    // keepalive threads: it has its own.
     void janitor_loop();
 
     // A holder's own-key watch ended without telling: read the key; LOST if it is gone, else watch again.
@@ -364,8 +366,13 @@ struct dlock_backend final : session_listener {
     int become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant);
 
     // A permit waiter that now holds puts its key again (same value, lease and create_revision):
-    // the waiter just behind it watches it for that put (see above). Best effort.
+    // the waiter just behind it watches it for that put (see above). Tried within the acquire's
+    // deadline; if that fails (the deadline is near: with the core's 250 ms cancel slices, or a
+    // member not answering) the janitor repeats it without that deadline until it is done or the
+    // key is no longer ours, so the waiter behind never stays parked beside a free permit.
     void touch_own_key(const std::shared_ptr<acquisition>& a);
+    // The touch itself: puts `a`'s key again if its create_revision is still ours. Throws failure.
+    void touch_key(const acquisition& a, call_options options);
 
     // ---- release, renew, inspect -------------------------------------------------------------
 
