@@ -63,9 +63,10 @@
 // name>/<lease hex>-<suffix hex>` (no lock directory holds them: `%` then a lowercase letter);
 // the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
-// again, same value, which moves its mod_revision); when it is absent, a Txn nested in the same
-// request's failure branch stores it and puts our key (one round trip either way), and a
-// different value is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
+// again, same value, which moves its mod_revision); when the directory holds no key at all (no
+// holder, no waiter), a Txn nested in the same request's failure branch stores our N, over any
+// value stored, and puts our key (one round trip either way): a stored N binds only while a key
+// is left. A different value with a key left is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
 // directory is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
 // if its mod_revision is still that one: no enqueue came in between.
 // Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
@@ -81,7 +82,8 @@
 // A release thus wakes the first waiter, and each admission the next one: no herd. (Watching the
 // key N places ahead instead is not enough: with N = 2 and keys A B C W, W watches B; A goes and
 // C is admitted; C goes, and W, with only B before it, should hold, but B is still there.) If the
-// touch fails, the next waiter is woken when that holder's key goes instead (logged).
+// touch fails (it is tried within the acquire's deadline), the janitor repeats it without that
+// deadline until it is done or the key is no longer ours.
 // Fencing token: the key's create_revision, like a lock's.
 //
 // Every request is idempotent (a key is used by one acquisition at a time and reused only after its
