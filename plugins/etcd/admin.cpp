@@ -257,7 +257,20 @@ int dlock_backend::break_lock(const char* name, int semaphore, size_t* out_broke
         c->set_create_revision(h.kv->create_revision());
         remove.add_success()->mutable_request_delete_range()->set_key(h.kv->key());
         pb::TxnResponse removed;
-        conn->call("break (delete a holder's key)", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, remove, &removed); });
+        int64_t unanswered = 0;
+        try {
+            conn->call("break (delete a holder's key)", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, remove, &removed); },
+                       call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered});
+        } catch (const failure& f) {
+            // The count is in the message only: the ABI leaves *out_broken untouched on failure. A
+            // delete that got no answer may have happened: UNKNOWN, as for a release.
+            if (broken > 0) log(2, fmt::format("etcd: broke {} {} `{}` before a failure", broken, semaphore ? "permit(s) of semaphore" : "hold(s) of lock", name));
+            fail(unanswered != 0 ? DLOCK_UNKNOWN : f.status,
+                 fmt::format("{}; the break of {} `{}` stopped after deleting {} of {} holder key(s){}; read the holders and "
+                             "break again if needed (each delete is guarded by the key's create_revision)",
+                             f.message, semaphore ? "semaphore" : "lock", name, broken, found.holders.size(),
+                             unanswered != 0 ? ", and the delete that failed got no answer: it may have deleted one more" : ""));
+        }
         if (removed.succeeded()) ++broken;
     }
     if (broken > 0)

@@ -63,9 +63,10 @@
 // name>/<lease hex>-<suffix hex>` (no lock directory holds them: `%` then a lowercase letter);
 // the N keys with the lowest create_revision hold. N is stored in `<key_prefix>%semaphores/<escaped
 // name>` (no lease): the enqueue Txn puts our key only if that value equals our N (and puts it
-// again, same value, which moves its mod_revision); when it is absent, a Txn nested in the same
-// request's failure branch stores it and puts our key (one round trip either way), and a
-// different value is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
+// again, same value, which moves its mod_revision); when the directory holds no key at all (no
+// holder, no waiter), a Txn nested in the same request's failure branch stores our N, over any
+// value stored, and puts our key (one round trip either way): a stored N binds only while a key
+// is left. A different value with a key left is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
 // directory is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
 // if its mod_revision is still that one: no enqueue came in between.
 // Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
@@ -81,7 +82,8 @@
 // A release thus wakes the first waiter, and each admission the next one: no herd. (Watching the
 // key N places ahead instead is not enough: with N = 2 and keys A B C W, W watches B; A goes and
 // C is admitted; C goes, and W, with only B before it, should hold, but B is still there.) If the
-// touch fails, the next waiter is woken when that holder's key goes instead (logged).
+// touch fails (it is tried within the acquire's deadline), the janitor repeats it without that
+// deadline until it is done or the key is no longer ours.
 // Fencing token: the key's create_revision, like a lock's.
 //
 // Every request is idempotent (a key is used by one acquisition at a time and reused only after its
@@ -214,6 +216,7 @@ struct dlock_backend final : session_listener {
     };
     std::vector<orphan> orphans;                     // keys to delete that a failed call left behind
     std::vector<std::shared_ptr<acquisition>> rechecks;  // holds whose own-key watch was reset
+    std::vector<std::shared_ptr<acquisition>> touches;   // admitted permits whose touch failed (see touch_own_key)
     bool janitor_started = false;
     bool janitor_stop = false;
     int64_t janitor_wakes_at = INT64_MIN;  // INT64_MIN: awake, will rescan
@@ -314,8 +317,9 @@ struct dlock_backend final : session_listener {
     // ---- janitor -----------------------------------------------------------------------------
 
     // Deletes the keys of holds whose validity ended without a renewal (renew: false: the session
-    // lease outlives them), keys a failed call left behind, and re-checks holds whose own-key watch
-    // was reset. Never blocks the keepalive threads: it has its own.
+    // lease outlives them), keys a failed call left behind, re-checks holds whose own-key watch
+    // was reset, and repeats the touches admitted permits could not make. Never blocks the
+    // keepalive threads: it has its own.
     void janitor_loop();
 
     // A holder's own-key watch ended without telling: read the key; LOST if it is gone, else watch again.
@@ -364,8 +368,13 @@ struct dlock_backend final : session_listener {
     int become_holder(const std::shared_ptr<acquisition>& a, dlock_hold** out_hold, dlock_grant* grant);
 
     // A permit waiter that now holds puts its key again (same value, lease and create_revision):
-    // the waiter just behind it watches it for that put (see above). Best effort.
+    // the waiter just behind it watches it for that put (see above). Tried within the acquire's
+    // deadline; if that fails (the deadline is near: with the core's 250 ms cancel slices, or a
+    // member not answering) the janitor repeats it without that deadline until it is done or the
+    // key is no longer ours, so the waiter behind never stays parked beside a free permit.
     void touch_own_key(const std::shared_ptr<acquisition>& a);
+    // The touch itself: puts `a`'s key again if its create_revision is still ours. Throws failure.
+    void touch_key(const acquisition& a, call_options options);
 
     // ---- release, renew, inspect -------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 // The etcd backend's janitor thread (see etcd_backend.hpp): it deletes the keys of holds whose
 // validity ended without a renewal and keys a failed call left behind, gives holders their own-key
-// watch, and re-checks holds whose own-key watch was reset.
+// watch, re-checks holds whose own-key watch was reset, and repeats the touches of admitted permits
+// that failed (the next waiter waits for one).
 #include "etcd_backend.hpp"
 
 #include <fmt/format.h>
@@ -23,6 +24,9 @@ void dlock_backend::add_orphan(orphan o) {
 void dlock_backend::janitor_loop() {
     std::unique_lock<std::mutex> lock(state_mutex);
     int64_t orphan_retry_at = 0;
+    int64_t touch_retry_at = 0;
+    // A failed touch is repeated soon: a waiter behind it is parked beside a free permit meanwhile.
+    constexpr int64_t touch_retry_ns = 100 * ns_per_ms;
     uint64_t holds_seen = 0;
     while (!janitor_stop) {
         const int64_t now = now_ns();
@@ -55,9 +59,13 @@ void dlock_backend::janitor_loop() {
             if (now >= orphan_retry_at) to_delete.swap(orphans);
             else next = std::min(next, orphan_retry_at);
         }
-        std::vector<std::shared_ptr<acquisition>> to_check;
+        std::vector<std::shared_ptr<acquisition>> to_check, to_touch;
         to_check.swap(rechecks);
-        if (expired.empty() && to_delete.empty() && to_check.empty() && to_watch.empty()) {
+        if (!touches.empty()) {
+            if (now >= touch_retry_at) to_touch.swap(touches);
+            else next = std::min(next, touch_retry_at);
+        }
+        if (expired.empty() && to_delete.empty() && to_check.empty() && to_watch.empty() && to_touch.empty()) {
             janitor_wakes_at = next;
             if (next == forever_ns) janitor_wake.wait(lock);
             else janitor_wake.wait_until(lock, steady_time(next));
@@ -91,12 +99,30 @@ void dlock_backend::janitor_loop() {
             }
         }
         for (const auto& a : to_check) recheck_own_key(a);
+        std::vector<std::shared_ptr<acquisition>> untouched;
+        for (const auto& a : to_touch) {
+            {
+                std::lock_guard<std::mutex> guard(state_mutex);
+                if (a->gone) continue;  // released, lost or abandoned: nobody waits for its touch
+            }
+            try {
+                touch_key(*a, call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
+                log(1, fmt::format("etcd: permit of semaphore `{}`: the next waiter woken from the background", a->name));
+            } catch (const failure& f) {
+                if (f.message.find("requested lease not found") != std::string::npos) continue;  // the key went with its lease
+                untouched.push_back(a);
+            }
+        }
         // From the revision after our key's creation: a deletion since then is delivered at once.
         for (const auto& a : to_watch) watch_own_key(a, a->revision + 1);
         lock.lock();
         if (!failed.empty()) {
             orphans.insert(orphans.end(), failed.begin(), failed.end());
             orphan_retry_at = now_ns() + 1000 * ns_per_ms;
+        }
+        if (!untouched.empty()) {
+            touches.insert(touches.end(), untouched.begin(), untouched.end());
+            touch_retry_at = now_ns() + touch_retry_ns;
         }
     }
 }

@@ -321,11 +321,15 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
     enqueue.add_failure()->mutable_request_range()->set_key(a->key);
     if (a->kind == DLOCK_HOLD_PERMIT) {
         enqueue.add_failure()->mutable_request_range()->set_key(a->limit_key);
-        // No limit stored yet: store ours and enqueue in the same round trip (a nested Txn).
+        // No permit key in the directory (no holder, no waiter): the stored limit, if any, binds
+        // nobody; store ours and enqueue in the same round trip (a nested Txn). A limit left by
+        // holders that died without releasing is replaced here, never while a key of the old N
+        // is left.
         pb::TxnRequest* first = enqueue.add_failure()->mutable_request_txn();
         compare_create_revision(*first, a->key, 0);
         compare_create_revision(*first, a->tombstone, 0);
-        compare_create_revision(*first, a->limit_key, 0);
+        compare_create_revision(*first, a->dir, 0);
+        first->mutable_compare(first->compare_size() - 1)->set_range_end(prefix_end(a->dir));
         *first->add_success()->mutable_request_put() = *put;
         *first->add_success() = enqueue.success(1);  // the queue range
         pb::PutRequest* limit = first->add_success()->mutable_request_put();
@@ -341,8 +345,8 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
             if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0 ||
                 response.responses(2).response_txn().succeeded())
                 break;
-            // Nothing put: the semaphore's limit is absent or another. Store ours when absent, then
-            // enqueue again; refuse a different one.
+            // Nothing put: the semaphore's limit is absent or another, and a permit key is there.
+            // Store ours when absent, then enqueue again; refuse a different one.
             const auto& stored = response.responses(1).response_range().kvs();
             if (!stored.empty() && stored[0].value() != limit_text)
                 fail(DLOCK_INVALID_ARGUMENT,
@@ -622,21 +626,29 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
     }
 }
 
-void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
+void dlock_backend::touch_key(const acquisition& a, call_options options) {
     pb::TxnRequest touch;
-    compare_create_revision(touch, a->key, a->revision);
+    compare_create_revision(touch, a.key, a.revision);
     pb::PutRequest* put = touch.add_success()->mutable_request_put();
-    put->set_key(a->key);
-    put->set_value(a->owner);
-    put->set_lease(a->s->id);
+    put->set_key(a.key);
+    put->set_value(a.owner);
+    put->set_lease(a.s->id);
     pb::TxnResponse response;
+    conn->call("wake the next permit waiter", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, touch, &response); },
+               options);
+}
+
+void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
     try {
-        conn->call("wake the next permit waiter", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, touch, &response); },
-                   acquire_call(*a));
+        touch_key(*a, acquire_call(*a));
     } catch (const failure& f) {
-        // Not a failure of ours: the next waiter is woken by our key's deletion instead.
-        log(2, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken ({}); it "
-                           "waits for a release", a->name, f.message));
+        // Not a failure of ours (the permit is held): the janitor touches again, without the
+        // acquire's deadline, until it is done or the key is no longer ours.
+        log(1, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken yet ({}); "
+                           "retrying in the background", a->name, f.message));
+        std::lock_guard<std::mutex> lock(state_mutex);
+        touches.push_back(a);
+        janitor_wake.notify_all();
     }
 }
 

@@ -223,6 +223,7 @@ public:
 private:
     bool enqueue(std::vector<queue_entry>& queue);
     void check_limit(const call& read);
+    bool limit_confirmed();
     bool signal_admission();
     bool find_by_guid(std::vector<queue_entry>& queue);
     bool keep_one_of_ours(const std::vector<queue_entry>& queue);
@@ -253,6 +254,9 @@ private:
     std::string own_;              // our queue node's name, once known
     uint64_t fence_ = 0;           // its czxid
     bool maybe_created_ = false;   // a create of ours may have happened without our seeing the reply
+    // A permit: the semaphore's stored limit was read and matched ours since our last create. Only
+    // then may the node be admitted (its reply, and the read pipelined with it, may have been lost).
+    bool limit_checked_ = false;
     // The watches our node is covered by, as the handling order of the replies that set them (see
     // waiter): the last enqueue's listing left one on the lock node's children; own_watched_ is our
     // node's path once a watch on it is set. 0 / "": none.
@@ -307,6 +311,7 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 continue;
             }
             const standing at = standing_in(queue, size_t(mine - queue.begin()), kind_, permits_);
+            if (at.admitted && kind_ == DLOCK_HOLD_PERMIT && !limit_confirmed()) continue;  // read failed: list again
             if (at.admitted) {
                 // A permit with a node after it may be the node a later waiter watches.
                 if (kind_ == DLOCK_HOLD_PERMIT && mine + 1 != queue.end() && !signal_admission()) continue;
@@ -356,6 +361,7 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
         if (!own_.empty()) return true;
     }
     maybe_created_ = true;  // from here until the reply tells
+    limit_checked_ = false;
     const node_kind shape = kind_ == DLOCK_HOLD_SHARED ? node_kind::reader
                             : kind_ == DLOCK_HOLD_PERMIT ? node_kind::exclusive
                                                          : b_.config().exclusive_node;
@@ -392,6 +398,7 @@ bool acquisition::enqueue(std::vector<queue_entry>& queue) {
 // A semaphore node stores its limit N as decimal text from its creation until the server deletes it
 // (a container, deleted once empty): an acquire asking for another N is refused.
 void acquisition::check_limit(const call& read) {
+    limit_checked_ = read.text.empty();
     if (read.text.empty()) return;  // not created by dlock: no limit stored
     char* end = nullptr;
     const unsigned long long stored = std::strtoull(read.text.c_str(), &end, 10);
@@ -402,6 +409,23 @@ void acquisition::check_limit(const call& read) {
         fail(DLOCK_INVALID_ARGUMENT, fmt::format("semaphore `{}` has a limit of {} permits stored on {} (`{}`), but this acquire asked "
                                                  "for {}: every client of one semaphore must use the same limit",
                                                  req_.name, stored, b_.where(s_.get()), lock_path_, permits_));
+    limit_checked_ = true;
+}
+
+// Before a permit is admitted: the stored limit was checked for our node, or is read and checked
+// now (the create's reply and the read pipelined with it were lost, and the node was found by guid
+// or listed afterwards). A mismatch throws (give_back deletes our node); false: the read failed,
+// list again.
+bool acquisition::limit_confirmed() {
+    if (limit_checked_) return true;
+    auto read = b_.get(*s_, lock_path_);
+    if (!b_.await(w_, {read.get()}, request_bound(), true)) return false;
+    if (read->rc == ZOK) {
+        check_limit(*read);
+        return true;
+    }
+    if (read->rc != ZNONODE) retryable(read->rc, "reading the limit of", lock_path_);
+    return false;  // no semaphore node: ours is gone with it, the listing will tell
 }
 
 // Tells the waiter behind our node, if it watches it, that we hold a permit now: it then becomes
@@ -421,7 +445,10 @@ bool acquisition::signal_admission() {
 bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
     auto synced = b_.sync(*s_);
     auto listed = b_.children(*s_, lock_path_);
-    if (!b_.await(w_, {synced.get(), listed.get()}, request_bound(), true)) return false;
+    // A permit's node found here was never checked against the stored limit: read it in the same
+    // round trip.
+    auto limit = kind_ == DLOCK_HOLD_PERMIT ? b_.get(*s_, lock_path_) : listed;
+    if (!b_.await(w_, {synced.get(), listed.get(), limit.get()}, request_bound(), true)) return false;
     if (synced->rc != ZOK && !retryable(synced->rc, "syncing before listing", lock_path_)) return false;
     if (listed->rc == ZNONODE) {  // no lock node, so no node of ours
         maybe_created_ = false;
@@ -441,6 +468,7 @@ bool acquisition::find_by_guid(std::vector<queue_entry>& queue) {
     }
     fence_ = uint64_t(stat->stat.czxid);
     b_.log(1, fmt::format("{}: found our queue node `{}` again after a lost reply", b_.where(s_.get()), own_path()));
+    if (kind_ == DLOCK_HOLD_PERMIT && limit->rc == ZOK) check_limit(*limit);  // a refusal deletes our node (give_back)
     return true;
 }
 

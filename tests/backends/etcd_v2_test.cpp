@@ -10,6 +10,7 @@
 
 #include "dlock/lab/operation_counts.hpp"
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/proxy.hpp"
 #include "dlock/lab/secured.hpp"
 
 #include <dlock/dlock.hpp>
@@ -63,6 +64,8 @@ dlock::acquire_options shared(std::chrono::milliseconds wait = 0ms) { return dlo
 
 dlock::acquire_options exclusive(std::chrono::milliseconds wait = 0ms) { return dlock::acquire_options().with_wait(wait); }
 
+std::string fmt_count(size_t broken) { return std::to_string(broken) + " broken"; }
+
 class EtcdModes : public dlock::test::lab_backend_test {
 protected:
     EtcdModes() : lab_backend_test({backend::etcd}) {}
@@ -78,6 +81,13 @@ protected:
     }
 
     dlock::client open() { return dlock::client::open(config(backend::etcd)); }
+
+    // A client reaching the server through `proxy`, with extra option lines.
+    static dlock::client open_through(const dlock::lab::tcp_proxy& proxy, const std::vector<std::string>& extra) {
+        std::string yaml = "backend: etcd\noptions:\n  endpoints: [\"" + proxy.listen_endpoint().to_string() + "\"]\n";
+        for (const auto& line : extra) yaml += "  " + line + "\n";
+        return dlock::client::from_yaml(yaml);
+    }
 };
 
 // ---- semaphores --------------------------------------------------------------------------------
@@ -228,6 +238,83 @@ TEST_F(EtcdModes, SemaphoreWithAnotherLimitIsRefusedAndTheLimitIsForgottenWhenId
     EXPECT_TRUE(keys_under("dlock/%semaphores/v2%2Flimit").empty()) << "the idle semaphore's limit is forgotten";
     auto now_five = c.acquire("v2/limit", permits(5), ec);
     EXPECT_FALSE(ec) << dlock_last_error();
+}
+
+// A stored limit binds only while a permit key (a holder's or a waiter's) is left. The holder of
+// semaphore N = 1 dies (SIGKILL, so no release forgets the limit): while it lives N = 2 is refused
+// and nothing is put; once its key went with its lease, N = 2 is accepted and replaces the limit,
+// and from then on N = 1 is refused and at most two hold.
+TEST_F(EtcdModes, StaleSemaphoreLimitGoesWithTheLastKeyAndNeverAdmitsNPlusOne) {
+    const std::string dir = "dlock/%semaphores/v2%2Fstale/", limit_key = "dlock/%semaphores/v2%2Fstale";
+    child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::etcd), "v2/stale", "2000", "permits:1"}, true);
+    const std::string line = expect_line(holder);
+    ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+    auto c = open();
+    std::error_code ec;
+    auto early = c.acquire("v2/stale", permits(2), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "N = 2 beside a live holder of N = 1: " << dlock_last_error();
+    EXPECT_FALSE(early);
+    EXPECT_EQ(keys_under(dir).size(), 1u) << "the refused acquire put nothing";
+    holder.kill(SIGKILL);
+    holder.wait();
+    ASSERT_TRUE(eventually([&] { return keys_under(dir).empty(); }, 15s)) << "the dead holder's key goes with its lease";
+    EXPECT_EQ(etcdctl(endpoint(), {"get", limit_key, "--print-value-only"}).at(0), "1") << "no release forgot the limit";
+
+    auto first = c.acquire("v2/stale", permits(2), ec);
+    ASSERT_FALSE(ec) << "nobody holds or waits: the stale limit must not refuse N = 2: " << dlock_last_error();
+    EXPECT_EQ(etcdctl(endpoint(), {"get", limit_key, "--print-value-only"}).at(0), "2");
+    auto old_n = c.acquire("v2/stale", permits(1), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "N = 1 beside a holder of N = 2: " << dlock_last_error();
+    EXPECT_FALSE(old_n);
+    auto second = c.acquire("v2/stale", permits(2));
+    c.acquire("v2/stale", permits(2), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a third permit of two";
+    EXPECT_EQ(keys_under(dir).size(), 2u);
+}
+
+// A permit waiter admitted when its acquire's deadline is nearly over still wakes the waiter
+// behind it. N = 2: H1 and H2 hold, W1 (through a proxy whose answers arrive 1 s late) is the first
+// waiter, W2 waits behind W1 for W1's touch. H1 goes; W1 learns it 1 s later, reads the queue
+// (answered 1 s later still) and is admitted 0.5 s before its deadline; its touch is held back by
+// the proxy until that deadline passes, and dropped with the connection. H2 then goes: a permit is
+// free, and W2 must get it promptly, not when W1 releases.
+TEST_F(EtcdModes, PermitAdmittedAtItsDeadlineStillWakesTheNextWaiter) {
+    auto c = open();
+    auto h1 = c.acquire("v2/late", permits(2));
+    auto h2 = c.acquire("v2/late", permits(2));
+    dlock::lab::tcp_proxy proxy(lab_->etcd().client_endpoint());
+    auto slow = open_through(proxy, {"session_ttl: 20s", "request_timeout: 5s", "dial_timeout: 5s"});
+    slow.acquire("v2/late-warm-up", exclusive()).release();  // the session and its streams exist
+    proxy.set_delay(0us, 1000us * 1000);
+    const auto t0 = clock_type::now();
+    auto w1 = std::async(std::launch::async, [&] {
+        std::error_code ec;
+        auto lease = slow.acquire("v2/late", permits(2, 8000ms), ec);
+        return std::make_pair(std::move(lease), ec ? std::string(dlock_last_error()) : std::string());
+    });
+    std::this_thread::sleep_until(t0 + 2500ms);  // W1's key is put at once (only answers are late)
+    auto w2 = std::async(std::launch::async, [&] { return c.acquire("v2/late", permits(2, 30s)); });
+    std::this_thread::sleep_until(t0 + 5500ms);
+    h1.release();  // W1: the event at +1 s, the read's answer at +2 s, its deadline at +2.5 s
+    std::this_thread::sleep_until(t0 + 7000ms);
+    proxy.blackhole(dlock::lab::direction::upstream);  // the read has gone up, the touch will not
+    auto [w1_lease, w1_error] = w1.get();
+    ASSERT_TRUE(w1_lease) << "W1 should be admitted before its deadline (timing off?): " << w1_error;
+    std::cout << "[etcd] W1 admitted " << std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count()
+              << " ms after its acquire began (deadline 8000 ms)\n";
+    proxy.cut_all();  // the touch held back is dropped with the connection
+    proxy.set_delay(0us);
+    proxy.heal();
+    EXPECT_EQ(w2.wait_for(0ms), std::future_status::timeout) << "H2 and W1 hold";
+    const auto freed = clock_type::now();
+    h2.release();
+    const bool granted = w2.wait_for(1000ms) == std::future_status::ready;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - freed);
+    std::cout << "[etcd] W2 " << (granted ? "granted " : "still waiting after ") << waited.count() << " ms after a permit was freed\n";
+    EXPECT_TRUE(granted) << "a permit is free and W2 stays parked behind W1's missing touch";
+    w1_lease.release();
+    auto w2_lease = w2.get();
+    EXPECT_GT(w2_lease.fencing_token(), w1_lease.fencing_token());
 }
 
 // ---- shared locks ------------------------------------------------------------------------------
@@ -383,6 +470,38 @@ TEST_F(EtcdModes, BreakFencesTheNextHolderAndTheBrokenHolderIsLost) {
     auto p3 = c.acquire("v2/break", permits(2));
     EXPECT_GT(p3.fencing_token(), p2.fencing_token());
     EXPECT_EQ(c.break_lock("v2/free-one"), 0u);
+}
+
+// A break that fails part-way says how many holds it broke before the failure. Three permits are
+// held; the breaker reaches the server through a proxy whose answers arrive 500 ms late: its read
+// of the holders is answered at +0.5 s, the first delete at +1 s; at +0.75 s nothing passes upward
+// any more, so the second delete gets no answer and the break fails after one key: UNKNOWN, as that
+// delete may have happened.
+TEST_F(EtcdModes, BreakFailingPartWaySaysHowManyItBroke) {
+    auto c = open();
+    std::vector<dlock::lease> held;
+    for (int i = 0; i < 3; ++i) held.push_back(c.acquire("v2/break-midway", permits(3)));
+    dlock::lab::tcp_proxy proxy(lab_->etcd().client_endpoint());
+    auto breaker = open_through(proxy, {"request_timeout: 1s", "dial_timeout: 2s"});
+    proxy.set_delay(0us, 500us * 1000);
+    const auto t0 = clock_type::now();
+    auto broke = std::async(std::launch::async, [&] {
+        try {
+            return std::make_pair(std::error_code(), fmt_count(breaker.break_lock("v2/break-midway", true)));
+        } catch (const std::system_error& e) {
+            return std::make_pair(e.code(), std::string(dlock_last_error()));
+        }
+    });
+    std::this_thread::sleep_until(t0 + 750ms);
+    proxy.blackhole(dlock::lab::direction::upstream);
+    auto [ec, message] = broke.get();
+    proxy.cut_all();  // the delete held back is dropped, not carried out late
+    proxy.heal();
+    const auto left = c.holders("v2/break-midway", true);
+    ASSERT_EQ(left.size(), 2u) << "the timing was off: the break should delete one key before the cut (" << message << ")";
+    EXPECT_EQ(ec, dlock::errc::unknown) << "the delete that got no answer may have happened" << message;
+    std::cout << "[etcd] " << message << "\n";
+    EXPECT_NE(message.find("1 of 3"), std::string::npos) << "the message must say how many were broken: " << message;
 }
 
 // ---- nothing left behind -----------------------------------------------------------------------

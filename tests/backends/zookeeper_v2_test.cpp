@@ -10,6 +10,7 @@
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/proxy.hpp"
 
 #include <dlock/dlock.hpp>
 
@@ -88,10 +89,13 @@ protected:
     std::string server() { return lab_->zookeeper().client_endpoint().to_string(); }
 
     // A config reaching the standalone server with extra option lines.
-    std::string config(const std::vector<std::string>& extra = {}) {
+    std::string config(const std::vector<std::string>& extra = {}) { return config_at(server(), extra); }
+
+    // A config reaching `connect` (a proxy in front of the server, say) with extra option lines.
+    std::string config_at(const std::string& connect, const std::vector<std::string>& extra = {}) {
         const std::string path = scratch_->path() + "/config-" + std::to_string(++configs_) + ".yaml";
         std::ofstream out(path);
-        out << "backend: zookeeper\noptions:\n  connect: \"" << server() << "\"\n";
+        out << "backend: zookeeper\noptions:\n  connect: \"" << connect << "\"\n";
         for (const auto& line : extra) out << "  " << line << "\n";
         return path;
     }
@@ -200,6 +204,43 @@ TEST_F(ZooKeeperModes, MismatchedLimitIsRefusedAndLeavesNothing) {
     // The stored limit stands while a holder is there; the right N still works.
     auto second = client.acquire("sem/limit", permit_of(3).with_wait(0ms));
     EXPECT_GT(second.fencing_token(), first.fencing_token());
+}
+
+// The reply to a permit's create is lost: the proxy holds back the server's answers while the
+// create reaches the server, then resets both sides. The read of the stored limit pipelined with
+// the create is lost with it, and the next round finds the node by its guid: the stored limit must
+// still be checked there. A client asking for N = 2 of a semaphore stored with N = 1 must not get
+// in beside the holder; it is refused as on the normal path, and its node is deleted.
+TEST_F(ZooKeeperModes, LimitIsCheckedWhenTheCreateReplyIsLost) {
+    const std::string node = "/dlock/.semaphores/sem%2Flost-reply";
+    auto holder_client = dlock::client::open(config());
+    auto holder = holder_client.acquire("sem/lost-reply", permit_of(1).with_wait(0ms));
+    ASSERT_EQ(dlock::lab::zookeeper_client(server()).get(node), std::optional<std::string>("1"));
+
+    dlock::lab::tcp_proxy proxy(lab_->zookeeper().client_endpoint());
+    auto client = dlock::client::open(config_at(proxy.listen_endpoint().to_string(), {"session_timeout: 4s"}));
+    proxy.blackhole(dlock::lab::direction::downstream);
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    auto lease_slot = std::make_shared<dlock::lease>();
+    std::thread acquirer([&] {
+        std::error_code ec;
+        *lease_slot = client.acquire("sem/lost-reply", permit_of(2).with_wait(4s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    EXPECT_TRUE(eventually([&] { return nodes(node).size() == 2; }, 3s)) << "the create should reach the server while its reply is held back";
+    proxy.cut_all();  // the create's reply and the limit's read are lost with the connection
+    proxy.heal();
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(15s), std::future_status::ready) << "the acquire never returned";
+    acquirer.join();
+    const auto [ec, message] = result.get();
+    EXPECT_TRUE(ec) << "admitted with N = 2 beside the holder of a semaphore stored with N = 1 (token "
+                    << (*lease_slot ? lease_slot->fencing_token() : 0) << ")";
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << message;
+    for (const char* part : {"sem/lost-reply", "1", "2"}) EXPECT_NE(message.find(part), std::string::npos) << message;
+    if (*lease_slot) lease_slot->release();
+    EXPECT_EQ(holder.state(), dlock::lease_state::held);
+    EXPECT_TRUE(eventually([&] { return nodes(node).size() == 1; }, 10s)) << "the refused acquire's node is deleted";
 }
 
 // The counters of ZooKeeper's `mntr` four-letter word.
