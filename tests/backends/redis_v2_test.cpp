@@ -591,7 +591,8 @@ TEST_F(RedlockModes, BreakKeepsTheNameUntilTheBrokenLeasesValidityEnds) {
     const auto info = admin.inspect(name);
     EXPECT_TRUE(info.held) << "the name is not free yet";
     EXPECT_TRUE(info.holder.empty()) << info.holder;
-    EXPECT_GT(info.ttl_left_ms, 0);
+    ASSERT_TRUE(info.ttl_left.has_value());
+    EXPECT_GT(info.ttl_left->count(), 0);
     EXPECT_TRUE(admin.holders(name).empty());
     for (size_t i = 0; i < lab_->redlock().size(); ++i)
         EXPECT_GT(lab_->redlock().node(i).client().checked({"PTTL", "dlock:{" + name + "}:lock"}).integer, 0) << "node " << i;
