@@ -493,7 +493,9 @@ TEST_F(RedlockFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
         for (auto& p : proxies) p->blackhole(dlock::lab::direction::downstream);
         std::error_code ec;
         EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << (shared ? "shared: " : "") << dlock_last_error();
-        for (size_t i = 0; i < 5; ++i) EXPECT_FALSE(key_exists(i, name)) << "the first attempt ran on node " << i;
+        size_t gone = 0;  // (a proxied node may run it only once healed: its connection owed the acquire's reply)
+        for (size_t i = 0; i < 5; ++i) gone += key_exists(i, name) ? 0 : 1;
+        EXPECT_GE(gone, 3u) << "the first attempt ran on a quorum";
         for (auto& p : proxies) p->heal();
         EXPECT_EQ(lease.release(ec), dlock::release_outcome::released)
             << (shared ? "shared: " : "") << ec.message() << ": " << dlock_last_error();
