@@ -493,7 +493,7 @@ TEST_F(RedlockFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
         for (auto& p : proxies) p->blackhole(dlock::lab::direction::downstream);
         std::error_code ec;
         EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << (shared ? "shared: " : "") << dlock_last_error();
-        size_t gone = 0;  // (a proxied node may run it only once healed: its connection owed the acquire's reply)
+        size_t gone = 0;
         for (size_t i = 0; i < 5; ++i) gone += key_exists(i, name) ? 0 : 1;
         EXPECT_GE(gone, 3u) << "the first attempt ran on a quorum";
         for (auto& p : proxies) p->heal();
