@@ -468,8 +468,9 @@ TEST_F(RedlockFaults, DeadFirstWaiterIsSkippedAtTheRelease) {
 }
 
 // Issue 28: a release whose answers are lost. Nodes 0-2 are reached through proxies that blackhole
-// server → client, so the first release runs on every node but only nodes 3 and 4 confirm it: 2 of
-// 5, no quorum either way, UNKNOWN. The retry finds our key gone on every node — our own first
+// server → client, so only nodes 3 and 4 confirm the first release: 2 of 5, no quorum either way,
+// UNKNOWN. It ran on a quorum (observed: nodes 0, 3 and 4; nodes 1 and 2 kept the key until the
+// retry, which released it there). The retry finds our key gone from a quorum — our own first
 // attempt, sent while the lease was valid, deleted it — and must answer RELEASED, not ALREADY_LOST
 // (docs/guarantees.md, "Releases in doubt"). For an exclusive and a shared hold.
 TEST_F(RedlockFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
