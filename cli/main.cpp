@@ -97,7 +97,7 @@ int dlock_main(int argc, char** argv) {
 
     std::string break_name;
     bool break_semaphore = false;
-    auto* break_cmd = app.add_subcommand("break", "Force-release every holder of a lock (fenced: the next holder's token is higher)");
+    auto* break_cmd = app.add_subcommand("break", "Force-release every holder of a lock (fenced: the next holder's token is higher; without tokens, as on redlock, the name stays taken until the broken lease's validity ends)");
     break_cmd->add_option("name", break_name, "Lock name")->required();
     break_cmd->add_flag("--semaphore", break_semaphore, "NAME is a semaphore: release all its permits");
     break_cmd->footer("Exit status: 0 done (stdout says how many holds were broken); 64 usage error; 78 bad config; "

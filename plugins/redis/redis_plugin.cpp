@@ -105,6 +105,10 @@ struct dlock_hold {
     std::string name;
     std::string owner;
     std::string token;  // a shared hold's or permit's fencing token once granted: its member is owner:token
+    int64_t valid_until_ns = 0;  // as last confirmed (grant, renewal)
+    // When a release whose answer never came (UNKNOWN: it may have run) was sent; 0: none. A later
+    // attempt that finds the lease gone answers RELEASED if that one was sent while valid.
+    int64_t release_in_doubt_sent_ns = 0;
 
     const script& acquire_script() const {
         return kind == DLOCK_HOLD_SHARED ? shared_acquire_script
@@ -171,6 +175,7 @@ int redis_create(const dlock_option_value* values, size_t count, const dlock_plu
             // not at first use.
             auto c = b->connections->borrow();
             check_permissions(*c, b->config, /*waiter_queue=*/true);
+            check_server_version(*c, b->config);
             for (const auto& w : hazard_warnings(*c))
                 if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
         }
@@ -322,6 +327,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             if (h->kind != DLOCK_HOLD_EXCLUSIVE) h->token = std::to_string(a.fence);
             grant->valid_until_ns = a.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
             grant->ttl_ms = req->ttl_ms;
+            h->valid_until_ns = grant->valid_until_ns;
             *out_hold = h.release();
             return DLOCK_OK;
         };
@@ -403,13 +409,24 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
     });
 }
 
+// A release whose first attempt went unanswered (UNKNOWN) but was sent while the lease was valid,
+// and whose retry finds the lease gone, answers RELEASED: that attempt ran and removed it
+// (docs/guarantees.md, "Releases in doubt"), rather than LOST.
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
         script_call call;
-        reply_ptr r = run_script(*c, h->release_script(), h->release_call(call, b));
+        const int64_t sent = now_ns();
+        reply_ptr r;
+        try {
+            r = run_script(*c, h->release_script(), h->release_call(call, b));
+        } catch (const failure& f) {
+            if (f.status == DLOCK_UNKNOWN && h->release_in_doubt_sent_ns == 0) h->release_in_doubt_sent_ns = sent;
+            throw;
+        }
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
-        return r->integer == 1 ? DLOCK_OK : DLOCK_LOST;
+        if (r->integer == 1) return DLOCK_OK;
+        return h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns ? DLOCK_OK : DLOCK_LOST;
     });
 }
 
@@ -443,6 +460,7 @@ int redis_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock_p
             const bool ours = r->element[i]->integer == 1;
             renewals[i].status = ours ? DLOCK_OK : DLOCK_LOST;
             renewals[i].valid_until_ns = sent + renewals[i].ttl_ms * 1'000'000 - drift_ns(renewals[i].ttl_ms);
+            if (ours) renewals[i].hold->valid_until_ns = renewals[i].valid_until_ns;
         }
         return DLOCK_OK;
     });

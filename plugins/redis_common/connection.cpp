@@ -268,4 +268,31 @@ std::vector<std::string> hazard_warnings(connection& c) {
     return warnings;
 }
 
+// Redis before 5.0 replicates a script verbatim unless it calls redis.replicate_commands(), and so
+// refuses a write after a non-deterministic command: "Write commands not allowed after non
+// deterministic commands". dlock's scripts read TIME and then write (every queue script, the shared
+// and permit scripts, renewal of shared holds and permits, break): they need effects replication,
+// the default from Redis 5.0. (Nothing newer is needed: UNLINK is 4.0, ZADD NX/XX 3.0.2, and
+// redis.acl_check_cmd, 7.0, is used only where present.) The probe writes the key of the name "",
+// which no lock has, as check_permissions does.
+void check_server_version(connection& c, const settings& s) {
+    const lock_keys probe = keys_for(s.key_prefix, "");
+    reply_ptr r = c.command({"EVAL", "redis.call('TIME') redis.call('DEL', KEYS[1]) return 1", "1", probe.lock});
+    if (r->type != REDIS_REPLY_ERROR) return;
+    const std::string error(r->str, r->len);
+    if (error.find("non deterministic") == std::string::npos && error.find("replicate_commands") == std::string::npos)
+        return;  // another refusal: check_permissions names it
+    std::string version = "unknown: INFO refused";
+    reply_ptr info = c.command({"INFO", "server"});
+    if (info->type == REDIS_REPLY_STRING) {
+        const std::string text(info->str, info->len);
+        const size_t at = text.find("redis_version:");
+        if (at != std::string::npos) version = text.substr(at + 14, text.find_first_of("\r\n", at) - at - 14);
+    }
+    fail(DLOCK_NOT_SUPPORTED, fmt::format("redis {}: the server (redis_version {}) is older than Redis 5.0: dlock's scripts read "
+                                          "TIME and then write, which needs script effects replication, the default from "
+                                          "Redis 5.0 ({}); upgrade the server to Redis 5.0 or later",
+                                          c.where().text(), version, error));
+}
+
 }  // namespace dlock::redis_common

@@ -248,9 +248,9 @@ extern const script leave_queue_script;
 
 // Redlock's exclusive holds with a waiter queue whose order every node agrees on (the client picks
 // each waiter's score once; layout and contract in scripts.cpp).
-// redlock_acquire_script: KEYS lock, fence, queue, queue_lapses; ARGV value, ttl_ms, member, score,
-//   mode (0 barging try, 1 fair try, 2 fair wait, 3 barging wait), entry_grace_ms
-//   -> {1, fence} | {0, ms to wait at most, 1 held shared | 0, 1 held | 0}.
+// redlock_acquire_script: KEYS lock, fence (not touched: no tokens), queue, queue_lapses; ARGV value,
+//   ttl_ms, member, score, mode (0 barging try, 1 fair try, 2 fair wait, 3 barging wait),
+//   entry_grace_ms -> {1, 0} | {0, ms to wait at most, 1 held shared | 0, 1 held | 0}.
 // redlock_release_script: KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms,
 //   waiter_channel_prefix, member ("" none), its score, entry_grace_ms, 'release' (drops the
 //   holder's stale entry) | 'give back' (a failed round's: puts the waiter back in the queue)
@@ -263,8 +263,8 @@ extern const script redlock_release_script;
 // server time its lease ends: for a shared hold the set is at the lock key itself (so the
 // exclusive scripts find the lock held), for a permit at the semaphore's key.
 // shared_acquire_script: KEYS lock, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
-//   entry_grace_ms, claim_ms, waiter_channel_prefix -> as queue_acquire_script (a shared waiter's
-//   queue entry and channel suffix is "s:<owner>").
+//   entry_grace_ms, claim_ms, waiter_channel_prefix[, 'untokened': token 0, no INCR (redlock)]
+//   -> as queue_acquire_script (a shared waiter's queue entry and channel suffix is "s:<owner>").
 // permit_acquire_script: KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
 //   entry_grace_ms, limit -> as queue_acquire_script, or {-1, stored limit} when it differs.
 // shared_release_script, permit_release_script: KEYS key, fence, queue, queue_lapses, channel;
@@ -273,7 +273,9 @@ extern const script redlock_release_script;
 //   per lease -> {1|0 ...}.
 // holders_script: KEYS key, fence; ARGV 'lock' | 'semaphore' -> flat {kind, owner, fence, ms left, limit}...
 // break_script: KEYS key, fence, queue, queue_lapses, channel; ARGV 'lock' | 'semaphore',
-//   claim_ms, waiter_channel_prefix -> holders removed; NOPERM unless the user may run UNLINK.
+//   claim_ms, waiter_channel_prefix[, 'tombstone'] -> holders removed; NOPERM unless the user may
+//   run UNLINK. 'tombstone' (a lock without fencing tokens: redlock) leaves break_tombstone at the
+//   lock key until the broken holders' leases would have ended, instead of freeing the name.
 extern const script shared_acquire_script;
 // mark_waiting_writer_script: KEYS lock, fence, queue, queue_lapses; ARGV owner, keep_ms,
 //   'mark' | 'unmark' -> 1. Redlock's waiting writers stop new shared holders with it.
@@ -284,6 +286,10 @@ extern const script permit_release_script;
 extern const script renew_holds_script;
 extern const script holders_script;
 extern const script break_script;
+// The value break_script leaves at a lock key in 'tombstone' mode: never an owner's value (those
+// are hex tokens), so every acquire finds the name held until it expires; no holder's either.
+#define DLOCK_REDIS_BREAK_TOMBSTONE "dlock:broken"
+inline constexpr const char* break_tombstone = DLOCK_REDIS_BREAK_TOMBSTONE;
 
 // The keys and arguments of one script call, referring to strings the caller keeps alive (numbers
 // are kept in it), all keys added before any argument: no argument is copied to send the call.
@@ -357,6 +363,12 @@ std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefi
 // user may not run at all (EVAL) fails the same way. Nothing to check on servers before Redis 7.
 // `waiter_queue`: the sorted-set commands of the waiter queue (queue_acquire_script) are needed too.
 void check_permissions(connection& c, const settings& s, bool waiter_queue);
+
+// Refuses a server older than Redis 5.0, whose scripts cannot write after reading TIME (effects
+// replication became the default in 5.0): throws failure(DLOCK_NOT_SUPPORTED) naming the server,
+// its redis_version when INFO is allowed, and what to do. One small script at open; needs no right
+// beyond those check_permissions checks.
+void check_server_version(connection& c, const settings& s);
 
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).

@@ -333,7 +333,8 @@ return removed
 const script leave_queue_script(leave_queue_source.c_str());
 
 // A shared hold of the lock. KEYS lock, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode (as
-// queue_acquire_script), entry_grace_ms, claim_ms, waiter_channel_prefix. Granted when nobody
+// queue_acquire_script), entry_grace_ms, claim_ms, waiter_channel_prefix, and ARGV[7] 'untokened'
+// (redlock: the member's token is 0 and the fence key is not touched). Granted when nobody
 // holds the lock exclusively and (mode 0) or no exclusive waiter queues before this one (FIFO
 // between shared and exclusive waiters: a queued writer stops new readers; readers in a row are
 // admitted together, each granted one waking the next). -> {1, fence} | {0, ms to wait at most,
@@ -348,7 +349,8 @@ local holder = lock_holder(now)
 local blocked = holder and holder ~= true
 if not blocked and mode > 0 then blocked = writer_ahead(me) end
 if not blocked then
-  local token, why = next_token(KEYS[2])
+  local token, why = 0, nil
+  if ARGV[7] ~= 'untokened' then token, why = next_token(KEYS[2]) end  -- redlock: no token, no INCR
   if not token then return corrupt_fence(KEYS[2], why) end
   if holder == true then drop_expired_members(now) end
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. string.format('%d', token))
@@ -376,12 +378,20 @@ const script shared_acquire_script(shared_acquire_source.c_str());
 // KEYS lock, fence, queue, queue_lapses. ARGV value (the round's), ttl_ms, member, score, mode (0
 // barging try, 1 fair try, 2 fair wait: queues us, 3 barging wait: grants whatever queues, queues
 // us when refused), entry_grace_ms.
-// -> {1, fence} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
+// -> {1, 0} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
 // until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0}.
 // An empty queue and a free lock (the uncontended case) cost one ZRANGE more than acquire_script,
 // and are granted before the queue's functions are defined (defining them costs the server more
 // than a command).
-static const std::string redlock_acquire_source = std::string(grant_lua) + R"lua(
+// Redlock issues no fencing token (each node's counter counts only the grants that reached it, so a
+// quorum's counters are not monotonic across holders): its grant sets the key and bumps no counter
+// (KEYS[2] is read by no redlock script), answering the token 0.
+static const std::string redlock_acquire_source = std::string(R"lua(
+local function grant(before_set)
+  if before_set then before_set() end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, 0}
+end
 local mode = tonumber(ARGV[5])
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 local holder  -- nil until read
@@ -389,7 +399,7 @@ if not first then
   holder = redis.pcall('GET', KEYS[1])
   if not holder then return grant(nil) end
 end
-)lua" + queue_lua + shared_lua + R"lua(
+)lua") + queue_lua + shared_lua + R"lua(
 local now
 if first then
   now = server_time()
@@ -576,6 +586,9 @@ const script permit_release_script(permit_release_source.c_str());
 // permit: the member is in the key's set), owner token or member (for 's' and 'p' an owner
 // without ':' stands for its member, whatever its token on this server: redlock's case), ttl_ms. -> {1|0 ...}; a lease
 // that ended (expired, broken, taken) is 0, and an expired member of ours is removed.
+// The keys of one call belong to many names, so many hash slots: a Redis Cluster refuses such a
+// script (CROSSSLOT). dlock has no cluster mode yet (issue 30): on a cluster the batch would have
+// to be split by slot, one call per slot (docs/backends/redis.md, "Server requirements").
 const script renew_holds_script(R"lua(
 local now
 local result = {}
@@ -649,10 +662,17 @@ const script holders_script(holders_source.c_str());
 
 // An administrator's break: removes every holder of a lock (ARGV[1] 'lock') or every permit of a
 // semaphore ('semaphore'). KEYS key, fence, queue, queue_lapses, channel; ARGV what, claim_ms,
-// waiter_channel_prefix. Needs UNLINK on the key, a command dlock's tenants are not granted (see
+// waiter_channel_prefix, and ARGV[4] 'tombstone' for a lock without fencing tokens (redlock).
+// Needs UNLINK on the key, a command dlock's tenants are not granted (see
 // docs/backends/redis.md, "Listing and breaking locks"): refused with NOPERM before any write.
 // Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
 // holder's token. -> the number of holders removed.
+// 'tombstone' (redlock, no tokens): fenced by time instead. The holders' key becomes the string
+// break_tombstone, expiring when the longest-lived holder's lease would have (the exclusive key's
+// PTTL; a shared set's highest live score), so every acquire script finds the name held until then
+// and its waiters sleep on that PTTL, as on a holder's; renewals and releases find their value or
+// member gone. Nothing is published and nobody is woken: nothing is free before the tombstone
+// expires. A tombstone is no holder, and a break leaves one as it is (count 0).
 static const std::string break_source = std::string(queue_lua) + shared_lua + semaphore_lua + R"lua(
 if redis.acl_check_cmd and not redis.acl_check_cmd('UNLINK', KEYS[1]) then
   return redis.error_reply('NOPERM this user may not break dlock locks: it may not run UNLINK on ' .. KEYS[1])
@@ -661,6 +681,21 @@ local now, now_us = server_time()
 local count = 0
 local limit
 local v = redis.pcall('GET', KEYS[1])
+if ARGV[4] == 'tombstone' then
+  if not v or v == ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(' then return 0 end
+  local ends = -1
+  if type(v) == 'string' then
+    count = 1
+    ends = redis.call('PTTL', KEYS[1])
+  else
+    local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+    count = #live / 2
+    if count > 0 then ends = math.ceil(tonumber(live[#live]) - now) end
+  end
+  if ends > 0 then redis.call('SET', KEYS[1], ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(', 'PX', ends)
+  else redis.call('UNLINK', KEYS[1]) end
+  return count
+end
 if type(v) == 'string' then
   count = 1
 elseif v then

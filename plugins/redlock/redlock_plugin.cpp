@@ -131,6 +131,10 @@ struct dlock_hold {
     std::string owner;    // the lease's owner token
     std::string value;    // what the winning round wrote: round_value(owner, round)
     queue_place place;    // where the acquisition queued (an exclusive one's stale entries go at release)
+    int64_t valid_until_ns = 0;  // as last confirmed (grant, renewal)
+    // When a release attempt that reached some node and was not answered by a quorum was sent (0:
+    // none): a later attempt that finds the key gone answers RELEASED if it was sent while valid.
+    int64_t release_in_doubt_sent_ns = 0;
 };
 
 namespace {
@@ -194,6 +198,7 @@ std::string owner_of(const std::string& value) { return value.substr(0, value.fi
 struct node_replies {
     std::vector<reply_ptr> replies;  // null for nodes that did not answer in time
     int64_t sent_ns = 0;             // when the requests were sent (after every connection was borrowed)
+    size_t reached = 0;              // nodes whose connection could be borrowed: the request went to them
 };
 
 // The same script on every node at once. The nodes' time budget `timeout_ns` starts once every
@@ -206,6 +211,7 @@ node_replies on_all_nodes(dlock_backend* b, const script& s, const std::vector<s
     script_call call(keys, args);
     std::vector<bool> late;
     node_replies out;
+    for (const connection* c : round.conns) out.reached += c ? 1 : 0;
     out.sent_ns = now_ns();
     out.replies = fan_out(round.conns, call.command(s, false), out.sent_ns + timeout_ns, late, enough);
     std::vector<reply_ptr>& replies = out.replies;
@@ -294,7 +300,8 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
         b->quorum = n / 2 + 1;
         // Reach every node now to report hazards; a node that is down is a warning, not an error:
         // Redlock works while a quorum is up. A node that answers but whose ACL user lacks a right
-        // dlock needs is an error: that node would fail every round until an administrator acts.
+        // dlock needs, or that is older than Redis 5.0, is an error: that node would fail every
+        // round until an administrator acts.
         size_t reachable = 0;
         std::vector<int64_t> offsets_us;  // each reachable node's server time - CLOCK_MONOTONIC
         for (auto& nd : b->nodes) {
@@ -302,6 +309,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 auto c = nd.connections->borrow();
                 ++reachable;
                 check_permissions(*c, b->config, /*waiter_queue=*/true);
+                check_server_version(*c, b->config);
                 learn_redlock_scripts(*c);
                 const int64_t sent = now_ns();
                 reply_ptr t = c->command({"TIME"});
@@ -313,7 +321,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 for (const auto& w : hazard_warnings(*c))
                     if (b->host.log) b->host.log(b->host.context, 2, w.c_str());
             } catch (const failure& f) {
-                if (f.status == DLOCK_CONFIG || f.status == DLOCK_PERMISSION) throw;
+                if (f.status == DLOCK_CONFIG || f.status == DLOCK_PERMISSION || f.status == DLOCK_NOT_SUPPORTED) throw;
                 if (b->host.log) b->host.log(b->host.context, 2, f.message.c_str());
             }
         }
@@ -335,7 +343,7 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
 void redlock_destroy(dlock_backend* b) { delete b; }
 
 // SHARED: a reader's quorum and a writer's quorum share a node, whose script refuses the later of
-// the two. No SEMAPHORE: a per-node count is not safe (docs/backends/redlock.md). FAIR: exclusive
+// the two. BREAK: fenced by time, not by tokens (redlock_break). No SEMAPHORE: a per-node count is not safe (docs/backends/redlock.md). FAIR: exclusive
 // waiters are granted in the order of the queues the nodes agree on (see Waiting above).
 uint64_t redlock_capabilities(dlock_backend*) {
     return DLOCK_CAP_PUSH_WAIT | DLOCK_CAP_TTL | DLOCK_CAP_QUORUM | DLOCK_CAP_SHARED | DLOCK_CAP_LIST | DLOCK_CAP_BREAK |
@@ -381,7 +389,8 @@ std::vector<std::string> acquire_keys(const lock_keys& lock, bool shared) {
 std::vector<std::string> acquire_args(const dlock_backend* b, const std::string& value, int64_t ttl_ms, bool shared,
                                       const queue_place& place) {
     // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script).
-    if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", ""};
+    // 'untokened': no fencing token, so no fence key is bumped.
+    if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", "", "untokened"};
     return {value, std::to_string(ttl_ms), place.member, place.score, std::to_string(place.mode),
             std::to_string(b->entry_grace_ms())};
 }
@@ -737,6 +746,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 }
                 grant->fencing_token = 0;
                 grant->valid_until_ns = r.sent_ns + req->ttl_ms * 1'000'000 - drift_ns(req->ttl_ms);
+                h->valid_until_ns = grant->valid_until_ns;
                 grant->ttl_ms = req->ttl_ms;
                 *out_hold = h.release();
                 return DLOCK_OK;
@@ -831,22 +841,29 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
                 if (rep && rep->type == REDIS_REPLY_INTEGER) (rep->integer == 1 ? released : not_ours)++;
             return released >= b->quorum || not_ours >= b->quorum;
         };
-        const auto replies = on_all_nodes(b, release_script_for(h->shared), h->release_keys,
-                                          release_args(b, h->value, h->shared, h->place, false), command_timeout_ns(b), decided)
-                                 .replies;
+        const node_replies sent = on_all_nodes(b, release_script_for(h->shared), h->release_keys,
+                                               release_args(b, h->value, h->shared, h->place, false), command_timeout_ns(b),
+                                               decided);
         size_t released = 0, not_ours = 0;
-        for (const auto& r : replies) {
+        for (const auto& r : sent.replies) {
             if (!r || r->type != REDIS_REPLY_INTEGER) continue;
             (r->integer == 1 ? released : not_ours)++;
         }
         if (released >= b->quorum) return DLOCK_OK;
         // A quorum without our key can never have confirmed the lease since, whatever the silent
         // nodes hold (N odd: when every node answered, fewer than a quorum released means this).
+        // Unless an earlier attempt of this release, sent while the lease was valid, went to the
+        // nodes and was not answered by a quorum: then it is what removed our key (a retry after
+        // UNKNOWN), and the release is RELEASED (docs/guarantees.md, "Releases in doubt").
+        if (not_ours >= b->quorum && h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns)
+            return DLOCK_OK;
         if (not_ours >= b->quorum) {
             copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release; the lease had been lost",
                                             not_ours, b->nodes.size()));
             return DLOCK_LOST;
         }
+        // Some node got the request and did not answer: the release may have run there.
+        if (sent.reached > released + not_ours && h->release_in_doubt_sent_ns == 0) h->release_in_doubt_sent_ns = sent.sent_ns;
         copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", released,
                                         b->nodes.size(), b->nodes.size() - released - not_ours));
         return DLOCK_UNKNOWN;
@@ -874,7 +891,7 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
             }
             return true;
         };
-        const auto [replies, sent] = on_all_nodes(b, renew_holds_script, keys, args, command_timeout_ns(b), decided);
+        const auto [replies, sent, reached] = on_all_nodes(b, renew_holds_script, keys, args, command_timeout_ns(b), decided);
         const int64_t elapsed = now_ns() - sent;
         for (size_t i = 0; i < count; ++i) {
             size_t ok = 0, refused = 0;
@@ -886,6 +903,7 @@ int redlock_renew(dlock_backend* b, dlock_renewal* renewals, size_t count, dlock
             if (ok >= b->quorum && elapsed < ttl_ns - drift_ns(renewals[i].ttl_ms)) {
                 renewals[i].status = DLOCK_OK;
                 renewals[i].valid_until_ns = sent + ttl_ns - drift_ns(renewals[i].ttl_ms);
+                renewals[i].hold->valid_until_ns = renewals[i].valid_until_ns;
             } else if (refused > b->nodes.size() - b->quorum) {
                 renewals[i].status = DLOCK_LOST;  // a quorum can never confirm it again
             } else {
@@ -916,8 +934,8 @@ int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, d
                                                 b->nodes.size(), b->quorum));
         for (const auto& [value, seen] : values) {
             if (seen.first < b->quorum) continue;  // held means one round's value on a quorum
-            info->held = 1;
-            std::strncpy(info->holder, owner_of(value).c_str(), sizeof info->holder - 1);
+            info->held = 1;  // a break's tombstone too: the name is not free, its holder not known
+            if (value != break_tombstone) std::strncpy(info->holder, owner_of(value).c_str(), sizeof info->holder - 1);
             info->ttl_left_ms = seen.second;
         }
         return DLOCK_OK;
@@ -960,7 +978,7 @@ bool visit_majority_holders(dlock_backend* b, const std::string& name, dlock_hol
         fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
                                             b->nodes.size(), b->quorum));
     for (const auto& [value, where] : values) {
-        if (where.nodes < b->quorum) continue;
+        if (where.nodes < b->quorum || value == break_tombstone) continue;  // a break's tombstone is no holder
         dlock_holder_info info{};
         info.struct_size = sizeof info;
         info.name = name.c_str();
@@ -1026,6 +1044,13 @@ int redlock_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visi
 
 // Break on every node; the count is the most holders one node removed. Confirmed by a quorum, no
 // broken holder can renew again (renewal needs a quorum): it is LOST at its next renewal.
+// Fenced by time, there being no tokens: on each node the holders' key becomes a tombstone that
+// expires when their key would have (break_script, 'tombstone'), so nobody acquires the name while
+// a broken lease may still be valid. Any quorum that confirmed a broken lease's last grant or
+// renewal shares a node with any later acquirer's quorum; there the renewal ran before the break
+// (after it, it would have been refused), so the node holds the key or its tombstone, which outlives
+// that renewal's validity, and refuses the acquirer. Nothing is freed by the break, so no waiter is
+// woken: waiters sleep on the tombstone's ttl as on a holder's, and retry when it expires.
 int redlock_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
         if (semaphore) {  // a semaphore never exists here
@@ -1034,7 +1059,7 @@ int redlock_break(dlock_backend* b, const char* name, int semaphore, size_t* out
         }
         const lock_keys keys = keys_for(b->config.key_prefix, name);
         const auto replies = on_all_nodes(b, break_script, {keys.lock, keys.fence, keys.queue, keys.queue_lapses, keys.channel},
-                                          {"lock", "0", ""}, command_timeout_ns(b))
+                                          {"lock", "0", "", "tombstone"}, command_timeout_ns(b))
                                  .replies;
         size_t confirmed = 0;
         long long most = 0;
@@ -1058,14 +1083,6 @@ int redlock_break(dlock_backend* b, const char* name, int semaphore, size_t* out
             fail(confirmed == 0 ? DLOCK_UNAVAILABLE : DLOCK_UNKNOWN,
                  fmt::format("redlock: the break of `{}` was confirmed by {} of {} nodes; a quorum of {} is needed (retry)", name,
                              confirmed, b->nodes.size(), b->quorum));
-        // The nodes' first exclusive waiters are woken as by a release (leave_queue_script for a
-        // member that is not queued wakes the first waiter of a free lock).
-        try {
-            const lock_keys fifo = fifo_keys(keys);
-            on_all_nodes(b, leave_queue_script, {fifo.lock, fifo.fence, fifo.queue, fifo.queue_lapses},
-                         {"", std::to_string(b->claim_ms()), b->waiter_channel_prefix(), "lock"}, command_timeout_ns(b));
-        } catch (const failure&) {  // the waiters still retry when the broken holders' keys would have expired
-        }
         if (out_broken) *out_broken = size_t(most);
         return DLOCK_OK;
     });

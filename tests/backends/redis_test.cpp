@@ -702,6 +702,28 @@ TEST_F(RedisAcl, ReleaseRefusedByTheAclChangesNothing) {
     EXPECT_EQ(redis().checked({"EXISTS", "dlock:{faults/acl-revoked}:lock"}).integer, 0);
 }
 
+// Issue 28: the server runs a release but its answer is lost (the proxy blackholes server →
+// client): the client reports UNKNOWN. The retry finds the key no longer ours — because the first
+// attempt, sent while the lease was valid, deleted it — and must answer RELEASED, not ALREADY_LOST
+// (docs/guarantees.md, "Releases in doubt"). For an exclusive and a shared hold.
+TEST_F(RedisFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
+    dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
+    auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint(), "command_timeout=500ms"));
+    for (const bool shared : {false, true}) {
+        const std::string name = shared ? "faults/release-unanswered-shared" : "faults/release-unanswered";
+        auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(shared));
+        ASSERT_TRUE(lease);
+        proxy.blackhole(dlock::lab::direction::downstream);
+        std::error_code ec;
+        EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << (shared ? "shared: " : "") << "the answer was lost";
+        EXPECT_EQ(redis().checked({"EXISTS", "dlock:{" + name + "}:lock"}).integer, 0) << "the server did run the first attempt";
+        proxy.heal();
+        EXPECT_EQ(lease.release(ec), dlock::release_outcome::released)
+            << (shared ? "shared: " : "") << ec.message() << ": " << dlock_last_error();
+        EXPECT_EQ(lease.state(), dlock::lease_state::released);
+    }
+}
+
 // A fence key whose value INCR refuses ("1.5", " 7", a negative number, INT64_MAX: it would
 // overflow) is a clear error, and no lock key is set without a token.
 TEST_F(RedisFaults, MalformedFenceKeysLeaveNoLockBehind) {

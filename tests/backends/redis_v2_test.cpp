@@ -564,8 +564,46 @@ TEST_F(RedlockModes, HoldersAreTheMajorityViewAndBreakActsOnEveryNode) {
         l->renew(ec);
         EXPECT_EQ(ec, dlock::errc::lost) << "broken on every node";
     }
-    auto next = admin.acquire("rl/view", try_once);
-    EXPECT_EQ(next.state(), dlock::lease_state::held);
+    // Fenced by time (issue 28): the names stay taken while the broken leases would be valid.
+    std::error_code ec;
+    auto next = admin.acquire("rl/view", try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "granted beside the broken holder: " << ec.message();
+    EXPECT_TRUE(admin.holders("rl/view").empty()) << "the tombstone is no holder";
+}
+
+// Issue 28: redlock has no fencing token, so a break is fenced by time. The broken holder's key is
+// replaced on each node by a tombstone that expires when the key would have, so nobody acquires
+// the name while the broken lease (here `renew: false`: it never learns of the break) is valid, and
+// the name is free for good once that validity has ended. A waiter sleeps on the tombstone's ttl
+// and gets the lock then; a second break finds no holder and keeps the tombstone; inspect reports
+// the name held, by no known holder.
+TEST_F(RedlockModes, BreakKeepsTheNameUntilTheBrokenLeasesValidityEnds) {
+    auto a = open(), b = open(), admin = open();
+    const std::string name = "rl/break-fenced-by-time";
+    auto broken = a.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(3s).with_renew(false));
+    ASSERT_TRUE(broken);
+    const auto valid_until = broken.valid_until();
+    EXPECT_EQ(admin.break_lock(name), 1u);
+    std::error_code ec;
+    auto early = b.acquire(name, try_once, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "another client got the name while the broken lease is valid";
+    EXPECT_EQ(admin.break_lock(name), 0u) << "a tombstone is no holder";
+    const auto info = admin.inspect(name);
+    EXPECT_TRUE(info.held) << "the name is not free yet";
+    EXPECT_TRUE(info.holder.empty()) << info.holder;
+    ASSERT_TRUE(info.ttl_left.has_value());
+    EXPECT_GT(info.ttl_left->count(), 0);
+    EXPECT_TRUE(admin.holders(name).empty());
+    for (size_t i = 0; i < lab_->redlock().size(); ++i)
+        EXPECT_GT(lab_->redlock().node(i).client().checked({"PTTL", "dlock:{" + name + "}:lock"}).integer, 0) << "node " << i;
+    auto next = b.acquire(name, dlock::acquire_options().with_wait(10s).with_ttl(10s), ec);
+    const auto granted = clock_type::now();
+    ASSERT_TRUE(next) << ec.message() << ": " << dlock_last_error();
+    EXPECT_GE(granted, valid_until) << "granted before the broken lease's validity ended";
+    EXPECT_LT(granted - valid_until, 1500ms) << "the waiter slept past the tombstone";
+    EXPECT_EQ(broken.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(next.state(), dlock::lease_state::held) << "the broken holder's release touched nothing";
+    EXPECT_EQ(next.release(), dlock::release_outcome::released);
 }
 
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -

@@ -467,6 +467,112 @@ TEST_F(RedlockFaults, DeadFirstWaiterIsSkippedAtTheRelease) {
         << "the dead waiter's entry was dropped";
 }
 
+// Issue 28: a release whose answers are lost. Nodes 0-2 are reached through proxies that blackhole
+// server → client, so only nodes 3 and 4 confirm the first release: 2 of 5, no quorum either way,
+// UNKNOWN. It ran on a quorum (observed: nodes 0, 3 and 4; nodes 1 and 2 kept the key until the
+// retry, which released it there). The retry finds our key gone from a quorum — our own first
+// attempt, sent while the lease was valid, deleted it — and must answer RELEASED, not ALREADY_LOST
+// (docs/guarantees.md, "Releases in doubt"). For an exclusive and a shared hold.
+TEST_F(RedlockFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
+    std::vector<std::unique_ptr<dlock::lab::tcp_proxy>> proxies;
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) {
+        dlock::lab::endpoint where = node(i).client_endpoint();
+        if (i < 3) {
+            proxies.push_back(std::make_unique<dlock::lab::tcp_proxy>(where));
+            where = proxies.back()->listen_endpoint();
+        }
+        endpoints += (i ? ", \"" : "\"") + where.to_string() + "\"";
+    }
+    const std::string path = dir_.path() + "/redlock-release-unanswered.yaml";
+    std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  command_timeout: 300ms\n";
+    auto client = dlock::client::open(path);
+    for (const bool shared : {false, true}) {
+        const std::string name = shared ? "redlock/release-unanswered-shared" : "redlock/release-unanswered";
+        auto lease = client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(shared));
+        ASSERT_TRUE(lease);
+        for (auto& p : proxies) p->blackhole(dlock::lab::direction::downstream);
+        std::error_code ec;
+        EXPECT_EQ(lease.release(ec), dlock::release_outcome::unknown) << (shared ? "shared: " : "") << dlock_last_error();
+        size_t gone = 0;
+        for (size_t i = 0; i < 5; ++i) gone += key_exists(i, name) ? 0 : 1;
+        EXPECT_GE(gone, 3u) << "the first attempt ran on a quorum";
+        for (auto& p : proxies) p->heal();
+        EXPECT_EQ(lease.release(ec), dlock::release_outcome::released)
+            << (shared ? "shared: " : "") << ec.message() << ": " << dlock_last_error();
+        EXPECT_EQ(lease.state(), dlock::lease_state::released);
+    }
+}
+
+// Issue 28: redlock issues no fencing token, so its grants bump no counter: no node has a fence key
+// for a name locked exclusively or shared (the redis backend's INCR was run on every node before).
+TEST_F(RedlockFaults, GrantsWriteNoFenceKey) {
+    auto client = dlock::client::open(config());
+    const std::string names[] = {"redlock/no-fence", "redlock/no-fence-shared"};
+    auto x = client.acquire(names[0], dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    auto s = client.acquire(names[1], dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(true));
+    ASSERT_TRUE(x);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(x.fencing_token(), 0u);
+    for (size_t i = 0; i < 5; ++i)
+        for (const auto& name : names)
+            EXPECT_EQ(node(i).client().checked({"EXISTS", "dlock:{" + name + "}:fence"}).integer, 0)
+                << "node " << i << " keeps a fence key for " << name;
+    EXPECT_EQ(x.release(), dlock::release_outcome::released);
+    EXPECT_EQ(s.release(), dlock::release_outcome::released);
+}
+
+// Issue 28: `break` with the operator's ACL line of docs/backends/redis.md ("Listing and breaking
+// locks": the tenant's commands on `~dlock:* &dlock:*`, plus `+unlink +scan`) on every node, while
+// an exclusive waiter held up by shared holders marks itself waiting on the nodes. The break must
+// succeed and count the one shared holder (before: the script published to the bare mark's channel,
+// which the ACL refuses, after the UNLINK: PERMISSION for a break that happened), and the waiting
+// writer's marks stay (before, without ACLs: dropped as "nobody heard").
+TEST_F(RedlockFaults, BreakWithTheOperatorAclSucceedsAndKeepsWritersMarks) {
+    const std::vector<std::string> line = {"~dlock:*", "&dlock:*", "+eval", "+evalsha", "+script|load", "+get", "+set",
+                                           "+incr", "+pttl", "+pexpire", "+del", "+time", "+zadd", "+zrem", "+zrange",
+                                           "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+unsubscribe", "+ping",
+                                           "+unlink", "+scan"};
+    const std::string user = "dlock-redlock-operator";
+    on_exit remove_user{[&] {
+        for (size_t i = 0; i < 5; ++i) node(i).client().command({"ACL", "DELUSER", user});
+    }};
+    for (size_t i = 0; i < 5; ++i) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", user, "reset", "on", ">pw-operator"};
+        cmd.insert(cmd.end(), line.begin(), line.end());
+        node(i).client().checked(cmd);
+    }
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) endpoints += (i ? ", \"" : "\"") + node(i).client_endpoint().to_string() + "\"";
+    const std::string path = dir_.path() + "/redlock-operator.yaml";
+    std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  username: " << user
+                        << "\n  password: pw-operator\n";
+    auto operator_ = dlock::client::open(path);
+    auto reader_client = dlock::client::open(path);
+    auto writer_client = dlock::client::open(path);
+    const std::string name = "redlock/acl-break";
+    const std::string marks = "dlock:{" + name + "}:queue";
+    auto reader = reader_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(3s).with_shared(true));
+    ASSERT_TRUE(reader);
+    auto writing = acquire_in_background(writer_client, name, 15s, 10s);
+    for (int i = 0; i < 100 && node(0).client().checked({"ZCARD", marks}).integer == 0; ++i) std::this_thread::sleep_for(20ms);
+    for (size_t i = 0; i < 5; ++i) ASSERT_EQ(node(i).client().checked({"ZCARD", marks}).integer, 1) << "the writer's mark, node " << i;
+    std::error_code ec;
+    size_t broken = 0;
+    try {
+        broken = operator_.break_lock(name);
+    } catch (const std::system_error& e) {
+        ADD_FAILURE() << "the operator's break failed: " << e.what() << ": " << dlock_last_error();
+    }
+    EXPECT_EQ(broken, 1u) << "one shared holder";
+    reader.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost) << "the broken reader's next renewal";
+    for (size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(node(i).client().checked({"ZCARD", marks}).integer, 1) << "the waiting writer's mark was dropped on node " << i;
+    auto [writer, acquired_at] = writing.get();
+    EXPECT_TRUE(writer) << "the waiting writer gets the lock once the broken reader's validity is over: " << dlock_last_error();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
