@@ -132,7 +132,7 @@ const dlock_option_desc sql_options[] = {
     {"advisory_key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr,
      "PostgreSQL advisory mode only: a name made of this prefix and a decimal 64-bit integer K (e.g. `pgkey:42`) is "
      "the advisory lock K itself — the lock of an application's pg_advisory_lock(K) or pg_advisory_lock_shared(K). "
-     "Other names are hashed as usual."},
+     "K is written in plain decimal (`pgkey:42`, never `pgkey:042`: one key, one name). Other names are hashed as usual."},
 };
 
 const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
