@@ -344,6 +344,10 @@ void resolve(settings& s) {
     if (s.queue_sessions) options += fmt::format(" -c lock_timeout={}", s.statement_timeout_ms);
     s.user_options = user_options;
     if (!user_options.empty()) options += " " + user_options;
+    // Every statement relies on READ COMMITTED (after a row lock wait it works on the newest row);
+    // a role or database defaulting to REPEATABLE READ or SERIALIZABLE would turn contention into
+    // serialization failures. Last, so that it wins over the DSN's own options too.
+    options += " -c default_transaction_isolation=read\\ committed";
     set("options", options);
 
     std::string conninfo;

@@ -132,7 +132,7 @@ const dlock_option_desc sql_options[] = {
     {"advisory_key_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, nullptr,
      "PostgreSQL advisory mode only: a name made of this prefix and a decimal 64-bit integer K (e.g. `pgkey:42`) is "
      "the advisory lock K itself — the lock of an application's pg_advisory_lock(K) or pg_advisory_lock_shared(K). "
-     "Other names are hashed as usual."},
+     "K is written in plain decimal (`pgkey:42`, never `pgkey:042`: one key, one name). Other names are hashed as usual."},
 };
 
 const std::vector<std::string> dlock_query_keys = {"mode", "schema", "table", "statement_timeout", "handoff_grace", "peer_timeout",
@@ -253,6 +253,12 @@ struct dlock_backend {
         if (!well_formed)
             fail(DLOCK_INVALID_ARGUMENT, fmt::format("sql backend: name `{}` starts with advisory_key_prefix `{}`, but `{}` is not "
                                                      "a decimal 64-bit integer (an advisory key)", name, prefix, digits));
+        // One key, one name: each name has its own fencing counter, so `pgkey:042` beside `pgkey:42`
+        // would let the token of key 42 go backwards.
+        if (std::to_string(key) != digits)
+            fail(DLOCK_INVALID_ARGUMENT, fmt::format("sql backend: name `{}` spells advisory key {} other than `{}{}`, its only "
+                                                     "name (no leading zeros, no `-0`): one key has one fencing counter",
+                                                     name, key, prefix, key));
         return int64_t(key);
     }
     // A semaphore's own channel and turnstile (a semaphore and a lock of one name are distinct).
@@ -1305,6 +1311,10 @@ int renew_advisory(dlock_backend* b, dlock_renewal* renewals, size_t count) {
 int sql_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold** out_hold, dlock_grant* grant,
                 dlock_plugin_error* error) {
     return guarded(error, "sql", [&] {
+        // Both dialects store a semaphore's limit in a 32-bit signed column.
+        if (DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits) && req->kind == DLOCK_HOLD_PERMIT && req->permits > uint32_t(INT32_MAX))
+            fail(DLOCK_INVALID_ARGUMENT, fmt::format("sql backend: semaphore `{}`: a limit of {} permits is more than the {} the sql "
+                                                     "backend stores (a 32-bit integer column)", req->name, req->permits, INT32_MAX));
         if (b->mysql) return acquire_mysql(b, req, out_hold, grant);
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         auto h = std::make_unique<dlock_hold>();
@@ -1513,7 +1523,7 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
         require_holder_tables(b);
         const int64_t deadline = b->statement_deadline();
         auto s = b->sessions->borrow(deadline);
-        pqxx::result r;
+        size_t broken = 0;
         try {
             // Breaking deletes holder rows: DELETE on dlock's tables is what makes an administrator.
             if (!s->run_until(deadline, "may_break")[0][0].as<bool>())
@@ -1521,8 +1531,16 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
                      fmt::format("sql backend: {}: user `{}` may not break locks: that needs DELETE on {} and {} (GRANT "
                                  "DELETE ON {}, {} TO <role>)", b->where(), b->config.user.empty() ? "(libpq's default)" : b->config.user,
                                  b->sql.lease_table, b->sql.holders_table, b->sql.lease_table, b->sql.holders_table));
-            r = semaphore ? s->run_until(deadline, "break_semaphore", std::string(name), b->semaphore_channel_for(name))
-                          : s->run_until(deadline, "break_lock", std::string(name), b->channel_for(name));
+            if (semaphore) {
+                broken = size_t(s->run_until(deadline, "break_semaphore", std::string(name), b->semaphore_channel_for(name))[0][0].as<int64_t>());
+            } else {
+                // The lock's row first, then (a statement of its own, which sees every reader that
+                // committed while the first waited for the row) the readers of the broken generations.
+                const pqxx::result r = s->run_until(deadline, "break_lock", std::string(name), b->channel_for(name));
+                broken = size_t(r[0][0].as<int64_t>());
+                if (!r[0][1].is_null())
+                    broken += size_t(s->run_until(deadline, "break_readers", std::string(name), r[0][1].as<int64_t>())[0][0].as<int64_t>());
+            }
         } catch (const failure&) {
             throw;
         } catch (const std::exception& e) {
@@ -1530,7 +1548,7 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
             const failure f = classify(b->config, e, fmt::format("breaking `{}`", name), true);
             fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
         }
-        if (out_broken) *out_broken = size_t(r[0][0].as<int64_t>());
+        if (out_broken) *out_broken = broken;
         return DLOCK_OK;
     });
 }

@@ -174,6 +174,15 @@ struct statements {
             // expired 'S' slot, else a new one: a slot number taken concurrently fails with 23505 and
             // the statement is retried. Returns (fence, NULL) when acquired; (NULL, ms until the
             // exclusive holder's expiry, or NULL when waiting behind a queued writer) when not.
+            // A generation of readers is the time the row stays shared without a break: it begins
+            // with readers = 1 and ends when the row expires, is freed by its last reader or broken.
+            // Every reader row lies within its generation: its expiry never passes the lock row's
+            // (`LEAST`; the lock row's expiry may have been computed before this statement waited
+            // for the row's lock, so the reader's own `clock_timestamp() + ttl` may be later), and
+            // the reader rows still set when a new generation begins are cleared (`ended`: none
+            // can be live, but a row written by an older dlock may be). So a reader row that is
+            // live belongs to the lock row's current generation, which release and renew rely on.
+            // Lock order, here as in release, renew and break: the lock's row, then reader rows.
             {"shared_acquire", fmt::format(
                  "WITH m AS ("
                  " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters, readers)"
@@ -188,26 +197,32 @@ struct statements {
                  "   AND l.objsubid = 1 AND l.classid::bigint = (($6::bigint >> 32) & 4294967295)"
                  "   AND l.objid::bigint = ($6::bigint & 4294967295)"
                  "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))"
-                 " RETURNING t.fence),"
+                 " RETURNING t.fence, t.expiry, t.readers),"
                  " reuse AS (SELECT slot FROM {1} WHERE kind = 'S' AND name = $1 AND (owner IS NULL OR expiry <= clock_timestamp())"
                  "  AND EXISTS (SELECT 1 FROM m) LIMIT 1 FOR UPDATE SKIP LOCKED),"
-                 " reused AS (UPDATE {1} h SET owner = $2, fence = m.fence, expiry = {2}, holder = $4, acquired_at = clock_timestamp()"
-                 "  FROM m, reuse WHERE h.kind = 'S' AND h.name = $1 AND h.slot = reuse.slot RETURNING h.fence),"
+                 " ended AS (UPDATE {1} h SET owner = NULL, expiry = NULL FROM m"
+                 "  WHERE m.readers = 1 AND h.kind = 'S' AND h.name = $1 AND h.owner IS NOT NULL AND h.slot NOT IN (SELECT slot FROM reuse)),"
+                 " reused AS (UPDATE {1} h SET owner = $2, fence = m.fence, expiry = LEAST({2}, m.expiry), holder = $4,"
+                 "  acquired_at = clock_timestamp() FROM m, reuse WHERE h.kind = 'S' AND h.name = $1 AND h.slot = reuse.slot RETURNING h.fence),"
                  " added AS (INSERT INTO {1} (kind, name, slot, owner, fence, expiry, holder, acquired_at)"
-                 "  SELECT 'S', $1, (SELECT coalesce(max(slot), 0) + 1 FROM {1} WHERE kind = 'S' AND name = $1), $2, m.fence, {2}, $4,"
-                 "   clock_timestamp() FROM m WHERE NOT EXISTS (SELECT 1 FROM reuse) RETURNING fence)"
+                 "  SELECT 'S', $1, (SELECT coalesce(max(slot), 0) + 1 FROM {1} WHERE kind = 'S' AND name = $1), $2, m.fence,"
+                 "   LEAST({2}, m.expiry), $4, clock_timestamp() FROM m WHERE NOT EXISTS (SELECT 1 FROM reuse) RETURNING fence)"
                  " SELECT fence, NULL::bigint FROM reused UNION ALL SELECT fence, NULL FROM added"
                  " UNION ALL SELECT NULL, CASE WHEN h.owner IS NOT NULL AND h.owner <> 'shared' THEN {3} END"
                  " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM m)",
                  T, H, ttl, fmt::format(ms_left, "h.expiry"))},
-            // $1 name, $2 owner, $3 channel → (released, the lock is free now). A reader whose row had
-            // not expired leaves the count; the last one frees the row and notifies the waiters. A
-            // reader whose row expired is not counted out (the row may have been reset since): the
-            // lock then stays shared until the row's expiry.
+            // $1 name, $2 owner, $3 channel → (released, the lock is free now). The lock's row is
+            // locked first, so no generation can begin or end while the reader's row is judged. A
+            // reader whose row has not expired, within the lock row's expiry while the row is shared,
+            // belongs to the current generation (shared_acquire): it leaves the count; the last one
+            // frees the row and notifies the waiters. A reader whose row expired (or ended with its
+            // generation) is not counted out: the lock then stays shared until the row's expiry.
             {"shared_release", fmt::format(
-                 "WITH gone AS (UPDATE {1} h SET owner = NULL, expiry = NULL"
-                 "  FROM (SELECT slot, expiry FROM {1} WHERE kind = 'S' AND name = $1 AND owner = $2 FOR UPDATE) old"
-                 "  WHERE h.kind = 'S' AND h.name = $1 AND h.slot = old.slot RETURNING old.expiry > clock_timestamp() AS live),"
+                 "WITH lock_row AS (SELECT owner, expiry FROM {0} WHERE name = $1 FOR UPDATE),"
+                 " old AS (SELECT h.slot, h.expiry > clock_timestamp() AND l.owner = 'shared' AND h.expiry <= l.expiry AS live"
+                 "  FROM {1} h LEFT JOIN lock_row l ON true WHERE h.kind = 'S' AND h.name = $1 AND h.owner = $2 FOR UPDATE OF h),"
+                 " gone AS (UPDATE {1} h SET owner = NULL, expiry = NULL FROM old"
+                 "  WHERE h.kind = 'S' AND h.name = $1 AND h.slot = old.slot RETURNING old.live),"
                  " m AS (UPDATE {0} t SET readers = t.readers - 1,"
                  "  owner = CASE WHEN t.readers <= 1 THEN NULL ELSE t.owner END,"
                  "  expiry = CASE WHEN t.readers <= 1 THEN NULL ELSE t.expiry END,"
@@ -217,13 +232,14 @@ struct statements {
                  " SELECT EXISTS (SELECT 1 FROM gone WHERE live),"
                  "  (SELECT count(*) FROM (SELECT pg_notify($3, '') FROM m WHERE m.readers = 0) n) > 0", T, H)},
             // $1 names[], $2 owners[], $3 ttls[] → the owners of shared holds extended. The lock's row
-            // is extended first (while it is still shared and unexpired), then the reader's own row.
+            // is extended first (while it is still shared and unexpired), then the reader's own row,
+            // never past the lock row's new expiry (a reader row stays within its generation).
             {"shared_renew", fmt::format(
                  "WITH b AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) AS b(name, owner, ttl)),"
                  " m AS (UPDATE {0} t SET expiry = GREATEST(t.expiry, clock_timestamp() + x.ttl * interval '1 millisecond')"
                  "  FROM (SELECT name, max(ttl) AS ttl FROM b GROUP BY name) x"
-                 "  WHERE t.name = x.name AND t.owner = 'shared' AND t.expiry > clock_timestamp() RETURNING t.name)"
-                 " UPDATE {1} h SET expiry = clock_timestamp() + b.ttl * interval '1 millisecond' FROM b, m"
+                 "  WHERE t.name = x.name AND t.owner = 'shared' AND t.expiry > clock_timestamp() RETURNING t.name, t.expiry)"
+                 " UPDATE {1} h SET expiry = LEAST(clock_timestamp() + b.ttl * interval '1 millisecond', m.expiry) FROM b, m"
                  " WHERE h.kind = 'S' AND h.name = b.name AND m.name = b.name AND h.owner = b.owner AND h.expiry > clock_timestamp()"
                  " RETURNING h.owner", T, H)},
             // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N, $6 admitted by the turnstile, $7
@@ -285,16 +301,28 @@ struct statements {
             // → whether this role may break locks: DELETE on both tables (granted to administrators).
             {"may_break", fmt::format("SELECT has_table_privilege({0}, 'DELETE') AND has_table_privilege({1}, 'DELETE')",
                                       quote_literal(T), quote_literal(H))},
-            // $1 name, $2 channel → holders removed. Every shared holder's row goes, the lock's row is
-            // freed with its fence bumped (the next grant's token is higher than any removed one's).
+            // $1 name, $2 channel → (the exclusive holder removed: 0 or 1, the fence the row now has
+            // or NULL when the lock has no row, notified). The lock's row is freed with its fence
+            // bumped (the next grant's token is higher than any broken holder's); its readers are
+            // removed by break_readers, a statement of its own: this one's snapshot was taken before
+            // it waited for the row's lock and would miss a reader that committed meanwhile. Until
+            // then their rows are harmless: the row is no longer shared, so they neither renew nor
+            // count out, and a new generation clears them (shared_acquire).
             {"break_lock", fmt::format(
                  "WITH old AS (SELECT owner, expiry FROM {0} WHERE name = $1 FOR UPDATE),"
-                 " readers AS (DELETE FROM {1} WHERE kind = 'S' AND name = $1 RETURNING owner IS NOT NULL AND expiry > clock_timestamp() AS live),"
                  " freed AS (UPDATE {0} t SET owner = NULL, expiry = NULL, holder = NULL, readers = 0, fence = t.fence + 1,"
-                 "  released_at = clock_timestamp() FROM old WHERE t.name = $1 RETURNING old.owner, old.expiry)"
-                 " SELECT (SELECT count(*) FROM readers WHERE live)"
-                 "  + (SELECT count(*) FROM freed WHERE owner IS NOT NULL AND owner <> 'shared' AND expiry > clock_timestamp()),"
-                 "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM freed) n)", T, H)},
+                 "  released_at = clock_timestamp() FROM old WHERE t.name = $1 RETURNING old.owner, old.expiry, t.fence)"
+                 " SELECT (SELECT count(*) FROM freed WHERE owner IS NOT NULL AND owner <> 'shared' AND expiry > clock_timestamp()),"
+                 "  (SELECT fence FROM freed),"
+                 "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM freed) n)", T)},
+            // $1 name, $2 the fence break_lock gave the row → live readers removed: every reader row of
+            // the broken generations (fence below $2; a reader granted after the break has a higher
+            // one). The lock's row is locked first (the lock order of the shared statements).
+            {"break_readers", fmt::format(
+                 "WITH l AS (SELECT 1 FROM {0} WHERE name = $1 FOR UPDATE),"
+                 " gone AS (DELETE FROM {1} h WHERE h.kind = 'S' AND h.name = $1 AND h.fence < $2::bigint AND EXISTS (SELECT 1 FROM l)"
+                 "  RETURNING h.owner IS NOT NULL AND h.expiry > clock_timestamp() AS live)"
+                 " SELECT count(*) FROM gone WHERE live", T, H)},
             // $1 name, $2 channel → permits removed. The permits go and the stored limit is forgotten;
             // slot 0 stays with its fence bumped.
             {"break_semaphore", fmt::format(

@@ -27,12 +27,14 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <pwd.h>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 using namespace std::chrono_literals;
 using dlock::lab::backend;
@@ -1066,6 +1068,69 @@ TEST_F(SqlFaults, VersionDependentSettingsAreInForceOnEverySession) {
     EXPECT_EQ(tx.exec("SHOW idle_session_timeout")[0][0].as<std::string>(), "0");
 }
 
+// Issue 28: every lease statement relies on READ COMMITTED (a row lock wait, then the newest row).
+// A database whose default is SERIALIZABLE would turn contention into serialization failures
+// (BACKEND errors, LOST leases, UNKNOWN releases): dlock's sessions set their own isolation.
+TEST_F(SqlFaults, SerializableDefaultIsolationLeavesContendedLeasesCorrect) {
+    auto admin = raw();
+    admin.execute("DROP DATABASE IF EXISTS dlock_serializable");
+    admin.execute("CREATE DATABASE dlock_serializable");
+    admin.execute("ALTER DATABASE dlock_serializable SET default_transaction_isolation = 'serializable'");
+    const std::string dsn_text = dsn_at(port(), "dlock_serializable");
+    ASSERT_EQ(dlock::lab::postgres_client(dsn_text).query_value("SHOW transaction_isolation").value_or(""), "serializable");
+    {
+        dlock::sql::settings s;
+        s.dsn = dsn_text;
+        s.mode = dlock::sql::lock_mode::lease;
+        dlock::sql::resolve(s);
+        dlock::sql::deadline_watch watch;
+        dlock::sql::session session(s, {}, &watch, dlock::sql::now_ns() + 5'000'000'000);
+        pqxx::nontransaction tx(session.connection());
+        EXPECT_EQ(tx.exec("SHOW transaction_isolation")[0][0].as<std::string>(), "read committed");
+    }
+
+    // Exclusive, shared and permit holds of two names by six clients at once; every hold is checked
+    // against the others (at most one writer and no reader beside it; at most 2 permits).
+    std::atomic<int> writers{0}, readers{0}, permits{0}, violations{0}, granted{0};
+    std::mutex errors_mutex;
+    std::vector<std::string> errors;
+    auto worker = [&](int id) {
+        auto client = dlock::client::from_yaml(yaml("lease", "", dsn_text), "sql_test");
+        for (int i = 0; i < 30; ++i) {
+            const int mode = (id + i) % 3;
+            std::error_code ec;
+            auto options = dlock::acquire_options().with_wait(30s).with_ttl(10s);
+            if (mode == 1) options = options.with_shared(true);
+            if (mode == 2) options = options.with_permits(2);
+            auto lease = client.acquire(mode == 2 ? "iso/sem" : "iso/lock", options, ec);
+            if (ec) {
+                std::lock_guard<std::mutex> lock(errors_mutex);
+                errors.push_back(ec.message() + ": " + dlock_last_error());
+                continue;
+            }
+            ++granted;
+            if (mode == 0 && (++writers != 1 || readers.load() != 0)) ++violations;
+            if (mode == 1 && (++readers, writers.load() != 0)) ++violations;
+            if (mode == 2 && ++permits > 2) ++violations;
+            std::this_thread::sleep_for(1ms);
+            if (mode == 0) --writers;
+            if (mode == 1) --readers;
+            if (mode == 2) --permits;
+            lease.release(ec);
+            if (ec) {
+                std::lock_guard<std::mutex> lock(errors_mutex);
+                errors.push_back("release: " + ec.message() + ": " + dlock_last_error());
+            }
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int id = 0; id < 6; ++id) threads.emplace_back(worker, id);
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) ADD_FAILURE() << e;
+    EXPECT_EQ(granted.load(), 180);
+    EXPECT_EQ(violations.load(), 0);
+}
+
 // ---- docs/design/faults.md §14: setups dlock cannot lock on, server errors ---------------------------------
 
 // A real streaming replica of the lab's server (pg_basebackup -R), in hot standby.
@@ -1263,7 +1328,7 @@ TEST_F(SqlFaults, NulAndOversizedNamesNeverReachTheServer) {
 // would be sent.)
 TEST(SqlSettings, StartupOptionsNameOnlyParametersPostgres11Knows) {
     const std::set<std::string> postgres11 = {"statement_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval",
-                                              "tcp_keepalives_count"};
+                                              "tcp_keepalives_count", "default_transaction_isolation"};
     for (auto mode : {dlock::sql::lock_mode::lease, dlock::sql::lock_mode::advisory}) {
         dlock::sql::settings s;
         s.dsn = "postgresql://u@db.example:5432/app";
@@ -1276,16 +1341,22 @@ TEST(SqlSettings, StartupOptionsNameOnlyParametersPostgres11Knows) {
         for (PQconninfoOption* o = parsed; o->keyword; ++o)
             if (std::string(o->keyword) == "options" && o->val) options = o->val;
         PQconninfoFree(parsed);
-        std::istringstream words(options);
-        std::string word;
+        // The server splits them at spaces, except one escaped with a backslash (`read\ committed`).
+        std::vector<std::string> words(1);
+        for (size_t i = 0; i < options.size(); ++i) {
+            if (options[i] == '\\' && i + 1 < options.size()) words.back() += options[++i];
+            else if (options[i] != ' ') words.back() += options[i];
+            else if (!words.back().empty()) words.emplace_back();
+        }
         int parameters = 0;
-        while (words >> word) {
-            if (word == "-c") continue;
+        for (const std::string& word : words) {
+            if (word == "-c" || word.empty()) continue;
             const std::string name = word.substr(0, word.find('='));
             EXPECT_TRUE(postgres11.count(name)) << name << " in the startup options: " << options;
             ++parameters;
         }
-        EXPECT_EQ(parameters, 4) << options;
+        EXPECT_EQ(parameters, 5) << options;
+        EXPECT_NE(options.find("default_transaction_isolation=read\\ committed"), std::string::npos) << options;
     }
 }
 

@@ -287,6 +287,92 @@ TEST_F(SqlModes, KilledReaderFreesTheLockAfterItsTtl) {
     EXPECT_GT(w.fencing_token(), std::stoull(line.substr(5)));
 }
 
+// Issue 28, trace A: a reader whose statement waited for the lock's row (a side session holds it
+// FOR UPDATE) must not outlive the row's generation. After the row expires and R3 starts a new
+// generation, the first reader's late release must leave R3's count alone, so a writer stays out
+// while R3 holds. Each acquire is one reader row, counted once.
+TEST_F(SqlModes, WriterNeverJoinsALiveReaderAfterALateRelease) {
+    const std::string name = "v2/late-release";
+    auto client = open("lease");
+    client.acquire(name, dlock::acquire_options().with_wait(0ms)).release();  // the lock's row exists
+    auto side = raw();  // a psql-like session
+    side.execute("BEGIN");
+    side.execute("SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE");
+    const auto locked = clock_type::now();
+    auto reader_client = open("lease");
+    auto waiting = std::async(std::launch::async, [&] {
+        return reader_client.acquire(name, shared().with_ttl(3s).with_renew(false).with_wait(10s));
+    });
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") == 1; }, 5s))
+        << "the reader's statement never waited for the row";
+    std::this_thread::sleep_until(locked + 2s);
+    side.execute("COMMIT");
+    auto r_w = waiting.get();
+    std::cout << "[sql lease] reader granted " << ms_since(locked) << " ms after the side session locked the row\n";
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'"), 1) << "one acquire, one reader counted";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name + "' AND owner IS NOT NULL"), 1)
+        << "one acquire, one reader row";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders h JOIN dlock_locks t ON t.name = h.name WHERE h.kind = 'S'"
+                     " AND h.name = '" + name + "' AND h.owner IS NOT NULL AND h.expiry > t.expiry"), 0)
+        << "the reader's row outlives the lock's row";
+
+    // The row expires; R3 starts a new generation of readers.
+    ASSERT_TRUE(eventually([&] {
+        return scalar("SELECT count(*) FROM dlock_locks WHERE name = '" + name + "' AND expiry <= clock_timestamp()") == 1;
+    }, 10s));
+    auto r3 = client.acquire(name, shared().with_ttl(30s).with_wait(0ms));
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'"), 1) << "R3 starts a new generation";
+    EXPECT_EQ(r_w.release(), dlock::release_outcome::already_lost) << "the first reader's row ended with its generation";
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'"), 1) << "the late release counted R3 out";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks WHERE name = '" + name + "' AND owner = 'shared'"), 1);
+    std::error_code ec;
+    auto writer = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "an exclusive acquire got in while R3 holds";
+    EXPECT_EQ(r3.state(), dlock::lease_state::held);
+    r3.renew(ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(r3.release(), dlock::release_outcome::released);
+    auto after = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "the last reader's release frees the lock: " << ec.message();
+}
+
+// Issue 28, trace B: a break that waits for the lock's row while a shared acquire commits removes
+// that reader too; its hold is LOST at its next renewal, and its release does not count out a
+// reader of the next generation (a writer would then get in beside that reader).
+TEST_F(SqlModes, SharedHoldTakenDuringABreakIsLostAtItsNextRenewal) {
+    const std::string name = "v2/break-race";
+    auto client = open("lease");
+    client.acquire(name, dlock::acquire_options().with_wait(0ms)).release();  // the lock's row exists
+    auto side = raw();
+    side.execute("BEGIN");
+    side.execute("SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE");
+    auto waiters = [&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"); };
+    auto reader_client = open("lease");
+    auto reading = std::async(std::launch::async, [&] {
+        return reader_client.acquire(name, shared().with_ttl(30s).with_renew(false).with_wait(10s));
+    });
+    ASSERT_TRUE(eventually([&] { return waiters() == 1; }, 5s)) << "the reader never waited for the row";
+    auto breaker = open("lease");
+    auto breaking = std::async(std::launch::async, [&] { return breaker.break_lock(name); });
+    ASSERT_TRUE(eventually([&] { return waiters() == 2; }, 5s)) << "the break never waited for the row";
+    side.execute("COMMIT");  // the reader's statement goes first, the break after it
+    auto r = reading.get();
+    EXPECT_EQ(breaking.get(), 1u) << "the break counts the reader that committed while it waited";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name + "' AND owner IS NOT NULL"), 0)
+        << "the break left a reader's row";
+
+    auto r2 = client.acquire(name, shared().with_ttl(30s).with_wait(0ms));  // the next generation
+    std::error_code ec;
+    r.renew(ec);
+    EXPECT_EQ(ec, dlock::errc::lost) << "the broken reader renewed its hold";
+    EXPECT_EQ(r.release(), dlock::release_outcome::already_lost);
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'"), 1) << "the broken reader counted R2 out";
+    auto writer = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "an exclusive acquire got in beside R2";
+    r2.renew(ec);
+    EXPECT_FALSE(ec) << ec.message();
+}
+
 // ---- lease mode: holders, list, break -----------------------------------------------------------
 
 TEST_F(SqlModes, HoldersAndListReportEveryKindWithItsToken) {
@@ -507,6 +593,49 @@ TEST_F(SqlModes, NameWithTheKeyPrefixIsTheApplicationsAdvisoryLock) {
     dlock_client_close(c);
 }
 
+// Issue 28: `pgkey:42`, `pgkey:042` and `pgkey:-0` would be one advisory key (42, 0) under names
+// with fence counters of their own, so a token could go backwards between two spellings. Only the
+// canonical decimal spelling of a key is a name; any other is refused, naming the canonical one.
+TEST_F(SqlModes, KeyPrefixAcceptsOnlyTheCanonicalSpellingOfAKey) {
+    auto client = open("advisory", "  advisory_key_prefix: \"pgkey:\"\n");
+    client.acquire("pgkey:42", dlock::acquire_options().with_wait(0ms)).release();
+    auto canonical = client.acquire("pgkey:42", dlock::acquire_options().with_wait(0ms));
+    const uint64_t token = canonical.fencing_token();
+    canonical.release();
+    const std::pair<const char*, const char*> aliases[] = {
+        {"pgkey:042", "pgkey:42"}, {"pgkey:0042", "pgkey:42"}, {"pgkey:-0", "pgkey:0"}, {"pgkey:-007", "pgkey:-7"}};
+    for (const auto& [alias, spelling] : aliases) {
+        std::error_code ec;
+        auto lease = client.acquire(alias, dlock::acquire_options().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << alias << " was taken with token " << (lease ? lease.fencing_token() : 0)
+                                                     << " after token " << token << " of pgkey:42";
+        const std::string message = dlock_last_error();
+        EXPECT_NE(message.find(std::string("`") + spelling + "`"), std::string::npos) << alias << ": " << message;
+        client.acquire(alias, shared().with_wait(0ms), ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << alias << " (shared)";
+    }
+    auto again = client.acquire("pgkey:42", dlock::acquire_options().with_wait(0ms));
+    EXPECT_GT(again.fencing_token(), token);
+    auto zero = client.acquire("pgkey:0", dlock::acquire_options().with_wait(0ms));
+    auto negative = client.acquire("pgkey:-7", dlock::acquire_options().with_wait(0ms));
+    EXPECT_TRUE(zero && negative) << "canonical spellings, zero and negative keys included, are names";
+}
+
+// Issue 28: a limit above INT32_MAX would be stored as a negative number (the permits columns are
+// 32-bit): refused before any statement, on both dialects.
+TEST_F(SqlModes, PermitsAboveInt32MaxAreRefused) {
+    auto client = open("lease");
+    std::error_code ec;
+    client.acquire("v2/huge", permits(uint32_t(INT32_MAX) + 1).with_wait(0ms), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("2147483648"), std::string::npos) << message;
+    EXPECT_NE(message.find("2147483647"), std::string::npos) << message;
+    client.acquire("v2/huge", permits(UINT32_MAX).with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE name = 'v2/huge'"), 0) << "nothing was stored";
+}
+
 // ---- the MySQL dialect (MariaDB) ----------------------------------------------------------------
 
 class MysqlModes : public ::testing::Test {
@@ -562,6 +691,20 @@ TEST_F(MysqlModes, PermitsAreAtMostNTheLimitIsCheckedAndAFailedAcquireLeavesNoth
     p1.release();
     EXPECT_TRUE(waiter.get()) << "the released permit goes to the waiter";
     EXPECT_EQ(p2.release(), dlock::release_outcome::released);
+}
+
+// Issue 28: the MySQL dialect refuses a limit above INT32_MAX as PostgreSQL does.
+TEST_F(MysqlModes, PermitsAboveInt32MaxAreRefused) {
+    auto client = open();
+    std::error_code ec;
+    client.acquire("v2/my-huge", permits_of(uint32_t(INT32_MAX) + 1), ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    const std::string message = dlock_last_error();
+    EXPECT_NE(message.find("2147483648"), std::string::npos) << message;
+    EXPECT_NE(message.find("2147483647"), std::string::npos) << message;
+    client.acquire("v2/my-huge", permits_of(UINT32_MAX), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE name = 'v2/my-huge'"), 0) << "nothing was stored";
 }
 
 // A user with SELECT, INSERT, UPDATE and CREATE (what locking and semaphores need) but not DELETE
