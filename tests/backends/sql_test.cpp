@@ -1459,6 +1459,14 @@ TEST(SqlSettings, NewerSettingsFollowTheServersVersion) {
     s.dsn = "postgresql://u@h/db?options=-c%20idle_session_timeout%3D5min";
     dlock::sql::resolve(s);
     EXPECT_EQ(dlock::sql::session_setup_sql(s, 150018).find("idle_session_timeout"), std::string::npos);
+    // Queue sessions (lease mode's fair waiters): the server ends one idle for peer_timeout, so a
+    // silent admitted waiter's place in a turnstile ends with it (14+; older servers have no limit).
+    dlock::sql::settings q;
+    q.queue_sessions = true;
+    dlock::sql::resolve(q);
+    const std::string queue_on15 = dlock::sql::session_setup_sql(q, 150018);
+    EXPECT_NE(queue_on15.find("idle_session_timeout = 10000"), std::string::npos) << queue_on15;
+    EXPECT_EQ(dlock::sql::session_setup_sql(q, 130012).find("idle_session_timeout"), std::string::npos);
 }
 
 TEST(SqlSettings, OlderServerIsRefusedNamingItsVersion) {
