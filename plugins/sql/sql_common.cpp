@@ -153,7 +153,8 @@ std::string session_setup_sql(const settings& s, int server_version_num) {
     std::string sql;
     if (server_version_num >= 120000 && !user_sets("tcp_user_timeout"))
         sql += fmt::format("SET tcp_user_timeout = {}; ", server_peer_ms);
-    if (server_version_num >= 140000 && !user_sets("idle_session_timeout")) sql += "SET idle_session_timeout = 0; ";
+    if (server_version_num >= 140000 && !user_sets("idle_session_timeout"))
+        sql += fmt::format("SET idle_session_timeout = {}; ", s.queue_sessions ? s.peer_timeout_ms : 0);
     return sql;
 }
 
@@ -427,13 +428,22 @@ session::session(const settings& s, const std::vector<std::pair<std::string, std
     connection_ = connect_until(s, watch ? connect_deadline_ns : INT64_MAX, &raw_);
     backend_pid_ = connection_->backendpid();
     check_server_version(s, connection_->server_version());
-    if (const std::string setup = session_setup_sql(s, connection_->server_version()); !setup.empty()) {
-        within(connect_deadline_ns, [&] {
+    // Lease mode also reads the session's server process (server_pid()), in the same round trip.
+    std::string setup = session_setup_sql(s, connection_->server_version());
+    if (s.mode == lock_mode::lease)
+        setup += "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+    if (!setup.empty()) {
+        const pqxx::result r = within(connect_deadline_ns, [&] {
             libpqxx_call_scope scope;
             pqxx::nontransaction tx(*connection_);
             return tx.exec(setup);
         });
+        if (s.mode == lock_mode::lease && !r.empty() && !r[0][0].is_null() && !r[0][1].is_null()) {
+            server_pid_ = r[0][0].as<int>();
+            server_started_us_ = r[0][1].as<int64_t>();
+        }
     }
+    idle_since_ns_ = now_ns();
     for (const auto& [name, text] : statements) connection_->prepare(name, text);
 }
 

@@ -58,6 +58,10 @@ struct settings {
     // statement_timeout, so these sessions have none; every lock wait on them is bounded by
     // lock_timeout instead: the wait's own deadline in the queueing statements, statement_timeout's
     // value in every other (a row lock held by a long transaction still ends the statement).
+    // And the server ends one that stays idle for peer_timeout (idle_session_timeout, PostgreSQL
+    // 14+): a waiter admitted by a turnstile whose process stops (SIGSTOP, a stalled VM) would
+    // otherwise keep every waiter behind it out until it resumes. A live admitted waiter that
+    // waits sends a heartbeat every queue_heartbeat_ns(), so only a silent one loses its place.
     bool queue_sessions = false;
 
     // Filled by resolve(): the libpq keyword string every session connects with, and the server as
@@ -71,6 +75,12 @@ struct settings {
     // it gives the connection up: statement_timeout plus a quarter of it (at least 100 ms), so that
     // a server that is merely slow cancels the statement itself first, with a precise error.
     int64_t client_limit_ms() const { return statement_timeout_ms + std::max<int64_t>(statement_timeout_ms / 4, 100); }
+    // Queue sessions: how often an admitted waiter that waits runs a statement on its session (a
+    // third of the server's idle limit, peer_timeout), and how long one may sit idle in its pool
+    // before it is closed rather than handed out (half of that limit: a session handed out is never
+    // about to be ended by the server).
+    int64_t queue_heartbeat_ns() const { return peer_timeout_ms * 1'000'000 / 3; }
+    int64_t queue_pool_idle_ns() const { return peer_timeout_ms * 1'000'000 / 2; }
 };
 
 // Builds settings.conninfo and settings.server from the DSN and the options (throws
@@ -94,7 +104,9 @@ void check_server_version(const settings& s, int server_version_num);
 // twice peer_timeout, so the client gives a session up before the server frees what it held; and
 // idle_session_timeout = 0 (PostgreSQL 14+), because dlock's sessions are idle by design — an
 // advisory lock lives exactly as long as its idle session — and dlock closes the ones it no longer
-// needs itself. A setting the DSN's own `options` name is left as the user set it.
+// needs itself; except on queue sessions (settings::queue_sessions), where it is peer_timeout: a
+// silent admitted waiter's place in a turnstile ends with its session. A setting the DSN's own
+// `options` name is left as the user set it.
 std::string session_setup_sql(const settings& s, int server_version_num);
 
 // libpq's message about a connection string it cannot parse, with every quoted piece of the string
@@ -256,6 +268,16 @@ public:
     // libpq's handle, for the monitor's probes of an idle session (never while libpqxx uses it).
     PGconn* raw() const { return raw_; }
     int backend_pid() const { return backend_pid_; }
+    // Lease mode: the server process that runs this session's statements, as the server names it —
+    // its pid (pg_backend_pid()) and its start (pg_stat_activity.backend_start, µs since the epoch),
+    // read at connect; the pair names one process, never a later one that reuses the pid. 0 in
+    // advisory mode. Behind a pooling proxy the pid differs from backend_pid() (the one the
+    // connection announced) and the server process may serve another client once ours is gone.
+    int server_pid() const { return server_pid_; }
+    int64_t server_started_us() const { return server_started_us_; }
+    bool behind_pooler() const { return server_pid_ != 0 && server_pid_ != backend_pid_; }
+    // When the session last answered a statement (or connected): CLOCK_MONOTONIC ns.
+    int64_t idle_since_ns() const { return idle_since_ns_; }
     // Runs a prepared statement in autocommit (one round trip; the first use of each statement on a
     // session adds the PREPARE). Exceptions are libpqxx's. Every run() goes through one long-lived
     // libpqxx nontransaction (autocommit: it never sends BEGIN), which saves building one per call.
@@ -264,7 +286,9 @@ public:
     pqxx::result run(const std::string& statement, Args&&... args) {
         libpqxx_call_scope scope;
         if (!autocommit_) autocommit_ = std::make_unique<pqxx::nontransaction>(*connection_);
-        return autocommit_->exec_prepared(statement, std::forward<Args>(args)...);
+        pqxx::result r = autocommit_->exec_prepared(statement, std::forward<Args>(args)...);
+        idle_since_ns_ = now_ns();
+        return r;
     }
     // run(), given up at `deadline_ns` (CLOCK_MONOTONIC; INT64_MAX: never): then the session is
     // broken and no_answer is thrown.
@@ -302,6 +326,9 @@ private:
     deadline_watch* watch_ = nullptr;
     PGconn* raw_ = nullptr;
     int backend_pid_ = 0;
+    int server_pid_ = 0;
+    int64_t server_started_us_ = 0;
+    int64_t idle_since_ns_ = 0;
     bool broken_ = false;
 };
 
@@ -326,7 +353,10 @@ public:
     using config = typename Dialect::config;
     using statement_list = std::vector<std::pair<std::string, std::string>>;
 
-    connection_pool(const config& s, statement_list statements) : settings_(s), statements_(std::move(statements)) {}
+    // `max_idle_ns` > 0: a connection idle in the pool for longer is closed instead of handed out
+    // (for sessions the server ends after an idle limit of its own).
+    connection_pool(const config& s, statement_list statements, int64_t max_idle_ns = 0)
+        : settings_(s), statements_(std::move(statements)), max_idle_ns_(max_idle_ns) {}
 
     deadline_watch& watch() { return watch_; }
 
@@ -369,10 +399,13 @@ public:
             if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
             while (!idle_.empty()) {
                 std::unique_ptr<connection> c = std::move(idle_.back());
+                const int64_t idle_since = idle_since_.back();
                 idle_.pop_back();
+                idle_since_.pop_back();
                 lock.unlock();
-                if (!check_idle || Dialect::alive(*c)) return lease(this, std::move(c));
-                c.reset();  // ended by the server while idle (restart, kill, idle limit): replace it
+                const bool stale = max_idle_ns_ > 0 && now_ns() - idle_since > max_idle_ns_;
+                if (!stale && (!check_idle || Dialect::alive(*c))) return lease(this, std::move(c));
+                c.reset();  // ended by the server while idle (restart, kill, idle limit), or about to be: replace it
                 lock.lock();
                 --open_;
             }
@@ -409,6 +442,7 @@ public:
                 closing = std::move(c);
             } else {
                 idle_.push_back(std::move(c));
+                idle_since_.push_back(max_idle_ns_ > 0 ? now_ns() : 0);
             }
         }
         available_.notify_one();
@@ -453,6 +487,8 @@ private:
     std::mutex mutex_;
     std::condition_variable available_;
     std::vector<std::unique_ptr<connection>> idle_;
+    std::vector<int64_t> idle_since_;  // when each of idle_ was given back (with max_idle_ns_)
+    const int64_t max_idle_ns_;
     size_t open_ = 0;
     int64_t retry_after_ns_ = 0;
     int64_t backoff_ms_ = 0;

@@ -56,6 +56,7 @@
 #include <optional>
 #include <random>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace dlock::sql;
@@ -554,7 +555,8 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
             settings queue_config = c;
             queue_config.queue_sessions = true;
             resolve(queue_config);
-            b->queue_sessions = std::make_unique<pool>(queue_config, prepared);
+            // Idle ones are closed before the server's idle limit (peer_timeout) could end them.
+            b->queue_sessions = std::make_unique<pool>(queue_config, prepared, queue_config.queue_pool_idle_ns());
         }
         b->sessions = std::make_unique<pool>(c, std::move(prepared));
         {
@@ -620,8 +622,38 @@ struct attempt {
 // Roles of an acquire attempt (statement `acquire`, $5).
 enum attempt_role { try_only = 0, first_of_a_wait = 1, waiter_retry = 2 };
 
-// Reads our row back after a connection loss left an acquire's outcome unknown: a row with our
-// owner token and a future expiry is the only proof that we hold the lock.
+// Settles the outcome of an acquire statement whose answer never came (its connection broke, or the
+// client gave it up at its deadline), before anything reads it back. The statement may still be
+// running on the server — waiting on a row lock, or its bytes still on the way through a proxy — and
+// would commit after a read-back that found nothing: then a retry with the same owner token takes a
+// second permit, or counts the reader twice (and a release counts it out once), or, after the
+// holder's release, the row is taken again for a ttl. So the lost session's server process is ended
+// (pg_terminate_backend, by the pid and start time the session read at connect) and awaited: once it
+// is gone, its statement has committed, or never will. Throws failure when that cannot be done by
+// the client limit. Behind a pooling proxy (the server process is not ours to end: the pooler hands
+// it to another client) nothing is done, and that window stays open (docs/backends/sql.md).
+void end_lost_session(dlock_backend* b, const session& lost) {
+    if (lost.server_pid() == 0 || lost.behind_pooler()) return;
+    const int64_t deadline = b->statement_deadline();
+    auto s = b->sessions->borrow(deadline);
+    try {
+        if (s->run_until(deadline, "end_session", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() == 0) return;
+        while (s->run_until(deadline, "session_present", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() > 0) {
+            if (now_ns() >= deadline)
+                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the server process {} of a lost acquire was told to end and "
+                                                "still runs", b->where(), lost.server_pid()));
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    } catch (const failure&) {
+        throw;
+    } catch (const std::exception& e) {
+        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+        throw classify(b->config, e, "ending the server process of a lost acquire", false);
+    }
+}
+
+// Reads our row back after a connection loss left an acquire's outcome unknown (end_lost_session()
+// first): a row with our owner token and a future expiry is the only proof that we hold the lock.
 bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
@@ -702,17 +734,20 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         // does an advisory wait); an attempt made in the instant of admission that committed leaves
         // a row that expires after its ttl.
         if (fair && fair->enter && b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-        // UNKNOWN: the statement may have committed. Only our row proves it did.
+        // UNKNOWN: the statement may have committed. Only our row proves it did, once it can no
+        // longer commit later.
         try {
+            end_lost_session(b, *s);
             if (read_back(b, h, a)) return a;
         } catch (const failure& f) {
             fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
-                                            "reading the row back failed too ({}); its outcome is unknown and it is not "
+                                            "settling it on the server failed too ({}); its outcome is unknown and it is not "
                                             "reported held; if it committed, the row expires after its ttl",
                                             b->where(), h.name, e.what(), f.message));
         }
-        // Not taken, as far as the server knows now. If the lost statement still commits later, the
-        // row carries our owner token: our retry takes it over (owner = ours), or it expires.
+        // Not taken: the lost statement ended without committing (or, behind a pooler, not yet:
+        // if it commits later, the row carries our owner token; our retry takes it over, or it
+        // expires).
         a.outcome_was_unknown = true;
         return a;
     } catch (const std::exception& e) {
@@ -812,6 +847,21 @@ public:
         }
     }
     session* on() { return &*session_; }
+    // An admitted waiter's queue session must not fall silent for peer_timeout: the server ends it
+    // then (idle_session_timeout on queue sessions), and with it the place, which is what bounds how
+    // long a stalled waiter (SIGSTOP, a paused VM) keeps the waiters behind it out. A waiter that
+    // waits runs a statement on it every third of that (settings::queue_heartbeat_ns()).
+    int64_t heartbeat_due_ns() { return session_->idle_since_ns() + b_->config.queue_heartbeat_ns(); }
+    // Runs the heartbeat; false when the session was lost (and the place with it: queue again).
+    bool heartbeat() {
+        try {
+            session_->run_until(b_->statement_deadline(), "queue_heartbeat");
+            return true;
+        } catch (const std::exception&) {
+            session_->mark_broken();
+            return false;
+        }
+    }
     // The next attempt's turnstile part (waiting for admission first when not admitted yet).
     fair_attempt fair() { return fair_attempt{&*session_, key_, !entered_, wait_deadline_ns_}; }
     // An attempt made with fair() was answered: admitted, and left if it says so.
@@ -836,6 +886,25 @@ private:
     int64_t wait_deadline_ns_ = 0;
     pool::lease session_;
 };
+
+// A waiter's wait for `channel`'s subscription (listener::wait_listening, until `until_ns`) and for
+// a change of it from `seen` (listener::wait_change); with `place` (an admitted waiter's turnstile),
+// its heartbeats are sent meanwhile. Either returns early when the place was lost.
+bool listen_in_place(dlock_backend* b, listener& waker, const std::string& channel, int64_t until_ns, turnstile* place) {
+    for (;;) {
+        if (waker.wait_listening(channel, place ? std::min(until_ns, place->heartbeat_due_ns()) : until_ns)) return true;
+        if (!place || b->interrupted || now_ns() >= until_ns) return false;
+        if (now_ns() >= place->heartbeat_due_ns() && !place->heartbeat()) return false;
+    }
+}
+
+void wait_in_place(dlock_backend* b, listener& waker, const std::string& channel, uint64_t seen, int64_t until_ns, turnstile* place) {
+    for (;;) {
+        waker.wait_change(channel, seen, place ? std::min(until_ns, place->heartbeat_due_ns()) : until_ns);
+        if (!place || b->interrupted || waker.generation(channel) != seen || now_ns() >= until_ns) return;
+        if (now_ns() >= place->heartbeat_due_ns() && !place->heartbeat()) return;
+    }
+}
 
 int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::unique_ptr<dlock_hold>& h, dlock_grant* grant) {
     h->channel = b->channel_for(h->name);
@@ -926,7 +995,8 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
     const listener::watching watched(waker, h->channel);
     // LISTEN before the retry, so a release between retry and wait is seen. If the LISTEN
     // connection is down we still retry at the holder's expiry.
-    waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
+    listen_in_place(b, waker, h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000),
+                    admitted.get());
     std::minstd_rand jitter(std::random_device{}());
     for (int lost_rounds = 0;; ++lost_rounds) {
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
@@ -940,7 +1010,7 @@ int acquire_lease(dlock_backend* b, const dlock_acquire_request* req, std::uniqu
         if (admitted && admitted->on()->broken()) continue;
         if (a.holder_left_ms < 0) continue;  // the holder's row was not visible yet: look again
         const int64_t expiry_ns = now + (a.holder_left_ms + 1) * 1'000'000;
-        waker.wait_change(h->channel, seen, std::min(req->deadline_ns, expiry_ns));
+        wait_in_place(b, waker, h->channel, seen, std::min(req->deadline_ns, expiry_ns), admitted.get());
         // Woken with other waiters registered: every one of them was notified at once, in an order
         // the server fixes (its list of listening backends), so the first to retry would win every
         // time. A short random delay, shorter the longer this waiter has waited, spreads the wins
@@ -1067,25 +1137,37 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
             throw;
         } catch (const pqxx::broken_connection& e) {
             s->mark_broken();
-            // The statement may have committed: only a holder row carrying our token proves it.
+            // The statement may have committed: only a holder row carrying our token proves it, once
+            // the statement can no longer commit later (a retry would add a second row).
+            const auto unknown = [&](const std::string& why) {
+                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
+                                                "settling it on the server failed too ({}); its outcome is unknown and it is "
+                                                "not reported held; if it committed, the hold expires after its ttl",
+                                                b->where(), h.name, e.what(), why));
+            };
             try {
+                end_lost_session(b, *s);
                 const int64_t read_deadline = b->statement_deadline();
                 auto reader = b->sessions->borrow(read_deadline);
-                const pqxx::result r =
-                    reader->run_until(read_deadline, "holder_read_back", std::string(shared ? "S" : "P"), h.name, h.owner);
-                if (!r.empty()) {
-                    a.acquired = true;
-                    a.fence = r[0][0].as<uint64_t>();
-                    return a;
+                try {
+                    const pqxx::result r =
+                        reader->run_until(read_deadline, "holder_read_back", std::string(shared ? "S" : "P"), h.name, h.owner);
+                    if (!r.empty()) {
+                        a.acquired = true;
+                        a.fence = r[0][0].as<uint64_t>();
+                        return a;
+                    }
+                } catch (const std::exception&) {
+                    reader->mark_broken();
+                    throw;
                 }
+            } catch (const failure& again) {
+                unknown(again.message);
             } catch (const std::exception& again) {
-                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
-                                                "reading the row back failed too ({}); its outcome is unknown and it is not "
-                                                "reported held; if it committed, the hold expires after its ttl",
-                                                b->where(), h.name, e.what(), again.what()));
+                unknown(again.what());
             }
-            // Not taken, as far as the server knows now. If the lost statement still commits, its
-            // row carries our owner token and expires after the ttl.
+            // Not taken: the lost statement ended without committing (behind a pooler, not yet: if it
+            // commits later, its row carries our owner token and expires after the ttl).
             a.outcome_was_unknown = true;
             return a;
         } catch (const std::exception& e) {
@@ -1129,7 +1211,8 @@ int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std
     if (req->fair) admitted = std::make_unique<turnstile>(b, req, queue_key, shared);
     listener& waker = b->listener_for_waits();
     const listener::watching watched(waker, h->channel);
-    waker.wait_listening(h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000));
+    listen_in_place(b, waker, h->channel, std::min(req->deadline_ns, now_ns() + b->config.statement_timeout_ms * 1'000'000),
+                    admitted.get());
     for (;;) {
         if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         const uint64_t seen = waker.generation(h->channel);
@@ -1144,7 +1227,7 @@ int acquire_holder_lease(dlock_backend* b, const dlock_acquire_request* req, std
         }
         if (a.outcome_was_unknown) continue;  // look again at once (the statement was given up)
         const int64_t wake_ns = a.wait_ms >= 0 ? now + (a.wait_ms + 1) * 1'000'000 : now + writer_queue_recheck_ns;
-        waker.wait_change(h->channel, seen, std::min(req->deadline_ns, wake_ns));
+        wait_in_place(b, waker, h->channel, seen, std::min(req->deadline_ns, wake_ns), admitted.get());
     }
 }
 

@@ -134,6 +134,21 @@ struct statements {
             // $1 name, $2 owner → the fence when the row carries our token and has not expired.
             {"read_back", fmt::format(
                  "SELECT fence FROM {0} WHERE name = $1 AND owner = $2 AND expiry > clock_timestamp()", T)},
+            // The unknown outcome of an acquire whose answer never came: its statement may still be
+            // running on the server (waiting on a row lock, or its bytes still on the way) and commit
+            // after a read-back that found nothing. So the lost session's server process ($1 pid,
+            // $2 its backend_start in µs since the epoch: one process, never a later one reusing the
+            // pid) is ended first → the number of processes signalled (0: already gone).
+            {"end_session",
+             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+             " WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+            // $1 pid, $2 backend_start µs → 1 while that process still runs (its transaction is
+            // settled once it is gone: committed before, or rolled back as it ended).
+            {"session_present",
+             "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+            // An admitted fair waiter that waits keeps its queue session from the server's idle limit
+            // (idle_session_timeout = peer_timeout on queue sessions) with this, every third of it.
+            {"queue_heartbeat", "SELECT true"},
             // $1 name → owner, fence, held, ms left.
             {"inspect", fmt::format(
                  "SELECT owner, fence, owner IS NOT NULL AND expiry > clock_timestamp(),"

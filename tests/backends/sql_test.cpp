@@ -94,6 +94,23 @@ protected:
                       "granted");
     }
 
+    // Holds `row_lock` (a SELECT … FOR UPDATE) in a transaction of its own while `acquire` (a thread's
+    // body) runs through `proxy`; cuts every connection once a statement waits on a lock, waits
+    // 300 ms (the client reads back and retries), commits, and joins the thread.
+    template <typename Acquire>
+    void lose_acquire_in_flight(dlock::lab::tcp_proxy& proxy, const std::string& row_lock, Acquire&& acquire) {
+        auto blocker = raw();
+        blocker.execute("BEGIN; " + row_lock);
+        std::thread acquirer(std::forward<Acquire>(acquire));
+        EXPECT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") >= 1; }, 5s))
+            << "the acquire never waited on the row lock";
+        proxy.cut_all();
+        std::this_thread::sleep_for(300ms);
+        blocker.execute("COMMIT");
+        acquirer.join();
+        EXPECT_GE(proxy.stats().cut, 1u);
+    }
+
     std::unique_ptr<dlock::test::scratch_dir> scratch_;
     int configs_ = 0;
 };
@@ -251,6 +268,83 @@ TEST_F(SqlFaults, LeaseWaiterWhoseQueueSessionEndsQueuesAgain) {
     const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
     std::cout << "[sql lease] waiter acquired " << waited << " s after the release, its queue session terminated\n";
     EXPECT_LT(waited, 2.0);
+}
+
+// A fair waiter admitted by the turnstile that stops running while it waits (SIGSTOP: a stalled
+// process or VM; a separate process, so its sockets stay open): a paused holder is bounded by its
+// ttl, and a paused waiter must be bounded too. Its queue session falls silent, the server ends it
+// after peer_timeout (idle_session_timeout on queue sessions; a live admitted waiter sends a
+// heartbeat every third of it), which frees the turnstile: the waiter queued behind it is granted
+// the lock within that bound of the holder's release, not when the paused one resumes. The paused
+// waiter, resumed, finds its place gone and queues again: it never holds beside the one served.
+TEST_F(SqlFaults, PausedFairWaiterDelaysOthersByABoundNotForever) {
+    const std::string name = "faults/queue-paused";
+    const std::string options = "  peer_timeout: 3s\n";
+    constexpr double bound_s = 3.0, margin_s = 3.0;
+    auto holder = open("lease", options);
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    child_process paused({DLOCK_CONFORMANCE_WORKER, "hold", config("lease", options), name, "30000"}, true);
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the waiting process was never admitted";
+    std::this_thread::sleep_for(300ms);  // it listens and waits for the holder
+    paused.kill(SIGSTOP);
+    auto waiter = open("lease", options);
+    std::error_code ec;
+    dlock::lease served;
+    clock_type::time_point acquired_at;
+    std::thread b([&] {
+        served = waiter.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(20s), ec);
+        acquired_at = clock_type::now();
+    });
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the live waiter never queued";
+    const auto released_at = clock_type::now();
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    b.join();
+    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    const double waited = std::chrono::duration<double>(acquired_at - released_at).count();
+    std::cout << "[sql lease] waiter behind a paused admitted waiter acquired " << waited << " s after the release (bound "
+              << bound_s << " s: peer_timeout)\n";
+    EXPECT_LT(waited, bound_s + margin_s) << "held up by a paused waiter beyond peer_timeout";
+    paused.kill(SIGCONT);
+    std::string line;
+    EXPECT_FALSE(paused.read_line(line, 1500)) << "the resumed waiter holds beside the one served: " << line;
+    const uint64_t served_token = served.fencing_token();
+    EXPECT_EQ(served.release(), dlock::release_outcome::released);
+    ASSERT_TRUE(paused.read_line(line, worker_answer_timeout_ms)) << "the resumed waiter never got the lock";
+    EXPECT_GT(std::stoull(line.substr(line.find(' ') + 1)), served_token);
+}
+
+// The other side of that bound: a live admitted waiter that waits longer than peer_timeout keeps its
+// place (its heartbeats keep its queue session from the server's idle limit), so FIFO order holds:
+// it is served before the waiter queued behind it, on the session it was admitted on.
+TEST_F(SqlFaults, LiveFairWaiterKeepsItsPlaceLongerThanTheBound) {
+    const std::string name = "faults/queue-live";
+    const std::string options = "  peer_timeout: 3s\n";
+    auto holder = open("lease", options);
+    auto first = open("lease", options);
+    auto second = open("lease", options);
+    auto a = holder.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    std::atomic<int> turn{0};
+    int first_turn = 0, second_turn = 0;
+    std::thread w1([&] {
+        auto lease = first.acquire(name, dlock::acquire_options().with_wait(30s).with_ttl(20s));
+        first_turn = ++turn;
+        std::this_thread::sleep_for(200ms);
+    });
+    ASSERT_TRUE(eventually([&] { return advisory_lock_count(true) == 1; }, 5s)) << "the first waiter was never admitted";
+    const int64_t admitted_pid = scalar("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted");
+    std::thread w2([&] {
+        auto lease = second.acquire(name, dlock::acquire_options().with_wait(30s).with_ttl(20s));
+        second_turn = ++turn;
+    });
+    EXPECT_TRUE(eventually([&] { return advisory_lock_count(false) == 1; }, 5s)) << "the second waiter never queued";
+    std::this_thread::sleep_for(5s);  // longer than peer_timeout, the queue session's idle limit
+    EXPECT_EQ(scalar("SELECT coalesce(min(pid), -1) FROM pg_locks WHERE locktype = 'advisory' AND granted"), admitted_pid)
+        << "the live admitted waiter lost its place in the queue";
+    EXPECT_EQ(a.release(), dlock::release_outcome::released);
+    w1.join();
+    w2.join();
+    EXPECT_EQ(first_turn, 1) << "served out of order";
+    EXPECT_EQ(second_turn, 2);
 }
 
 // A fair waiter that gives up (its wait ran out) leaves the turnstile: no advisory lock remains.
@@ -822,6 +916,68 @@ TEST_F(SqlFaults, AcquireLostInFlightIsResolvedByReadingTheRowBack) {
     EXPECT_FALSE(setup.inspect("faults/inflight").held) << "nothing left behind";
 }
 
+// The same fault for a permit and for a shared hold, where a second attempt does not take over the
+// first one's row but adds a row of its own: the lost statement must not commit after the read-back.
+// A blocker holds the row lock the acquire statement needs (a semaphore's slot 0, a lock's row), the
+// client's connection is cut while the statement waits on it, and the client reads back (nothing yet)
+// and retries on a new connection while the first statement still runs on the server; the blocker
+// then commits. Unless the first statement's session is ended before the read-back, both commit: a
+// ghost permit (one semaphore slot too few for everyone else while the holder holds) or a reader
+// counted twice and released once (writers then wait for the row's expiry).
+TEST_F(SqlFaults, PermitAcquireLostInFlightIsTakenOnce) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const std::string name = "faults/inflight-permit";
+    auto setup = open("lease");
+    setup.acquire(name, dlock::acquire_options().with_permits(2).with_wait(0ms)).release();  // the slots exist
+    auto client = dlock::client::from_yaml(yaml("lease", "", dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    std::error_code ec;
+    dlock::lease lease;
+    std::string message;
+    lose_acquire_in_flight(
+        proxy, "SELECT 1 FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND slot = 0 FOR UPDATE", [&] {
+            lease = client.acquire(name, dlock::acquire_options().with_permits(2).with_wait(10s).with_ttl(30s), ec);
+            message = dlock_last_error();
+        });
+    ASSERT_FALSE(ec) << message;
+    std::this_thread::sleep_for(300ms);  // a lost statement that still ran has committed by now
+    const int64_t rows = scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND owner = '" +
+                                std::string(lease.owner()) + "'");
+    std::cout << "[sql lease] permit acquire lost in flight left " << rows << " slot(s) with its owner token\n";
+    EXPECT_EQ(rows, 1) << "one acquire took two permits (a ghost permit)";
+    std::error_code other_ec;
+    auto other = setup.acquire(name, dlock::acquire_options().with_permits(2).with_wait(0ms), other_ec);
+    EXPECT_FALSE(other_ec) << "the second of 2 permits, with one held: " << dlock_last_error();
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+TEST_F(SqlFaults, SharedAcquireLostInFlightIsCountedOnce) {
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const std::string name = "faults/inflight-shared";
+    auto setup = open("lease");
+    setup.acquire(name, dlock::acquire_options().with_shared(true).with_wait(0ms)).release();  // the row exists
+    auto client = dlock::client::from_yaml(yaml("lease", "", dsn_at(proxy.listen_endpoint().port)), "sql_test");
+    std::error_code ec;
+    dlock::lease lease;
+    std::string message;
+    lose_acquire_in_flight(proxy, "SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE", [&] {
+        lease = client.acquire(name, dlock::acquire_options().with_shared(true).with_wait(10s).with_ttl(30s), ec);
+        message = dlock_last_error();
+    });
+    ASSERT_FALSE(ec) << message;
+    std::this_thread::sleep_for(300ms);  // a lost statement that still ran has committed by now
+    const int64_t rows = scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name + "' AND owner = '" +
+                                std::string(lease.owner()) + "'");
+    const int64_t readers = scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'");
+    std::cout << "[sql lease] shared acquire lost in flight left " << rows << " reader row(s), readers = " << readers << "\n";
+    EXPECT_EQ(rows, 1) << "one acquire was recorded as two readers";
+    EXPECT_EQ(readers, 1) << "one acquire was counted as two readers";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    std::error_code writer_ec;
+    auto writer = setup.acquire(name, dlock::acquire_options().with_wait(0ms), writer_ec);
+    EXPECT_FALSE(writer_ec) << "a writer after the only reader released (the lock stays shared until the row's expiry): "
+                            << dlock_last_error();
+}
+
 // Same, but the server cannot be reached again to read the row back: the outcome stays unknown and
 // is reported as such — never as held. The orphaned row expires by the server's clock.
 TEST_F(SqlFaults, UnconfirmedAcquireIsNeverReportedHeld) {
@@ -1374,6 +1530,14 @@ TEST(SqlSettings, NewerSettingsFollowTheServersVersion) {
     s.dsn = "postgresql://u@h/db?options=-c%20idle_session_timeout%3D5min";
     dlock::sql::resolve(s);
     EXPECT_EQ(dlock::sql::session_setup_sql(s, 150018).find("idle_session_timeout"), std::string::npos);
+    // Queue sessions (lease mode's fair waiters): the server ends one idle for peer_timeout, so a
+    // silent admitted waiter's place in a turnstile ends with it (14+; older servers have no limit).
+    dlock::sql::settings q;
+    q.queue_sessions = true;
+    dlock::sql::resolve(q);
+    const std::string queue_on15 = dlock::sql::session_setup_sql(q, 150018);
+    EXPECT_NE(queue_on15.find("idle_session_timeout = 10000"), std::string::npos) << queue_on15;
+    EXPECT_EQ(dlock::sql::session_setup_sql(q, 130012).find("idle_session_timeout"), std::string::npos);
 }
 
 TEST(SqlSettings, OlderServerIsRefusedNamingItsVersion) {

@@ -270,6 +270,96 @@ TEST_F(SqlModes, QueuedWriterStopsNewReaders) {
     EXPECT_TRUE(late_reader.get()) << "the late reader got the lock after the writer, not before";
 }
 
+// ---- lease mode: a paused fair waiter delays the others by a bound (peer_timeout), not forever -----
+// A waiter process admitted by a turnstile is paused (SIGSTOP) while it waits; the server ends its
+// silent queue session after peer_timeout (idle_session_timeout on queue sessions), which frees the
+// turnstile. Without that bound, the free permits (or the free lock) stay unusable to everyone until
+// the paused process resumes. SqlFaults.PausedFairWaiterDelaysOthersByABoundNotForever is the
+// exclusive lock's case.
+constexpr double paused_waiter_bound_s = 3.0;   // peer_timeout below
+constexpr double paused_waiter_margin_s = 3.0;  // a loaded machine
+const std::string paused_waiter_options = "  peer_timeout: 3s\n";
+
+// Both permits of a semaphore are released while a paused waiter holds the semaphore's turnstile:
+// the live waiter queued behind it gets a permit within the bound, and the other permit is usable.
+TEST_F(SqlModes, PausedFairPermitWaiterDelaysOthersByABoundNotForever) {
+    const std::string name = "v2/paused-permit-waiter";
+    auto client = open("lease", paused_waiter_options);
+    dlock::semaphore sem(client, name, 2);
+    auto p1 = sem.acquire();
+    auto p2 = sem.acquire();
+    child_process paused({DLOCK_CONFORMANCE_WORKER, "hold", config("lease", paused_waiter_options), name, "30000", "permits:2"}, true);
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") == 1; }, 5s))
+        << "the waiting process was never admitted";
+    std::this_thread::sleep_for(300ms);  // it listens and waits for a permit
+    paused.kill(SIGSTOP);
+    clock_type::time_point released_at;
+    std::promise<int64_t> granted;
+    std::thread waiter([&] {
+        auto other = open("lease", paused_waiter_options);
+        auto p = dlock::semaphore(other, name, 2).try_acquire_for(20s);
+        granted.set_value(p ? ms_since(released_at) : -1);
+    });
+    EXPECT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 1; }, 5s))
+        << "the live waiter never queued";
+    released_at = clock_type::now();
+    p1.release();
+    p2.release();
+    const int64_t after_ms = granted.get_future().get();
+    waiter.join();
+    std::cout << "[sql lease] permit waiter behind a paused admitted waiter granted " << after_ms << " ms after both permits "
+              << "were released (bound " << paused_waiter_bound_s << " s: peer_timeout)\n";
+    ASSERT_GE(after_ms, 0) << "two free permits stayed unusable while a paused waiter held the turnstile";
+    EXPECT_LT(after_ms, (paused_waiter_bound_s + paused_waiter_margin_s) * 1000);
+    EXPECT_TRUE(sem.try_acquire_for(5s)) << "the other free permit";
+    paused.kill(SIGKILL);
+}
+
+// A fair writer admitted by the lock's turnstile is paused while a reader holds; the reader releases:
+// every reader queued behind the writer is granted within the bound, together.
+TEST_F(SqlModes, PausedFairWriterDelaysTheReadersBehindItByABoundNotForever) {
+    const std::string name = "v2/paused-writer";
+    auto client = open("lease", paused_waiter_options);
+    auto r0 = client.acquire(name, shared().with_wait(0ms).with_ttl(30s));
+    child_process paused({DLOCK_CONFORMANCE_WORKER, "hold", config("lease", paused_waiter_options), name, "30000"}, true);
+    ASSERT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock'") == 1; }, 5s))
+        << "the writer process was never admitted";
+    std::this_thread::sleep_for(300ms);  // it listens and waits for the reader
+    paused.kill(SIGSTOP);
+    clock_type::time_point released_at;
+    std::atomic<int> holding{0}, most{0};
+    auto reader = [&](std::promise<int64_t>& granted) {
+        return std::thread([&] {
+            auto other = open("lease", paused_waiter_options);
+            std::error_code ec;
+            auto r = other.acquire(name, shared().with_wait(20s).with_ttl(10s), ec);
+            granted.set_value(ec ? -1 : ms_since(released_at));
+            if (ec) return;
+            const int now = ++holding;
+            for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+            }
+            std::this_thread::sleep_for(1s);
+            --holding;
+        });
+    };
+    std::promise<int64_t> first, second;
+    std::thread r1 = reader(first), r2 = reader(second);
+    EXPECT_TRUE(eventually([&] { return scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 2; }, 5s))
+        << "the readers never queued behind the writer";
+    released_at = clock_type::now();
+    r0.release();
+    const int64_t first_ms = first.get_future().get(), second_ms = second.get_future().get();
+    r1.join();
+    r2.join();
+    std::cout << "[sql lease] readers behind a paused admitted writer granted " << first_ms << " and " << second_ms
+              << " ms after the lock was freed (bound " << paused_waiter_bound_s << " s: peer_timeout)\n";
+    ASSERT_GE(first_ms, 0) << "the readers stayed behind a paused writer while the lock was free";
+    ASSERT_GE(second_ms, 0) << "the readers stayed behind a paused writer while the lock was free";
+    EXPECT_LT(std::max(first_ms, second_ms), (paused_waiter_bound_s + paused_waiter_margin_s) * 1000);
+    EXPECT_EQ(most, 2) << "the readers held together";
+    paused.kill(SIGKILL);
+}
+
 TEST_F(SqlModes, KilledReaderFreesTheLockAfterItsTtl) {
     const int64_t ttl_ms = 1200;
     child_process holder({DLOCK_CONFORMANCE_WORKER, "hold", config("lease"), "v2/dead-reader", std::to_string(ttl_ms), "shared"}, true);
