@@ -19,7 +19,9 @@
 // waiter renews it by retrying (every retry does, and a waiter retries at the latest when the
 // holder's key would expire), so a waiter that stopped without leaving (paused, or its release of
 // the queue failed) holds the queue up for a bounded time: the woken first waiter has `claim`
-// (command_timeout, at least 500 ms) to take the lock. `fair: false`: the queue is ignored (a free
+// (command_timeout, at least 500 ms) to take the lock, and the waiter after it (its standby) is
+// told at once and retries when that claim lapses, taking over from a first waiter that never
+// came (a paused process keeps its connection: it is heard). `fair: false`: the queue is ignored (a free
 // lock goes to whoever asks first) and the waiter is woken by every release of the name.
 //
 // Semaphores and shared holds (plugin ABI version 2) go through the same acquire, wait, release and
@@ -127,9 +129,8 @@ struct dlock_hold {
     script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, int mode) const {
         call.key(keys->lock).key(keys->fence).key(keys->queue).key(keys->queue_lapses);
         call.arg(owner).arg(ttl_ms).arg(mode).arg(b->entry_grace_ms());
-        if (kind == DLOCK_HOLD_SHARED) call.arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
-        else if (kind == DLOCK_HOLD_PERMIT) call.arg(int64_t(permits));
-        return call;
+        if (kind == DLOCK_HOLD_PERMIT) call.arg(int64_t(permits));
+        return call.arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
     }
     // The release script's keys and arguments.
     script_call& release_call(script_call& call, const dlock_backend* b) const {
@@ -387,6 +388,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             // Both read before the retry: no lost wake-up.
             const bool hearing = waker.wait_listening(channel, 0);
             const uint64_t seen = waker.generation(channel);
+            uint64_t seen_hints = waker.hints(channel);
             a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
             if (a.acquired) {
                 leave.h = nullptr;
@@ -404,7 +406,14 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
                 until = std::min(until, now + unheard_retry_ms * ms_ns);
                 unheard_retry_ms = std::min<int64_t>(unheard_retry_ms * 2, 200);
             }
-            waker.wait_change(channel, seen, std::min(req->deadline_ns, until));
+            // A hint (this waiter is the standby of a first waiter just woken): retry when that
+            // one's claim lapses, unless a wake-up comes first — it may never come (paused).
+            for (;;) {
+                waker.wait_change(channel, seen, std::min(req->deadline_ns, until), &seen_hints);
+                if (b->interrupted || waker.generation(channel) != seen || now_ns() >= std::min(req->deadline_ns, until)) break;
+                seen_hints = waker.hints(channel);
+                until = std::min(until, now_ns() + (b->claim_ms() + 1) * ms_ns);
+            }
         }
     });
 }

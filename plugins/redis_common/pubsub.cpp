@@ -65,6 +65,9 @@ void subscriber::run() {
                     const std::string kind(r->element[0]->str, r->element[0]->len);
                     const std::string name(r->element[1]->str, r->element[1]->len);
                     if (kind == "subscribe") confirmed(name);
+                    else if (kind == "message" && r->element[2]->type == REDIS_REPLY_STRING &&
+                             std::string_view(r->element[2]->str, r->element[2]->len) == standby_message)
+                        hinted(name);
                     else if (kind == "message") heard(name);
                     else if (kind == "unsubscribe") unconfirmed(name);
                 }

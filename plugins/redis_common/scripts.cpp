@@ -70,10 +70,27 @@ end
 // (prefix .. owner), and gives it claim_ms to take the lock before its entry lapses. A first
 // waiter nobody hears on its channel (its client died and its connection with it) is dropped and
 // the next one woken instead, up to 10 in one call — unless it queued less than claim_ms ago: a
-// waiter subscribes only after its first attempt queued it, and retries once it has, so it is kept,
-// and the waiter after it is woken too, to take over once the first one's claim lapses if it never
-// comes. (A live waiter dropped, its pub/sub connection being restored, queues again at the back
-// with its next retry, which follows the restored subscription at once.)
+// waiter subscribes only after its first attempt queued it, and retries once it has, so it is kept.
+// A first waiter that is heard may still never come (a paused process keeps its connection, and
+// redlock's per-thread channel stays subscribed after its wait), so the waiter after it, the
+// standby, is told too (the message 'standby', redis_common.hpp standby_message): it retries when
+// the first one's claim lapses unless woken before, and then takes over, its retry dropping the
+// lapsed entry. (A live
+// waiter dropped, its pub/sub connection being restored, queues again at the back with its next
+// retry, which follows the restored subscription at once.) `caller` (or nil) is the waiter whose
+// own script runs this: it is awake, and never published to.
+// wake_first(n, …) does the same for the first n waiters (a semaphore's free permits; a reader
+// at the head): each is woken with its claim, one nobody hears and older than a claim is dropped
+// (at most 10), and the waiter after them is woken as their standby. With `only_unwoken` (a
+// waiter's retry that found the first ones still asleep) it wakes only those whose entries lapse
+// later than a claim from now — nobody woke them since they last retried — giving each its claim
+// whether heard or not (a retry drops nobody: an entry nobody hears lapses after its claim), and
+// wakes the standby only when it woke one.
+// wake_sleeping_head: called by a waiter's retry that found the lock free to others queued first;
+// wakes the first waiter with its claim (and hints its standby) unless it was woken and has not
+// retried since (its entry lapses within a claim). It was made first without being woken: the
+// entry before it lapsed, shared holders left (a shared release on redlock wakes nobody by name),
+// or the holder's key expired.
 const char* const queue_lua = R"lua(
 local function server_time()
   local t = redis.call('TIME')
@@ -88,18 +105,24 @@ local function drop_lapsed(now)
   end
   return false
 end
-local function wake_next(now, now_us, claim_ms, prefix)
+-- Wakes `member` and gives it claim_ms: true when it is heard or young enough to be kept.
+local function wake_member(member, arrival_us, now, now_us, claim_ms, prefix)
+  local heard = redis.call('PUBLISH', prefix .. member, 'next') > 0
+  if not heard and now_us - tonumber(arrival_us) >= claim_ms * 1000 then return false, false end
+  local lapses = tonumber(redis.call('ZSCORE', KEYS[4], member))
+  if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, member) end
+  return true, heard
+end
+local function wake_standby(rank, prefix, caller)
+  local standby = redis.call('ZRANGE', KEYS[3], rank, rank)[1]
+  if standby and standby ~= caller then redis.call('PUBLISH', prefix .. standby, 'standby') end
+end
+local function wake_next(now, now_us, claim_ms, prefix, caller)
   for _ = 1, 10 do
     local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    if #first == 0 then return end
-    local heard = redis.call('PUBLISH', prefix .. first[1], 'next') > 0
-    if heard or now_us - tonumber(first[2]) < claim_ms * 1000 then
-      local lapses = tonumber(redis.call('ZSCORE', KEYS[4], first[1]))
-      if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, first[1]) end
-      if not heard then
-        local second = redis.call('ZRANGE', KEYS[3], 1, 1)[1]
-        if second then redis.call('PUBLISH', prefix .. second, 'next') end
-      end
+    if #first == 0 or first[1] == caller then return end
+    if wake_member(first[1], first[2], now, now_us, claim_ms, prefix) then
+      wake_standby(1, prefix, caller)
       return
     end
     redis.call('ZREM', KEYS[3], first[1])
@@ -119,28 +142,63 @@ end
 local function enqueue(member, now, now_us, wait_ms, grace_ms)
   queue_member(member, now_us, math.max(wait_ms, 0) + grace_ms, now, true)
 end
-local function first_lapses_in(now)
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  local lapses = first and tonumber(redis.call('ZSCORE', KEYS[4], first))
-  return lapses and math.max(0, lapses - now) or 0
+-- ms until the soonest lapse among the first `count` (at most 100) waiters; 0 when none queue.
+local function soonest_lapse_in(count, now)
+  local soonest
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, math.min(count, 100) - 1)) do
+    local lapses = tonumber(redis.call('ZSCORE', KEYS[4], m))
+    if lapses and (soonest == nil or lapses < soonest) then soonest = lapses end
+  end
+  return soonest and math.max(0, soonest - now) or 0
 end
-local function wake_first(n, now, now_us, claim_ms, prefix)
-  local rank, dropped = 0, 0
+local function first_lapses_in(now)
+  return soonest_lapse_in(1, now)
+end
+-- ms until the last waiter's entry lapses; -1 when nobody queues.
+local function last_lapse_in(now)
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  return last[2] and tonumber(last[2]) - now or -1
+end
+-- Publishes on `member`'s channel and gives it claim_ms, heard or not (its entry then lapses
+-- within a claim, and the next retry of anyone drops it if it did not come).
+local function nudge_member(member, now, claim_ms, prefix)
+  redis.call('PUBLISH', prefix .. member, 'next')
+  redis.call('ZADD', KEYS[4], now + claim_ms, member)
+end
+local function wake_first(n, now, now_us, claim_ms, prefix, caller, only_unwoken)
+  if n <= 0 then return end
+  local rank, dropped, woke = 0, 0, false
   n = math.min(n, 100)
   while rank < n and dropped < 10 do
     local entry = redis.call('ZRANGE', KEYS[3], rank, rank, 'WITHSCORES')
     if #entry == 0 then return end
-    local heard = redis.call('PUBLISH', prefix .. entry[1], 'next') > 0
-    if heard or now_us - tonumber(entry[2]) < claim_ms * 1000 then
-      local lapses = tonumber(redis.call('ZSCORE', KEYS[4], entry[1]))
-      if lapses == nil or lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, entry[1]) end
+    local lapses = only_unwoken and tonumber(redis.call('ZSCORE', KEYS[4], entry[1]))
+    if entry[1] == caller or (lapses and lapses <= now + claim_ms) then
       rank = rank + 1
-      if not heard then n = n + 1 end
+    elseif only_unwoken then
+      nudge_member(entry[1], now, claim_ms, prefix)
+      rank, woke = rank + 1, true
     else
-      redis.call('ZREM', KEYS[3], entry[1])
-      redis.call('ZREM', KEYS[4], entry[1])
-      dropped = dropped + 1
+      local kept, heard = wake_member(entry[1], entry[2], now, now_us, claim_ms, prefix)
+      if kept then
+        rank, woke = rank + 1, true
+        if not heard then n = n + 1 end
+      else
+        redis.call('ZREM', KEYS[3], entry[1])
+        redis.call('ZREM', KEYS[4], entry[1])
+        dropped = dropped + 1
+      end
     end
+  end
+  if woke or not only_unwoken then wake_standby(rank, prefix, caller) end
+end
+local function wake_sleeping_head(now, now_us, claim_ms, prefix, caller)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not first or first == caller then return end
+  local lapses = tonumber(redis.call('ZSCORE', KEYS[4], first))
+  if lapses == nil or lapses > now + claim_ms then
+    nudge_member(first, now, claim_ms, prefix)
+    wake_standby(1, prefix, caller)
   end
 end
 )lua";
@@ -154,7 +212,11 @@ end
 // significant digits, and tokens (seeded with the server time in µs) have 16.
 // lock_holder(now): the owner token, true when live shared holders exist, false when free (a set
 // of expired holders only is deleted). writer_ahead(member): an exclusive waiter queues before
-// `member` (the whole queue when `member` is not queued), among the first 100 entries.
+// `member` (anywhere in the queue when `member` is not queued). It reads the entries before
+// `member` from the head, 100 at a time, and at most 1 000 of them (a script's cost stays
+// bounded): beyond that it answers true, so a reader that far back waits as if behind a writer
+// until the queue before it is shorter — never overtaking one. (Entries of `member`'s own score
+// that sort before it, by member, are before it too.)
 // wake_reader_at_head: a shared waiter first in the queue is woken (it can join the holders).
 const char* const shared_lua = R"lua(
 local function lock_holder(now)
@@ -166,16 +228,26 @@ local function lock_holder(now)
 end
 local function writer_ahead(member)
   local mine = redis.call('ZSCORE', KEYS[3], member)
-  local ahead
-  if mine then
-    ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine, 'LIMIT', 0, 100)
-  else
-    ahead = redis.call('ZRANGE', KEYS[3], 0, 99)
+  for offset = 0, 900, 100 do
+    local ahead
+    if mine then
+      ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine, 'LIMIT', offset, 100)
+    else
+      ahead = redis.call('ZRANGE', KEYS[3], offset, offset + 99)
+    end
+    for _, m in ipairs(ahead) do
+      if string.sub(m, 1, 2) ~= 's:' then return true end
+    end
+    if #ahead < 100 then
+      if mine then
+        for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], mine, mine, 'LIMIT', 0, 100)) do
+          if m < member and string.sub(m, 1, 2) ~= 's:' then return true end
+        end
+      end
+      return false
+    end
   end
-  for _, m in ipairs(ahead) do
-    if string.sub(m, 1, 2) ~= 's:' then return true end
-  end
-  return false
+  return true
 end
 local function wake_reader_at_head(now, now_us, claim_ms, prefix)
   local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -233,9 +305,11 @@ const script acquire_script(acquire_source.c_str());
 
 // ARGV[3] mode: 0 barging (the queue is ignored), 1 fair try (granted only when nobody queues or
 // we are first), 2 fair wait (as 1, and when not granted, queue us or renew our entry, which then
-// lapses ARGV[4] ms after the retry time returned). Not granted: {0, ms until the holder's key
-// expires (-1: it has no expiry), or until the first waiter's entry lapses when the lock is free,
-// 1 when held | 0 when free but others queue first}.
+// lapses ARGV[4] ms after the retry time returned). ARGV[5] claim_ms, ARGV[6] the waiters' channel
+// prefix: a fair try that finds the lock free but others first wakes the first waiter if nobody
+// did (wake_sleeping_head). Not granted: {0, ms until the holder's key expires (-1: it has no
+// expiry), or until the first waiter's entry lapses when the lock is free, 1 when held | 0 when
+// free but others queue first}.
 // The queue's keys expire with their longest-lived entry, so a queue nobody visits again vanishes.
 // The uncontended case (a free lock, nobody queued) is decided first, before the queue's functions
 // are defined (defining them costs the server more than a command), and costs one ZRANGE more
@@ -255,6 +329,10 @@ end
 if type(held) == 'table' then
   if not now then now, now_us = server_time() end
   held = lock_holder(now)
+end
+if not held and mode > 0 and first and first ~= ARGV[1] then
+  wake_sleeping_head(now, now_us, tonumber(ARGV[5]), ARGV[6], ARGV[1])
+  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
 if not held and (mode == 0 or first == nil or first == ARGV[1]) then
   return grant(function()
@@ -310,7 +388,9 @@ const script queue_release_script(queue_release_source.c_str());
 // A queued waiter (ARGV[1] its queue entry) leaves without the lock; the waiters it held up are
 // woken: of a lock, the first waiter when the lock is free, or a shared waiter now first while
 // shared holders hold it; of a semaphore (ARGV[4] == 'semaphore'), as many as there are free
-// permits. (The one leaving may have been woken for them.) -> 1 when the entry was there, else 0.
+// permits, and the set's key then lives as long as its longest-lived permit or waiter (gone, with
+// the limit, when neither is left). (The one leaving may have been woken for them.) -> 1 when
+// the entry was there, else 0.
 static const std::string leave_queue_source = std::string(queue_lua) + shared_lua + semaphore_lua + R"lua(
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -319,6 +399,7 @@ local claim_ms = tonumber(ARGV[2])
 if ARGV[4] == 'semaphore' then
   drop_lapsed(now)
   wake_first(permits_free(now), now, now_us, claim_ms, ARGV[3])
+  expire_with_members(now, last_lapse_in(now))  -- the limit goes with the last waiter, if no permit is live
 else
   local holder = lock_holder(now)
   if not holder then
@@ -337,8 +418,10 @@ const script leave_queue_script(leave_queue_source.c_str());
 // (redlock: the member's token is 0 and the fence key is not touched). Granted when nobody
 // holds the lock exclusively and (mode 0) or no exclusive waiter queues before this one (FIFO
 // between shared and exclusive waiters: a queued writer stops new readers; readers in a row are
-// admitted together, each granted one waking the next). -> {1, fence} | {0, ms to wait at most,
-// 1 held | 0 free but others queue first}.
+// admitted together, each granted one waking the next). A fair waiter refused while the lock is
+// free, or held shared with a reader first, wakes the first waiter if nobody did
+// (wake_sleeping_head; not on redlock, whose prefix is "": its queue holds only writers' marks).
+// -> {1, fence} | {0, ms to wait at most, 1 held | 0 free but others queue first}.
 static const std::string shared_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
 local mode = tonumber(ARGV[3])
 local me = 's:' .. ARGV[1]
@@ -347,7 +430,14 @@ local now, now_us = server_time()
 if mode > 0 then drop_lapsed(now) end
 local holder = lock_holder(now)
 local blocked = holder and holder ~= true
-if not blocked and mode > 0 then blocked = writer_ahead(me) end
+if not blocked and mode > 0 then
+  blocked = writer_ahead(me)
+  -- Others first may take a free lock (or join the shared holders, if a reader is first).
+  if blocked and ARGV[6] ~= '' then
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not holder or string.sub(first, 1, 2) == 's:' then wake_sleeping_head(now, now_us, tonumber(ARGV[5]), ARGV[6], me) end
+  end
+end
 if not blocked then
   local token, why = 0, nil
   if ARGV[7] ~= 'untokened' then token, why = next_token(KEYS[2]) end  -- redlock: no token, no INCR
@@ -377,9 +467,12 @@ const script shared_acquire_script(shared_acquire_source.c_str());
 // orders the grants, it never grants by itself.
 // KEYS lock, fence, queue, queue_lapses. ARGV value (the round's), ttl_ms, member, score, mode (0
 // barging try, 1 fair try, 2 fair wait: queues us, 3 barging wait: grants whatever queues, queues
-// us when refused), entry_grace_ms.
+// us when refused), entry_grace_ms, claim_ms, the waiters' channel prefix.
+// A fair round refused while the lock is free wakes the first waiter if nobody did
+// (wake_sleeping_head: shared holders' releases wake nobody by name).
 // -> {1, 0} | {0, ms until the holder's key expires (-1: no expiry) or, when the lock is free,
-// until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0}.
+// until the first waiter's entry lapses, 1 held by shared holders | 0, 1 held | 0, the server's
+// time in µs (the client keeps its scores on the nodes' clock with it)}.
 // An empty queue and a free lock (the uncontended case) cost one ZRANGE more than acquire_script,
 // and are granted before the queue's functions are defined (defining them costs the server more
 // than a command).
@@ -400,28 +493,27 @@ if not first then
   if not holder then return grant(nil) end
 end
 )lua") + queue_lua + shared_lua + R"lua(
-local now
+local now, now_us = server_time()
 if first then
-  now = server_time()
   drop_lapsed(now)
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
 if holder == nil then holder = redis.pcall('GET', KEYS[1]) end
-if type(holder) == 'table' then
-  now = now or server_time()
-  holder = lock_holder(now)
-end
+if type(holder) == 'table' then holder = lock_holder(now) end
 local fair = mode == 1 or mode == 2
+if not holder and fair and first and first ~= ARGV[3] then
+  wake_sleeping_head(now, now_us, tonumber(ARGV[7]), ARGV[8], ARGV[3])
+  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
 if not holder and (not fair or first == nil or first == ARGV[3]) then
   return grant(function()
     if first and redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then redis.call('ZREM', KEYS[4], ARGV[3]) end
   end)
 end
-now = now or server_time()
 local wait_ms
 if holder then wait_ms = redis.call('PTTL', KEYS[1]) else wait_ms = first_lapses_in(now) end
 if mode >= 2 then queue_member(ARGV[3], ARGV[4], math.max(wait_ms, 0) + tonumber(ARGV[6]), now, false) end
-return {0, wait_ms, holder == true and 1 or 0, holder and 1 or 0}
+return {0, wait_ms, holder == true and 1 or 0, holder and 1 or 0, now_us}
 )lua";
 const script redlock_acquire_script(redlock_acquire_source.c_str());
 
@@ -514,23 +606,41 @@ return tonumber(score) > now and 1 or 0
 const script shared_release_script(shared_release_source.c_str());
 
 // One permit of a semaphore. KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode
-// (as queue_acquire_script), entry_grace_ms, the limit N. Granted while fewer than N permits are
-// live and (mode 0) or fewer waiters than free permits queue, or this one is among the first
-// `free` of the queue. -> {1, fence} | {0, ms to wait at most, 1 all permits held | 0 free ones
-// go to waiters queued first} | {-1, the stored limit} when another limit stands.
+// (as queue_acquire_script), entry_grace_ms, the limit N, claim_ms, waiters' channel prefix.
+// Granted while fewer than N permits are live and (mode 0) or fewer waiters than free permits
+// queue, or this one is among the first `free` of the queue. A fair waiter refused while permits
+// are free wakes those of the first `free` waiters nobody woke (and their standby), and waits
+// until the soonest of their claims lapses. -> {1, fence} | {0, ms to wait at most, 1 all permits
+// held | 0 free ones go to waiters queued first} | {-1, the stored limit} when another limit
+// stands. A stored limit that nobody holds or waits under any more (its permits expired, its
+// waiters' entries lapsed or left) is no limit: the set is then dropped and this acquire's N stored.
 static const std::string permit_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + semaphore_lua + R"lua(
 local mode = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[2])
 local limit = tonumber(ARGV[5])
 local now, now_us = server_time()
 local stored = stored_limit()
-if stored and stored ~= limit then return {-1, stored} end
+if stored and stored ~= limit then
+  drop_lapsed(now)
+  if #live_members(now) > 0 or redis.call('ZRANGE', KEYS[3], 0, 0)[1] then return {-1, stored} end
+  redis.call('DEL', KEYS[1])
+end
 drop_expired_members(now)
 local free = limit - #live_members(now)
 local ahead = {}
 if mode > 0 then
   drop_lapsed(now)
-  if free > 0 then ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1) end
+  if free > 0 then
+    ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1)
+    local mine = false
+    for _, m in ipairs(ahead) do
+      if m == ARGV[1] then mine = true end
+    end
+    if #ahead >= free and not mine then
+      wake_first(free, now, now_us, tonumber(ARGV[6]), ARGV[7], ARGV[1], true)
+      ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1)
+    end
+  end
 end
 local admitted = free > 0 and (mode == 0 or #ahead < free)
 if free > 0 and not admitted then
@@ -552,7 +662,7 @@ if free <= 0 then
   local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   wait_ms = math.ceil(tonumber(soonest[2]) - now)
 else
-  wait_ms = first_lapses_in(now)
+  wait_ms = soonest_lapse_in(free, now)
 end
 if mode == 2 then
   enqueue(ARGV[1], now, now_us, wait_ms, tonumber(ARGV[4]))
@@ -576,7 +686,7 @@ redis.call('PUBLISH', KEYS[5], 'released')
 redis.call('ZREM', KEYS[1], member)
 drop_lapsed(now)
 wake_first(permits_free(now), now, now_us, tonumber(ARGV[2]), ARGV[3])
-expire_with_members(now, redis.call('PTTL', KEYS[3]))
+expire_with_members(now, last_lapse_in(now))
 return tonumber(score) > now and 1 or 0
 )lua";
 const script permit_release_script(permit_release_source.c_str());

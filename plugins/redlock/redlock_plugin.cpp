@@ -27,7 +27,9 @@
 // entry (it was down, or lost its data) gets it back with that waiter's next refused round, and a
 // failed round's give-back restores the entry its grant removed, so heads that disagreed converge
 // after one round; an entry lapses unless its waiter retries, and a woken first waiter has `claim`
-// (command_timeout, at least 500 ms) to take the lock, so a dead waiter leaves no lasting hole. A
+// (command_timeout, at least 500 ms) to take the lock, so a dead waiter leaves no lasting hole;
+// the waiter after it (its standby) is hinted at once and retries when that claim lapses, so a
+// paused one (heard: its channel stays subscribed) holds the others up for its claim only. A
 // waiter woken (or whose holders' keys expire) retries at once; only a round that failed as a
 // split vote (some node granted, no quorum, and no quorum holds the lock) or with too few nodes
 // answering is followed by a random pause of up to retry_delay, which a wake ends early. While
@@ -73,8 +75,10 @@ struct dlock_backend {
     int64_t retry_delay_ms = 50;
     // Added to CLOCK_MONOTONIC (µs) it gives the waiters' queue scores: the nodes' median server
     // time as read at open (the client's wall clock when no node answered), so that the order of
-    // arrivals does not follow a client's wall clock, which may be off or jump.
-    int64_t score_offset_us = 0;
+    // arrivals does not follow a client's wall clock, which may be off or jump; measured again by
+    // every refused round (its replies carry the nodes' TIME), since CLOCK_MONOTONIC stops while a
+    // machine is suspended and the nodes' clocks may be stepped.
+    std::atomic<int64_t> score_offset_us{0};
     dlock_plugin_host host{};
     std::atomic<bool> interrupted{false};
     // A thread inside wait_for_wakers. Every waker's change re-checks each one's condition on the
@@ -117,7 +121,10 @@ namespace {
 struct queue_place {
     int mode = 0;       // redlock_acquire_script's mode
     std::string member;  // the waiting thread's id: its channel's suffix too
-    std::string score;   // the arrival time, µs: CLOCK_MONOTONIC + dlock_backend::score_offset_us
+    std::string score;   // the arrival time, µs: arrival_us + offset_us
+    int64_t arrival_us = 0;  // CLOCK_MONOTONIC at the acquire's start
+    int64_t offset_us = 0;   // the dlock_backend::score_offset_us the score was chosen with
+    bool offset_checked = false;  // a refused round measured the offset since the score was chosen
     bool queues() const { return mode >= 2; }
 };
 
@@ -369,6 +376,8 @@ struct round_result {
     size_t held = 0;                  // nodes that refused because somebody holds the lock there
     std::string error;                // the first error reply, if any
     int error_status = DLOCK_BACKEND;  // its status (DLOCK_PERMISSION for an ACL refusal)
+    std::vector<int64_t> server_us;   // the TIME (µs) of each node that refused an exclusive round
+    int64_t received_ns = 0;          // when the last reply was read
 };
 
 // One Redlock round writing `value`. A node that has not answered when the round ends may still
@@ -392,7 +401,7 @@ std::vector<std::string> acquire_args(const dlock_backend* b, const std::string&
     // 'untokened': no fencing token, so no fence key is bumped.
     if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", "", "untokened"};
     return {value, std::to_string(ttl_ms), place.member, place.score, std::to_string(place.mode),
-            std::to_string(b->entry_grace_ms())};
+            std::to_string(b->entry_grace_ms()), std::to_string(b->claim_ms()), b->waiter_channel_prefix()};
 }
 const script& release_script_for(bool shared) { return shared ? shared_release_script : redlock_release_script; }
 std::vector<std::string> release_keys(const lock_keys& lock, bool shared) {
@@ -512,6 +521,8 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, const std::str
         // redlock_acquire_script says whether the key is held in its fourth element; the shared
         // script's refusals are all "held" (by a writer, or a writer's mark stops this reader).
         if (rep->element[0]->integer == 0 && (rep->elements < 4 || rep->element[3]->integer == 1)) ++r.held;
+        if (rep->element[0]->integer == 0 && rep->elements > 4 && rep->element[4]->type == REDIS_REPLY_INTEGER)
+            r.server_us.push_back(rep->element[4]->integer);
         if (rep->element[0]->integer == 1) {
             ++r.granted;
         } else if (rep->element[1]->integer >= 0) {
@@ -519,7 +530,8 @@ round_result acquire_round(dlock_backend* b, const dlock_hold& h, const std::str
                                                           : std::min<int64_t>(r.min_holder_ttl_ms, rep->element[1]->integer);
         }
     }
-    const int64_t validity_ns = ttl_ms * 1'000'000 - (now_ns() - r.sent_ns) - drift_ns(ttl_ms);
+    r.received_ns = now_ns();
+    const int64_t validity_ns = ttl_ms * 1'000'000 - (r.received_ns - r.sent_ns) - drift_ns(ttl_ms);
     r.acquired = r.granted >= b->quorum && validity_ns > 0;
     if (!r.acquired) {
         // Give back what was granted: the owner-fenced release goes to every node of the round
@@ -622,7 +634,9 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             const bool waits = req->deadline_ns != 0;
             place.mode = req->fair ? (waits ? 2 : 1) : (waits ? 3 : 0);
             place.member = waiting_thread_id();
-            place.score = std::to_string(now_ns() / 1000 + b->score_offset_us);
+            place.arrival_us = now_ns() / 1000;
+            place.offset_us = b->score_offset_us.load();
+            place.score = std::to_string(place.arrival_us + place.offset_us);
         }
         // What wakes this waiter: an exclusive one its thread's own channel (the release that makes
         // it first in a node's queue publishes there), a shared one the name's channel, on which
@@ -679,6 +693,14 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 for (const auto& s : *wakers) per_node.push_back(s->generation(own_channel));
             return per_node;
         };
+        // Hints on its own channel (standby_message), summed over the nodes: it is the standby of
+        // a first waiter just woken.
+        const auto own_hints = [&] {
+            uint64_t sum = 0;
+            if (wakers)
+                for (const auto& s : *wakers) sum += s->hints(own_channel);
+            return sum;
+        };
         const auto nodes_heard_since = [&](const std::vector<uint64_t>& seen_own) {
             size_t n = 0;
             for (size_t i = 0; i < seen_own.size(); ++i) n += (*wakers)[i]->generation(own_channel) != seen_own[i] ? 1 : 0;
@@ -729,6 +751,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
         for (uint64_t round = 1;; ++round) {
             const uint64_t seen = wakers ? heard_since() : 0;  // before the round
             const std::vector<uint64_t> seen_own = h->shared ? std::vector<uint64_t>() : own_heard();
+            uint64_t seen_hints = h->shared ? 0 : own_hints();
             const uint64_t seen_broadcast = wakers && broadcast_watched && !h->shared ? heard(*wakers, broadcast) : 0;
             const std::string value = round_value(h->owner, round);
             const round_result r = acquire_round(b, *h, value, req->ttl_ms, place);
@@ -762,6 +785,21 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                                                 r.granted, b->nodes.size(), b->quorum));
             }
             if (b->interrupted) fail(DLOCK_CANCELLED, "redlock: client is closing");
+            // The first refused round measures the offset the score was chosen with (the nodes'
+            // TIME in its replies): if it moved (this machine was suspended, a node's clock was
+            // stepped), the score is chosen again and the next round, at once, moves the entries
+            // there. A score stands wrong for one round at most.
+            if (place.queues() && !place.offset_checked) {
+                if (const auto measured = measured_score_offset_us(r.server_us, r.sent_ns, r.received_ns)) {
+                    place.offset_checked = true;
+                    b->score_offset_us = *measured;
+                    if (score_offset_moved(place.offset_us, *measured, r.received_ns - r.sent_ns)) {
+                        place.offset_us = *measured;
+                        place.score = std::to_string(place.arrival_us + place.offset_us);
+                        continue;
+                    }
+                }
+            }
             if (!h->shared && r.held_shared > 0)
                 writer.mark(std::max<int64_t>(r.min_holder_ttl_ms, 0) + 2 * b->config.command_timeout_ms + b->retry_delay_ms);
             if (!wakers) {
@@ -812,10 +850,12 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
             // refused by the nodes that have not run the release yet, a round and its give-backs
             // for nothing. Woken by fewer nodes, it retries after retry_delay at most (the others
             // may never wake it: its entry lost there, or a give-back that woke it on some nodes).
+            // A hint (it is the standby of a first waiter just woken) makes it retry when that
+            // one's claim lapses, unless woken first: the first waiter may never come (paused).
             int64_t first_heard_ns = 0;
             for (;;) {
                 const int64_t limit = first_heard_ns ? std::min(until, first_heard_ns + b->retry_delay_ms * 1'000'000) : until;
-                bool decided = false;
+                bool decided = false, hinted = false;
                 wait_for_wakers(b, limit, [&] {
                     if (broadcast_watched && heard(*wakers, broadcast) != seen_broadcast) return decided = true;
                     const size_t n = nodes_heard_since(seen_own);
@@ -824,9 +864,16 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                         first_heard_ns = now_ns();
                         return true;  // waits again, until a quorum or retry_delay from now
                     }
+                    if (own_hints() != seen_hints) return hinted = true;
                     return false;
                 });
-                if (decided || b->interrupted || now_ns() >= limit) break;
+                if (decided || b->interrupted) break;
+                if (hinted) {
+                    seen_hints = own_hints();
+                    until = std::min(until, now_ns() + (b->claim_ms() + 1) * 1'000'000);
+                    continue;
+                }
+                if (now_ns() >= limit) break;
             }
         }
     });

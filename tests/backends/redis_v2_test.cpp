@@ -19,6 +19,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <map>
@@ -48,6 +49,42 @@ std::chrono::milliseconds since(clock_type::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t);
 }
 
+// A first waiter stalled by SIGSTOP (issue 28): its subscriber socket stays open, so the release's
+// wake-up is "heard" and it keeps its place for `claim`; the waiter behind it must then be granted
+// when that claim lapses, not when its own wait or the old holder's ttl ends. The head waiter is a
+// conformance worker (`hold <mode>`, waiting forever) queued behind `holder_name`'s holder; `queued()`
+// counts the queue's entries; `next` (this process, with a wait of at most 20 s) queues behind it;
+// the head is paused; then `release()` frees the lock. Returns the time from the release to the end of
+// `next`'s acquire (granted, or its wait over).
+std::chrono::milliseconds grant_behind_a_paused_head(const std::string& cfg, const std::string& name, const std::string& head_mode,
+                                                     const std::function<size_t()>& queued, dlock::client& next,
+                                                     const dlock::acquire_options& next_options,
+                                                     const std::function<void()>& release) {
+    std::vector<std::string> argv{DLOCK_CONFORMANCE_WORKER, "hold", cfg, name, "30000"};
+    if (!head_mode.empty()) argv.push_back(head_mode);
+    child_process head(argv, true);
+    EXPECT_TRUE(dlock::test::eventually([&] { return queued() == 1; }, 10s)) << "the head waiter did not queue";
+    std::this_thread::sleep_for(200ms);  // subscribed and asleep
+    head.kill(SIGSTOP);
+    std::promise<clock_type::time_point> got;
+    std::thread waiter([&] {
+        std::error_code ec;
+        auto lease = next.acquire(name, next_options, ec);
+        got.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the waiter behind the paused head: " << ec.message();
+    });
+    EXPECT_TRUE(dlock::test::eventually([&] { return queued() == 2; }, 10s)) << "the next waiter did not queue";
+    std::this_thread::sleep_for(300ms);  // subscribed and asleep on the holder's ttl
+    const auto released = clock_type::now();
+    release();
+    // The waiter's own wait (at most 20 s in these tests) ends it either way.
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(got.get_future().get() - released);
+    waiter.join();
+    head.kill(SIGKILL);
+    head.wait();
+    return latency;
+}
+
 class RedisModes : public dlock::test::lab_backend_test {
 protected:
     RedisModes() : lab_backend_test({backend::redis}) {}
@@ -60,6 +97,7 @@ protected:
         flatten(redis().checked(command), out);
         return out;
     }
+    size_t queued(const std::string& queue_key) { return std::stoul(raw({"ZCARD", queue_key}).at(0)); }
     std::vector<std::string> keys_of(const std::string& name) {
         return raw({"KEYS", "dlock:{" + name + "}*"});  // a test on its own server: KEYS is fine here
     }
@@ -190,6 +228,21 @@ TEST_F(RedisModes, SemaphoreMismatchedLimitIsRefusedWhileItIsStored) {
     p.release();
     auto q = b.acquire("sem/limit", permit_of(5, 0ms));
     EXPECT_EQ(raw({"ZRANGE", "dlock:{sem/limit}:permits", "0", "0"}), std::vector<std::string>{"limit:5"});
+}
+
+// Issue 28: the stored limit goes with the last holder and waiter. A waiter that gave up had kept
+// the set's key alive beyond the holder's lease (its queue entry's grace), and with it the limit:
+// once the holder's permit has expired and the waiter has left, nobody holds or waits, and another
+// limit is accepted.
+TEST_F(RedisModes, SemaphoreLimitIsForgottenWhenTheLastHolderExpiresAfterTheLastWaiterLeft) {
+    auto a = open(), b = open(), c = open();
+    auto p = a.acquire("sem/stale-limit", permit_of(1, 0ms).with_ttl(1000ms).with_renew(false));
+    std::error_code ec;
+    b.acquire("sem/stale-limit", permit_of(1, 300ms), ec);
+    ASSERT_EQ(ec, dlock::errc::timeout) << "the waiter gave up";
+    std::this_thread::sleep_for(1000ms);  // the holder's permit has expired: nobody holds or waits
+    auto q = c.acquire("sem/stale-limit", permit_of(2, 0ms), ec);
+    EXPECT_FALSE(ec) << "a limit outlived its last holder and waiter: " << ec.message();
 }
 
 // A SIGKILLed holder's permit comes back when its lease expires (the ttl), not later.
@@ -325,6 +378,26 @@ TEST_F(RedisModes, QueuedWriterStopsNewReadersAndQueuedReadersEnterTogether) {
     EXPECT_EQ(readers_in.load(), 2);
     EXPECT_EQ(together.load(), 2) << "the two queued readers did not hold the lock together";
     for (const auto& t : entered) EXPECT_LT(t - released, 3s) << "a queued reader waited for a timer, not a wake";
+}
+
+// Issue 28: the fair check finds an exclusive waiter however far back it queues before the
+// reader. 150 readers' entries, then a writer's, queue (written directly, all live) while the lock
+// is free: a new reader is refused (it would overtake the writer), where a check of the first 100
+// entries had admitted it.
+TEST_F(RedisModes, FairReaderSeesAWriterQueuedBehindMoreThan100Readers) {
+    auto r = open();
+    const auto now_ms = std::stoll(raw({"TIME"}).at(0)) * 1000;
+    std::vector<std::string> queue{"ZADD", "dlock:{rw/deep}:queue"}, lapses{"ZADD", "dlock:{rw/deep}:queue-lapses"};
+    for (int i = 0; i <= 150; ++i) {
+        const std::string member = i < 150 ? "s:reader" + std::to_string(1000 + i) : "writer";
+        queue.insert(queue.end(), {std::to_string((now_ms - 60000) * 1000 + i), member});
+        lapses.insert(lapses.end(), {std::to_string(now_ms + 60000), member});
+    }
+    raw(queue);
+    raw(lapses);
+    std::error_code ec;
+    r.acquire("rw/deep", shared_for(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a reader overtook the writer queued 151st";
 }
 
 // A shared acquire that times out (waiting or trying once) leaves no member and no queue entry
@@ -476,10 +549,57 @@ for line in sys.stdin:
 
 // ---- redlock: shared locks by quorum intersection; no semaphore ----------------------------------
 
+// ---- a paused waiter (issue 28; docs/design/faults.md §19) ----------------------------------------
+
+// `claim`, the time a woken first waiter has to take the lock: command_timeout, at least 500 ms
+// (2 s on redis and 200 ms on redlock: the lab's configs keep the defaults).
+constexpr auto redis_claim = 2000ms;
+constexpr auto redlock_claim = 500ms;
+
+// A first waiter SIGSTOPped while the lock is held (its pub/sub socket stays open, so the release's
+// wake-up is heard): the next waiter is granted once the paused one's claim lapses, not when the old
+// holder's ttl (20 s) would have ended.
+TEST_F(RedisModes, PausedHeadWaiterHoldsTheNextUpForItsClaimOnly) {
+    auto a = open(), c = open();
+    auto held = a.acquire("q/paused-head", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    const auto latency = grant_behind_a_paused_head(
+        config(backend::redis), "q/paused-head", "", [&] { return queued("dlock:{q/paused-head}:queue"); }, c,
+        dlock::acquire_options().with_wait(20s), [&] { held.release(); });
+    std::cout << "[redis] the waiter behind a paused first waiter got the lock " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, redis_claim + 200ms) << "held up past the paused waiter's claim";
+}
+
+// The same for a semaphore: the permit goes to the waiter behind the paused one after its claim.
+TEST_F(RedisModes, PausedHeadPermitWaiterHoldsTheNextUpForItsClaimOnly) {
+    auto a = open(), c = open();
+    auto held = a.acquire("q/paused-permit", permit_of(1, 0ms).with_ttl(20s));
+    const auto latency = grant_behind_a_paused_head(
+        config(backend::redis), "q/paused-permit", "permits:1",
+        [&] { return queued("dlock:{q/paused-permit}:permits-queue"); }, c, permit_of(1, 20s), [&] { held.release(); });
+    std::cout << "[redis] the permit waiter behind a paused first waiter got it " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, redis_claim + 200ms) << "held up past the paused waiter's claim";
+}
+
+// A paused reader first in the queue, a writer behind it: the writer gets the lock after the
+// reader's claim.
+TEST_F(RedisModes, PausedHeadReaderHoldsTheWriterBehindUpForItsClaimOnly) {
+    auto a = open(), c = open();
+    auto held = a.acquire("q/paused-reader", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    const auto latency = grant_behind_a_paused_head(
+        config(backend::redis), "q/paused-reader", "shared", [&] { return queued("dlock:{q/paused-reader}:queue"); }, c,
+        dlock::acquire_options().with_wait(20s), [&] { held.release(); });
+    std::cout << "[redis] the writer behind a paused first reader got the lock " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, redis_claim + 200ms) << "held up past the paused reader's claim";
+}
+
 class RedlockModes : public dlock::test::lab_backend_test {
 protected:
     RedlockModes() : lab_backend_test({backend::redlock}) {}
     dlock::client open() const { return dlock::client::open(config(backend::redlock)); }
+    // Entries in node 0's queue of the exclusive waiters of `name`.
+    size_t queued(const std::string& name) {
+        return size_t(lab_->redlock().node(0).client().checked({"ZCARD", "dlock:{" + name + "}:redlock-queue"}).integer);
+    }
 };
 
 // A reader's quorum and a writer's quorum share a node, whose script refuses the later of the two:
@@ -604,6 +724,32 @@ TEST_F(RedlockModes, BreakKeepsTheNameUntilTheBrokenLeasesValidityEnds) {
     EXPECT_EQ(broken.release(), dlock::release_outcome::already_lost);
     EXPECT_EQ(next.state(), dlock::lease_state::held) << "the broken holder's release touched nothing";
     EXPECT_EQ(next.release(), dlock::release_outcome::released);
+}
+
+// A first waiter SIGSTOPped (its per-thread channel stays subscribed on every node, so the release's
+// wake-up is heard): the next waiter is granted once its claim lapses, not at the old holder's ttl.
+TEST_F(RedlockModes, PausedHeadWaiterHoldsTheNextUpForItsClaimOnly) {
+    auto a = open(), c = open();
+    auto held = a.acquire("rl/paused-head", dlock::acquire_options().with_wait(0ms).with_ttl(20s));
+    const auto latency = grant_behind_a_paused_head(
+        config(backend::redlock), "rl/paused-head", "", [&] { return queued("rl/paused-head"); }, c,
+        dlock::acquire_options().with_wait(20s), [&] { held.release(); });
+    std::cout << "[redlock] the waiter behind a paused first waiter got the lock " << latency.count() << " ms after the release\n";
+    EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused waiter's claim";
+}
+
+// The broadcast variant: shared holders leave (a shared release publishes only on the name's
+// channel and wakes no queued writer by name) while a paused writer is first and another writer
+// queues behind it: the second writer is granted once the paused one's claim lapses.
+TEST_F(RedlockModes, SharedReleaseHoldsTheWriterBehindAPausedWriterUpForItsClaimOnly) {
+    auto r = open(), c = open();
+    auto reader = r.acquire("rl/paused-writer", shared_for(0ms).with_ttl(20s));
+    const auto latency = grant_behind_a_paused_head(
+        config(backend::redlock), "rl/paused-writer", "", [&] { return queued("rl/paused-writer"); }, c,
+        dlock::acquire_options().with_wait(20s), [&] { reader.release(); });
+    std::cout << "[redlock] the writer behind a paused first writer got the lock " << latency.count()
+              << " ms after the last reader left\n";
+    EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
 }
 
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -

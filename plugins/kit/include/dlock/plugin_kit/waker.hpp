@@ -12,6 +12,10 @@
 //   - a confirmed (re)subscription bumps it too: what was published before it was not heard;
 //   - a lost connection marks every channel unconfirmed and bumps it: waiters retry at once, then
 //     fall back to their own timed retry until the channel is confirmed again.
+// A message may instead be a hint (hinted()): it bumps the channel's hint count, not its
+// generation, so a waiter that asked for hints (wait_change with seen_hints) learns of it and may
+// shorten its timed retry, and one that did not is not woken. (The redis plugins hint a queue's
+// second waiter: retry when the first one's claim lapses.)
 // The transport thread learns what to (un)subscribe from requests(), in the order waiters asked, and
 // sleeps in poll() on wake_fd(), which becomes readable when there are requests or it must stop.
 //
@@ -98,12 +102,20 @@ public:
         auto it = channels_.find(channel);
         return it == channels_.end() ? 0 : it->second.generation;
     }
-    // Waits until the channel's generation differs from `seen`, `until_ns` passes, or interrupt().
-    void wait_change(const std::string& channel, uint64_t seen, int64_t until_ns) {
+    // The channel's hint count (see hinted()): read before waiting, handed to wait_change().
+    uint64_t hints(const std::string& channel) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = channels_.find(channel);
+        return it == channels_.end() ? 0 : it->second.hints;
+    }
+    // Waits until the channel's generation differs from `seen` (or, with `seen_hints`, its hint
+    // count from that), `until_ns` passes, or interrupt().
+    void wait_change(const std::string& channel, uint64_t seen, int64_t until_ns, const uint64_t* seen_hints = nullptr) {
         std::unique_lock<std::mutex> lock(mutex_);
         auto changed = [&] {
             auto it = channels_.find(channel);
-            return interrupted_ || it == channels_.end() || it->second.generation != seen;
+            return interrupted_ || it == channels_.end() || it->second.generation != seen ||
+                   (seen_hints && it->second.hints != *seen_hints);
         };
         if (until_ns == forever_ns) changed_.wait(lock, changed);
         else changed_.wait_until(lock, steady_time(until_ns), changed);
@@ -177,6 +189,10 @@ protected:
     void heard(const std::string& channel) {
         update(channel, [](channel_state& s) { ++s.generation; });
     }
+    // A hint on the channel: waiters that asked for hints re-plan their wait; nobody retries for it.
+    void hinted(const std::string& channel) {
+        update(channel, [](channel_state& s) { ++s.hints; });
+    }
     // The connection is gone: nothing is heard until channels are confirmed again; every waiter
     // retries now, then on its own timer.
     void connection_lost() {
@@ -196,6 +212,7 @@ private:
         int watchers = 0;
         bool listening = false;  // the server confirmed the subscription on the current connection
         uint64_t generation = 0;
+        uint64_t hints = 0;
     };
     // Applies `change` to a watched channel (nothing for one nobody watches any more) and wakes waiters.
     template <typename F>
