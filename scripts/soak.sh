@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 acquisitions=${1:-10000}
 out=${2:-build/release/soak-results}
-targets=${SOAK_TARGETS:-file,redis,redlock,zookeeper,etcd,sql_lease,sql_advisory}
+targets=${SOAK_TARGETS:-file,redis,redlock,zookeeper,etcd,sql_lease,sql_advisory,mysql_lease,mysql_named}
 scripts/build.sh release >/dev/null
 cmake --build build/release --target fault_suite -j"$(nproc)" >/dev/null
 exec build/release/bin/fault_suite --soak --acquisitions "$acquisitions" --scenarios 1 --backends "$targets" --out "$out"

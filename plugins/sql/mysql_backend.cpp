@@ -317,7 +317,7 @@ size_t backend::break_lock(const std::string& name, bool semaphore) {
     auto c = connections_->borrow(deadline);
     try {
         size_t broken = 0;
-        c->query("START TRANSACTION", deadline);
+        c->begin(deadline);
         if (semaphore) {
             broken = size_t(as_i64(c->run("break_permits_read", {name}, deadline).rows.at(0).at(0)));
             c->run("break_permits_delete", {name}, deadline);
@@ -328,7 +328,7 @@ size_t backend::break_lock(const std::string& name, bool semaphore) {
             broken = !held.rows.empty() && as_i64(held.rows[0][0]) != 0 ? 1 : 0;
             c->run("break_lock_free", {name}, deadline);
         }
-        c->query("COMMIT", deadline);
+        c->commit(deadline);
         return broken;
     } catch (const error& e) {
         c->mark_broken();  // ends the session: the transaction rolls back
@@ -400,18 +400,19 @@ int backend::release(hold* h) {
 // ---- lease mode: semaphores ---------------------------------------------------------------------
 
 bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence,
-                         int64_t& wait_ms) {
+                         int64_t& wait_ms, bool& committing) {
     const int64_t n = limit;
-    // An `error` escaping from here leaves the transaction open: the caller ends the connection.
-    c.query("START TRANSACTION", deadline);
+    // An `error` escaping from here leaves the transaction open: the caller ends the connection. The
+    // server ends the session should the client stall inside it (connection::begin).
+    c.begin(deadline);
     try {
         result header = c.run("permit_header", {h.name}, deadline);
         if (header.rows.empty()) {
             // Slot 0 is created outside the transaction: two transactions that both found it missing
             // would each hold a gap lock the other's INSERT waits for (a deadlock).
-            c.query("ROLLBACK", deadline);
+            c.rollback(deadline);
             c.run("permit_create", {h.name, n}, deadline);
-            c.query("START TRANSACTION", deadline);
+            c.begin(deadline);
             header = c.run("permit_header", {h.name}, deadline);
         }
         if (!header.rows.at(0).at(0)) {  // forgotten by a break: ours is the limit now
@@ -431,7 +432,7 @@ bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms,
             const result slots = c.run("permit_slots", {h.name, n}, deadline);
             const int64_t existing = as_i64(slots.rows.at(0).at(0));
             if (existing >= n) {
-                c.query("ROLLBACK", deadline);
+                c.rollback(deadline);
                 wait_ms = slots.rows[0][1] ? as_i64(slots.rows[0][1]) : -1;
                 return false;
             }
@@ -439,7 +440,8 @@ bool backend::try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms,
         }
         fence = c.run("permit_next_fence", {h.name}, deadline).insert_id;
         c.run("permit_take", {h.name, slot, h.owner, int64_t(fence), ttl_ms * 1000, holder_}, deadline);
-        c.query("COMMIT", deadline);
+        committing = true;
+        c.commit(deadline);
         return true;
     } catch (const failure&) {
         c.mark_broken();  // ends the session, and the transaction with it
@@ -459,9 +461,9 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
         const int64_t sent = now_ns();
         uint64_t fence = 0;
         int64_t wait_ms = -1;
-        bool taken = false;
+        bool taken = false, committing = false;
         try {
-            taken = try_permit(*c, h, req->permits, req->ttl_ms, deadline, fence, wait_ms);
+            taken = try_permit(*c, h, req->permits, req->ttl_ms, deadline, fence, wait_ms, committing);
         } catch (const error& e) {
             c->mark_broken();  // ends the session: an open transaction rolls back
             // InnoDB chose this transaction as a deadlock's victim and rolled it back (a new slot's
@@ -481,38 +483,27 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
             // server at max_statement_time (MariaDB's error 1969). The session is not known ended.
             const bool cut = e.code == 1969 || (e.lost && e.message.find("client's deadline") != std::string::npos);
             if (!e.lost && !cut) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
-            // The COMMIT may have been applied: only a permit row carrying our token proves it.
+            // The COMMIT may have been applied, or may still be: only a permit row carrying our
+            // token, read once that transaction is over, tells (read_back_permit).
             connections_->give_back(c.detach());
-            auto again = connections_->borrow(statement_deadline());
-            try {
-                const result back = again->run("permit_read_back", {h.name, h.owner}, statement_deadline());
-                if (!back.rows.empty()) {
-                    taken = true;
-                    fence = as_u64(back.rows[0][0]);
-                } else if (cut) {
-                    // The server answers: the statement was only slow (queued behind slot 0's row
-                    // lock). Not taken; a wait goes on polling within its deadline, a try-once ends.
-                    if (req->deadline_ns == 0)
-                        fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}` on {}: the try-once queued behind other acquirers "
-                                                        "until its statement was cut ({}); no permit taken", h.name, where(), e.message));
-                } else if (req->deadline_ns == 0 || (!retried_unknown && now_ns() < req->deadline_ns)) {
-                    // A try, or the first loss of a wait: a connection the server ended while idle
-                    // looks the same, so one immediate retry on a fresh connection is safe.
-                    if (req->deadline_ns == 0 && retried_unknown)
-                        fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of a "
-                                                            "permit of `{}` ({}); the row read back shows it was not taken; retry",
-                                                            where(), h.name, e.message));
-                    retried_unknown = true;
-                    continue;
-                }
-                // Else a wait whose transaction was given up at its deadline (queued behind slot 0's
-                // row lock), or lost again: not taken; the deadline decides below.
-            } catch (const error& e2) {
-                again->mark_broken();
-                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit of `{}` "
-                                                "({}) and reading the row back failed too ({}); it is not reported held; if it "
-                                                "committed, the permit expires after its ttl", where(), h.name, e.message, e2.message));
+            taken = read_back_permit(h, e.lost && committing, e.message, fence);
+            if (!taken && cut) {
+                // The statement was only slow (queued behind slot 0's row lock). Not taken; a wait
+                // goes on polling within its deadline, a try-once ends.
+                if (req->deadline_ns == 0)
+                    fail(DLOCK_TIMEOUT, fmt::format("semaphore `{}` on {}: the try-once queued behind other acquirers "
+                                                    "until its statement was cut ({}); no permit taken", h.name, where(), e.message));
+            } else if (!taken && (req->deadline_ns == 0 || (!retried_unknown && now_ns() < req->deadline_ns))) {
+                // A try, or the first loss of a wait: a connection the server ended while idle
+                // looks the same, so one immediate retry on a fresh connection is safe.
+                if (req->deadline_ns == 0 && retried_unknown)
+                    fail(DLOCK_UNAVAILABLE, fmt::format("sql backend: {}: the connection was lost during the acquire of a "
+                                                        "permit of `{}` ({}); the row read back shows it was not taken; retry",
+                                                        where(), h.name, e.message));
+                retried_unknown = true;
+                continue;
             }
+            // Else taken, or a wait whose transaction was lost again: not taken; the deadline decides below.
         }
     not_taken:
         if (taken) {
@@ -526,6 +517,48 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
             fail(DLOCK_TIMEOUT, fmt::format("all {} permits of semaphore `{}` are held on {}", req->permits, h.name, where()));
         // Held: poll as a lock waiter does, but never past the first permit's expiry.
         pause.sleep(now, req->deadline_ns, wait_ms >= 0 ? (wait_ms + 1) * 1'000'000 : INT64_MAX);
+    }
+}
+
+// A permit is committed only by the transaction's COMMIT. Until the client sent it, a cut or a lost
+// connection leaves a transaction that can no longer commit (the next statement would need the
+// client, which closes the connection), and a plain read of our permit row decides, as it does when
+// the server answered the COMMIT with an error. When the connection was lost during the COMMIT, the
+// COMMIT may still be on its way to the server, or running there: a read at once could miss a permit
+// that commits a moment later (and the wait's next attempt would take a second slot with the same
+// token: a ghost permit). The transaction holds slot 0's row lock from its first statement to its
+// end, so that read-back is a locking read that takes slot 0 first: it waits for the transaction's
+// end — which the server brings within idle_transaction_limit_s() should the session sit idle, its
+// client gone — and then sees the permit if it was committed. A read-back cut while it waits is
+// tried again until the stalled transaction must be over.
+bool backend::read_back_permit(const hold& h, bool commit_pending, const std::string& cause, uint64_t& fence) {
+    const int64_t until = now_ns() + (config_.idle_transaction_limit_s() * 1000 + config_.client_limit_ms()) * 1'000'000;
+    auto unknown = [&](const std::string& why) {
+        fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of a permit of `{}` "
+                                        "({}) and reading the row back failed too ({}); it is not reported held; if it "
+                                        "committed, the permit expires after its ttl", where(), h.name, cause, why));
+    };
+    for (;;) {
+        const int64_t deadline = std::min(statement_deadline(), until);
+        pool::lease c;
+        try {
+            c = connections_->borrow(deadline);
+        } catch (const failure& f) {
+            unknown(f.message);  // no connection for the read-back
+        }
+        try {
+            const result back = commit_pending ? c->run("permit_read_back_after_end", {h.owner, h.name}, deadline)
+                                               : c->run("permit_read_back", {h.name, h.owner}, deadline);
+            if (back.rows.empty() || !back.rows[0][0]) return false;
+            fence = as_u64(back.rows[0][0]);
+            return true;
+        } catch (const error& e) {
+            c->mark_broken();
+            // Cut while it waited for slot 0: by the server (MariaDB's max_statement_time, or
+            // innodb_lock_wait_timeout) or by the client at its deadline.
+            const bool cut = e.code == 1969 || e.code == 1205 || (e.lost && e.message.find("client's deadline") != std::string::npos);
+            if (!commit_pending || !cut || now_ns() >= until) unknown(e.message);
+        }
     }
 }
 

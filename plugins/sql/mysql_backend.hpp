@@ -125,8 +125,15 @@ private:
     int release_lease(hold* h);
     int acquire_permit(const dlock_acquire_request* req, hold& h, dlock_grant* grant);
     // One transaction: takes a free permit of at most `limit` and writes its fence into `fence`, or
-    // returns false with the ms until the first held permit expires in `wait_ms`.
-    bool try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence, int64_t& wait_ms);
+    // returns false with the ms until the first held permit expires in `wait_ms`. `committing` is
+    // set when the COMMIT is sent: only from then on can a transaction the client gave up commit.
+    bool try_permit(connection& c, hold& h, uint32_t limit, int64_t ttl_ms, int64_t deadline, uint64_t& fence, int64_t& wait_ms,
+                    bool& committing);
+    // After a permit acquire's transaction was cut or its connection lost (`cause`): whether it took
+    // a permit (then its fence in `fence`), decided once that transaction can no longer commit —
+    // at once, unless its COMMIT may still be on its way or running (`commit_pending`). Throws
+    // failure DLOCK_UNKNOWN when the server cannot tell in time.
+    bool read_back_permit(const hold& h, bool commit_pending, const std::string& cause, uint64_t& fence);
     int release_permit(hold* h);
     int release_row(hold* h, bool permit);  // the shared body of release_lease and release_permit
     bool ensure_holders_table(connection& c);

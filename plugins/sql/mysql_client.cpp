@@ -56,6 +56,10 @@ void initialise_library() {
     std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
 }
 
+// wait_timeout outside transactions: a year, so that an idle session keeping a named lock is never
+// closed by the server's idle limit.
+constexpr int64_t idle_session_limit_s = 31536000;
+
 bool is_lost(unsigned code) {
     return code == CR_SERVER_GONE_ERROR || code == CR_SERVER_LOST || code == CR_CONN_HOST_ERROR ||
            code == CR_CONNECTION_ERROR || code == CR_SERVER_LOST_EXTENDED || code == ER_CONNECTION_KILLED ||
@@ -287,11 +291,13 @@ connection::connection(const settings& s, const std::vector<std::pair<std::strin
     try {
         // Server-side limits: MariaDB's max_statement_time cancels a lease-mode statement itself
         // (named-mode statements wait in GET_LOCK and have none); wait_timeout is raised so an idle
-        // connection keeping a named lock is never closed by the server's idle limit.
-        std::string setup = "SET SESSION wait_timeout = 31536000, SESSION time_zone = '+00:00'";
+        // connection keeping a named lock is never closed by the server's idle limit, while a session
+        // idle inside a transaction is ended (see begin()).
+        std::string setup = fmt::format("SET SESSION wait_timeout = {}, SESSION time_zone = '+00:00'", idle_session_limit_s);
         if (is_mariadb())
-            setup += fmt::format(", SESSION max_statement_time = {}",
-                                 s.mode == lock_mode::lease ? double(s.statement_timeout_ms) / 1000.0 : 0.0);
+            setup += fmt::format(", SESSION max_statement_time = {}, SESSION idle_transaction_timeout = {}",
+                                 s.mode == lock_mode::lease ? double(s.statement_timeout_ms) / 1000.0 : 0.0,
+                                 s.idle_transaction_limit_s());
         query(setup, deadline_ns);
     } catch (const error& e) {
         mysql_close(mysql_);
@@ -309,6 +315,21 @@ connection::~connection() {
 }
 
 int connection::socket() const { return mysql_get_socket(mysql_); }
+
+void connection::begin(int64_t deadline_ns) {
+    if (!is_mariadb()) query(fmt::format("SET SESSION wait_timeout = {}", settings_.idle_transaction_limit_s()), deadline_ns);
+    query("START TRANSACTION", deadline_ns);
+}
+
+void connection::commit(int64_t deadline_ns) {
+    query("COMMIT", deadline_ns);
+    if (!is_mariadb()) query(fmt::format("SET SESSION wait_timeout = {}", idle_session_limit_s), deadline_ns);
+}
+
+void connection::rollback(int64_t deadline_ns) {
+    query("ROLLBACK", deadline_ns);
+    if (!is_mariadb()) query(fmt::format("SET SESSION wait_timeout = {}", idle_session_limit_s), deadline_ns);
+}
 
 bool connection::alive() const {
     if (broken_) return false;
@@ -335,8 +356,11 @@ auto connection::bounded(int64_t deadline_ns, F&& body) -> decltype(body()) {
 }
 
 void connection::fail_with(st_mysql_stmt* stmt) {
-    error e = stmt ? error{mysql_stmt_errno(stmt), mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt), false}
-                   : error{mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_), false};
+    // An error that ends a result set while its rows are fetched (MariaDB's max_statement_time
+    // cutting a locking read that waited for a row lock after the result's metadata went out) is
+    // the connection's, not the statement's: Connector/C leaves mysql_stmt_errno() 0 then.
+    error e = stmt && mysql_stmt_errno(stmt) != 0 ? error{mysql_stmt_errno(stmt), mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt), false}
+                                                  : error{mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_), false};
     e.lost = is_lost(e.code);
     if (e.lost) broken_ = true;
     throw e;

@@ -42,6 +42,12 @@ struct settings {
     std::string server;  // "127.0.0.1:3306/dlock", as messages name it
 
     int64_t client_limit_ms() const { return statement_timeout_ms + std::max<int64_t>(statement_timeout_ms / 4, 100); }
+    // How long the server lets a session sit idle inside a transaction before it ends the session
+    // (and rolls the transaction back): statement_timeout in whole seconds, at least 1. A healthy
+    // client is idle between the statements of its transaction for microseconds; a stalled one (a
+    // stopped process, a dead host) would otherwise keep the transaction's row locks for as long as
+    // TCP keeps the session (hours).
+    int64_t idle_transaction_limit_s() const { return std::max<int64_t>((statement_timeout_ms + 999) / 1000, 1); }
 };
 
 // Reads `dsn` (mysql://user:password@host:port/database?sslmode=…) into `s`; percent-escapes are
@@ -99,6 +105,14 @@ public:
     result run(const std::string& statement, const std::vector<param>& params, int64_t deadline_ns = INT64_MAX);
     // Runs SQL text (setup only). Throws error.
     result query(const std::string& sql, int64_t deadline_ns = INT64_MAX);
+    // A transaction whose session the server ends when it sits idle in it for
+    // settings::idle_transaction_limit_s(). MariaDB: the session's idle_transaction_timeout (set at
+    // connect) does it, and these are START TRANSACTION, COMMIT and ROLLBACK. MySQL, which has no such
+    // limit: begin() lowers the session's wait_timeout to it first, and commit()/rollback() raise it
+    // again afterwards (two more round trips). Throw error; after one, end the connection.
+    void begin(int64_t deadline_ns);
+    void commit(int64_t deadline_ns);
+    void rollback(int64_t deadline_ns);
 
     int socket() const;
     uint64_t id() const { return id_; }  // the session id KILL CONNECTION and CONNECTION_ID() use

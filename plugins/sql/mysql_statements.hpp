@@ -149,6 +149,13 @@ struct statements {
             // ? name, owner → the fence when the permit row carries our token and has not expired.
             {"permit_read_back", fmt::format("SELECT fence FROM {} WHERE kind = 'P' AND name = ? AND slot > 0 AND owner = ?"
                                              " AND expiry > UTC_TIMESTAMP(6)", H)},
+            // ? owner, name → the same, as one row when slot 0 exists (the fence, or NULL). A locking
+            // read (autocommit: its locks go at its end) that takes slot 0 first (the LEFT JOIN's
+            // outer side), so it waits for the end of any transaction holding slot 0 — an acquire
+            // whose COMMIT may still come — and then reads the permits as committed.
+            {"permit_read_back_after_end", fmt::format("SELECT h.fence FROM {0} s LEFT JOIN {0} h ON h.kind = 'P' AND h.name = s.name"
+                                             " AND h.slot > 0 AND h.owner = ? AND h.expiry > UTC_TIMESTAMP(6)"
+                                             " WHERE s.kind = 'P' AND s.name = ? AND s.slot = 0 FOR UPDATE", H)},
         };
     }
 

@@ -8,6 +8,7 @@
 
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
+#include "dlock/lab/proxy.hpp"
 
 #include <dlock/dlock.hpp>
 
@@ -471,3 +472,107 @@ TEST_F(MysqlBackend, PermitAcquireQueuedPastStatementTimeoutEndsInTimeout) {
     auto held = client.acquire("cut/sem", dlock::acquire_options(permit).with_wait(5000ms));
     EXPECT_EQ(held.release(), dlock::release_outcome::released);
 }
+
+// Whether a session is running permit_free_slot (the acquire's locking read of the free slots) now.
+static bool looking_for_a_free_slot(dlock::lab::mariadb_client& probe) {
+    return probe.query_value("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Execute' AND INFO LIKE "
+                             "'%slot BETWEEN 1 AND ? AND (owner IS NULL OR expiry <= UTC_TIMESTAMP(6)) ORDER BY slot LIMIT 1 FOR UPDATE'")
+               .value_or("0") != "0";
+}
+
+// A permit acquire whose client stalls inside its transaction, holding slot 0's row lock — a process
+// stopped, or a host gone, between `permit_header … FOR UPDATE` and COMMIT — holds up the other
+// acquirers of the semaphore only until the server ends the idle transaction (statement_timeout in
+// whole seconds, 2 s here), not until TCP gives the session up (hours). The stall: the client goes
+// through the lab proxy, another session holds slot 1's row lock so that the acquire waits inside its
+// transaction (after slot 0), then the proxy goes silent both ways and the row lock goes — the server
+// answers into the silence and the session sits idle in its transaction, as with a SIGSTOPped client.
+TEST_F(MysqlBackend, StalledPermitAcquireBlocksOthersForABoundNotHours) {
+    dlock::lab::tcp_proxy proxy(server().client_endpoint());
+    auto stalling = dlock::client::from_yaml(yaml(dlock::lab::mariadb_dsn(proxy.listen_endpoint()), "lease",
+                                                  "  statement_timeout: 2s\n  pool_size: 1\n"),
+                                             "mysql_test");
+    auto other = open("lease", "  statement_timeout: 2s\n");
+    const auto permit = dlock::acquire_options().with_permits(2).with_ttl(10s);
+    stalling.acquire("stall/sem", dlock::acquire_options(permit).with_wait(0ms)).release();  // slots 0 and 1
+    auto blocker = server().client();
+    blocker.execute("START TRANSACTION");
+    blocker.execute("SELECT owner FROM dlock_locks_holders WHERE kind = 'P' AND name = 'stall/sem' AND slot = 1 FOR UPDATE");
+    std::error_code stalled_ec;
+    std::thread stalled([&] { stalling.acquire("stall/sem", dlock::acquire_options(permit).with_wait(0ms), stalled_ec); });
+    struct join_at_end {
+        std::thread& t;
+        dlock::lab::tcp_proxy& p;
+        ~join_at_end() {
+            p.heal();
+            if (t.joinable()) t.join();
+        }
+    } joined{stalled, proxy};
+    auto probe = server().client();
+    ASSERT_TRUE(eventually([&] { return looking_for_a_free_slot(probe); }, 1500ms)) << "the acquire never waited for slot 1";
+    proxy.blackhole(dlock::lab::direction::both);
+    blocker.execute("ROLLBACK");  // its answer goes into the silent proxy: the session is idle in its transaction
+    const auto stalled_at = clock_type::now();
+    std::error_code ec;
+    auto lease = other.acquire("stall/sem", dlock::acquire_options(permit).with_wait(20s), ec);
+    const int64_t waited = ms_since(stalled_at);
+    std::cout << "[mysql lease] another client's permit acquire waited " << waited
+              << " ms behind an acquire stalled inside its transaction\n";
+    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    EXPECT_LT(waited, 2000 + 3000) << "the stalled transaction is ended by the server within statement_timeout (2 s)";
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'stall/sem' AND slot > 0 "
+                     "AND owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6)"),
+              "1")
+        << "only the other client's permit";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+    stalled.join();  // still silent: its deadline passes, and its read-back finds no connection
+    EXPECT_TRUE(stalled_ec) << "the stalled acquire is not reported held";
+}
+
+// A permit acquire whose COMMIT reaches the server late — after the client gave the transaction up
+// at its deadline and read its permit row back — takes one permit, not two. The lab proxy delays the
+// client's bytes 2.5 s: START, permit_header, permit_free_slot, permit_next_fence and permit_take reach
+// the server at 2.5 … 12.5 s, the COMMIT (sent on permit_take's answer) at 15 s; the client gives up at
+// 13.75 s (statement_timeout 11 s + ¼), the delay is lifted before that, so its read-back and its next
+// attempt reach the server at once, and the late COMMIT then commits the first permit. The read-back
+// must wait for that transaction's end (it holds slot 0's row lock until then) and find the permit;
+// reading at once finds nothing, and the next attempt takes a second slot with the same owner token.
+TEST_F(MysqlBackend, PermitWhoseCommitLandsAfterTheReadBackIsTakenOnce) {
+    dlock::lab::tcp_proxy proxy(server().client_endpoint());
+    auto client = dlock::client::from_yaml(yaml(dlock::lab::mariadb_dsn(proxy.listen_endpoint()), "lease",
+                                                "  statement_timeout: 11s\n  pool_size: 1\n"),
+                                           "mysql_test");
+    const auto permit = dlock::acquire_options().with_permits(2).with_ttl(30s);
+    // Slots 0 and 1, and every statement of the free-slot path prepared on the one pooled connection.
+    for (int i = 0; i < 2; ++i) client.acquire("late/sem", dlock::acquire_options(permit).with_wait(0ms)).release();
+    proxy.set_delay(2500ms, 0ms);
+    std::error_code ec;
+    dlock::lease lease;
+    std::thread acquiring([&] { lease = client.acquire("late/sem", dlock::acquire_options(permit).with_wait(60s), ec); });
+    struct join_at_end {
+        std::thread& t;
+        ~join_at_end() {
+            if (t.joinable()) t.join();
+        }
+    } joined{acquiring};
+    auto dirty = server().client();
+    dirty.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
+    const bool written = eventually(
+        [&] {
+            return dirty.query_value("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'late/sem' AND slot > 0 "
+                                     "AND owner IS NOT NULL").value_or("0") != "0";
+        },
+        20s);
+    std::this_thread::sleep_for(300ms);  // the COMMIT, sent on permit_take's answer, is in the proxy now
+    proxy.set_delay(0ms, 0ms);
+    acquiring.join();
+    ASSERT_TRUE(written) << "permit_take never ran";
+    ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
+    const auto rows = server().client().query_column(
+        "SELECT fence FROM dlock_locks_holders WHERE kind = 'P' AND name = 'late/sem' AND slot > 0 AND owner = '" + std::string(lease.owner()) +
+        "' AND expiry > UTC_TIMESTAMP(6)");
+    EXPECT_EQ(rows.size(), 1u) << "permits carrying the acquire's owner token";
+    if (!rows.empty()) EXPECT_EQ(rows[0].value_or(""), std::to_string(lease.fencing_token()));
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
