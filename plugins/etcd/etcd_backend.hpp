@@ -66,8 +66,10 @@
 // again, same value, which moves its mod_revision); when the directory holds no key at all (no
 // holder, no waiter), a Txn nested in the same request's failure branch stores our N, over any
 // value stored, and puts our key (one round trip either way): a stored N binds only while a key
-// is left. A different value with a key left is refused (INVALID_ARGUMENT). A permit's release Txn also reads whether the
-// directory is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
+// is left. A different value with a key left is refused (INVALID_ARGUMENT); no value with a key
+// left (the limit deleted by hand) is refused too (BACKEND): those keys' N is unknown, and a limit
+// is stored only into an empty directory. A permit's release Txn also reads whether the directory
+// is left empty and the limit's mod_revision; if empty, one more Txn deletes the limit
 // if its mod_revision is still that one: no enqueue came in between.
 // Waking permit waiters without a herd. A key holds when fewer than N keys are before it. Holders
 // go in any order, so no single holder's key tells a waiter its turn came; instead:

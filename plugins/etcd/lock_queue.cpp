@@ -335,36 +335,43 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
         pb::PutRequest* limit = first->add_success()->mutable_request_put();
         limit->set_key(a->limit_key);
         limit->set_value(limit_text);
+        // Not empty: how many keys it holds, for the refusal below (read only when nothing is put).
+        pb::RangeRequest* count = first->add_failure()->mutable_request_range();
+        count->set_key(a->dir);
+        count->set_range_end(prefix_end(a->dir));
+        count->set_count_only(true);
     }
     pb::TxnResponse response;
     int64_t unanswered = 0;
     try {
-        for (int limit_puts = 0;; ++limit_puts) {
-            conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
-                       acquire_call(*a, &unanswered));
-            if (a->kind != DLOCK_HOLD_PERMIT || response.succeeded() || response.responses(0).response_range().kvs_size() > 0 ||
-                response.responses(2).response_txn().succeeded())
-                break;
-            // Nothing put: the semaphore's limit is absent or another, and a permit key is there.
-            // Store ours when absent, then enqueue again; refuse a different one.
+        conn->call("acquire", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, enqueue, &response); },
+                   acquire_call(*a, &unanswered));
+        if (a->kind == DLOCK_HOLD_PERMIT && !response.succeeded() && response.responses(0).response_range().kvs_size() == 0 &&
+            !response.responses(2).response_txn().succeeded()) {
+            // Nothing put: a permit key is in the directory, and the stored limit is another or
+            // absent. Absent beside permit keys (deleted by hand: dlock deletes it only when the
+            // directory is empty, and every enqueue touches it), their N is unknown: storing ours
+            // beside them could admit more than their N, so refuse until the directory is empty
+            // (the nested Txn then stores ours).
             const auto& stored = response.responses(1).response_range().kvs();
-            if (!stored.empty() && stored[0].value() != limit_text)
+            const auto& nested = response.responses(2).response_txn();
+            const int64_t present = nested.responses_size() > 0 ? nested.responses(0).response_range().count() : 0;
+            if (stored.empty())
+                fail(DLOCK_BACKEND,
+                     fmt::format("etcd: semaphore `{}`: its limit key `{}` is missing while {} permit key(s) are under `{}` (the "
+                                 "limit was deleted by hand?); their limit is unknown, so no permit is granted beside them: "
+                                 "wait until they are released or expire (the next acquire then stores its limit), or break "
+                                 "the semaphore (`dlock break --semaphore {}`)",
+                                 a->name, a->limit_key, present, a->dir, a->name));
+            if (stored[0].value() != limit_text)
                 fail(DLOCK_INVALID_ARGUMENT,
                      fmt::format("etcd: semaphore `{}` has the limit {} stored (key `{}`); this acquire asked for {} "
                                  "permits: every client of a semaphore must use the same limit", a->name,
                                  stored[0].value(), a->limit_key, a->permits));
-            if (limit_puts == 3)
-                fail(DLOCK_BACKEND, fmt::format("etcd: semaphore `{}`: its permit could not be enqueued (the limit key `{}` "
-                                                "keeps vanishing)", a->name, a->limit_key));
-            pb::TxnRequest store;
-            compare_create_revision(store, a->limit_key, 0);
-            pb::PutRequest* limit = store.add_success()->mutable_request_put();
-            limit->set_key(a->limit_key);
-            limit->set_value(limit_text);
-            pb::TxnResponse stored_response;
-            conn->call("store the semaphore's limit",
-                       [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, store, &stored_response); },
-                       acquire_call(*a));
+            // The limit matches and our key is absent: only the compare on its tombstone can have
+            // failed (a key of this name was cleaned up before, which a new key's suffix rules out).
+            fail(DLOCK_BACKEND, fmt::format("etcd: semaphore `{}`: the enqueue of `{}` was refused: a tombstone `{}` exists for it",
+                                            a->name, a->key, a->tombstone));
         }
     } catch (...) {
         try {

@@ -254,8 +254,9 @@ private:
     std::string own_;              // our queue node's name, once known
     uint64_t fence_ = 0;           // its czxid
     bool maybe_created_ = false;   // a create of ours may have happened without our seeing the reply
-    // A permit: the semaphore's stored limit was read and matched ours since our last create. Only
-    // then may the node be admitted (its reply, and the read pipelined with it, may have been lost).
+    // A permit: the semaphore's stored limit was read and matched ours since our last create. Until
+    // then the node is neither admitted nor left waiting: each listing checks it first (the create's
+    // reply, or the read pipelined with it, may have been lost).
     bool limit_checked_ = false;
     // The watches our node is covered by, as the handling order of the replies that set them (see
     // waiter): the last enqueue's listing left one on the lock node's children; own_watched_ is our
@@ -310,8 +311,12 @@ int acquisition::run(dlock_hold** out_hold, dlock_grant* grant) {
                 if (++setbacks > 100) fail(DLOCK_BACKEND, fmt::format("{}: nodes of ours under `{}` could not be reduced to one", b_.where(s_.get()), lock_path_));
                 continue;
             }
+            // A permit's node whose limit was not checked yet (the replies pipelined with its create
+            // were lost) is checked at this listing, admitted or not: a node of another N left
+            // waiting would count as a holder for every client of the stored N (one read, on this
+            // rare path only; a mismatch throws and give_back deletes the node).
+            if (kind_ == DLOCK_HOLD_PERMIT && !limit_checked_ && !limit_confirmed()) continue;  // read failed: list again
             const standing at = standing_in(queue, size_t(mine - queue.begin()), kind_, permits_);
-            if (at.admitted && kind_ == DLOCK_HOLD_PERMIT && !limit_confirmed()) continue;  // read failed: list again
             if (at.admitted) {
                 // A permit with a node after it may be the node a later waiter watches.
                 if (kind_ == DLOCK_HOLD_PERMIT && mine + 1 != queue.end() && !signal_admission()) continue;
@@ -412,10 +417,10 @@ void acquisition::check_limit(const call& read) {
     limit_checked_ = true;
 }
 
-// Before a permit is admitted: the stored limit was checked for our node, or is read and checked
-// now (the create's reply and the read pipelined with it were lost, and the node was found by guid
-// or listed afterwards). A mismatch throws (give_back deletes our node); false: the read failed,
-// list again.
+// After every listing of a permit's queue, before its standing is judged: the stored limit was
+// checked for our node, or is read and checked now (the create's reply or the read pipelined with
+// it was lost, and the node was found by guid or listed afterwards). A mismatch throws (give_back
+// deletes our node); false: the read failed, list again.
 bool acquisition::limit_confirmed() {
     if (limit_checked_) return true;
     auto read = b_.get(*s_, lock_path_);

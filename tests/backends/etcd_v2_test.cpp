@@ -272,6 +272,33 @@ TEST_F(EtcdModes, StaleSemaphoreLimitGoesWithTheLastKeyAndNeverAdmitsNPlusOne) {
     EXPECT_EQ(keys_under(dir).size(), 2u);
 }
 
+// The limit key of a semaphore is deleted by hand (etcdctl) while a holder of N = 1 is there: the
+// holder's N is no longer known, so no acquire may store its own N beside it. N = 2 is refused
+// (BACKEND, saying the limit key is missing while a permit key is there, and what to do), puts
+// nothing and stores no limit; once the holder released, N = 2 is accepted and stores its limit.
+TEST_F(EtcdModes, SemaphoreWithItsLimitKeyDeletedBesideAHolderIsRefused) {
+    const std::string dir = "dlock/%semaphores/v2%2Fno-limit/", limit_key = "dlock/%semaphores/v2%2Fno-limit";
+    auto c = open();
+    auto holder = c.acquire("v2/no-limit", permits(1));
+    etcdctl(endpoint(), {"del", limit_key});
+    ASSERT_TRUE(etcdctl(endpoint(), {"get", limit_key, "--print-value-only"}).empty());
+    std::error_code ec;
+    auto beside = c.acquire("v2/no-limit", permits(2), ec);
+    const std::string message = dlock_last_error();
+    EXPECT_FALSE(beside) << "a permit of N = 2 beside a holder whose N is unknown";
+    EXPECT_EQ(ec, dlock::errc::backend) << message;
+    for (const char* part : {"v2/no-limit", limit_key.c_str(), "missing", "break"}) EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_EQ(keys_under(dir).size(), 1u) << "the refused acquire put nothing";
+    EXPECT_TRUE(etcdctl(endpoint(), {"get", limit_key, "--print-value-only"}).empty()) << "no limit stored beside the holder";
+    c.acquire("v2/no-limit", permits(1, 300ms), ec);
+    EXPECT_EQ(ec, dlock::errc::backend) << "the holder's own N is refused too (nothing tells it is the holder's): " << dlock_last_error();
+    EXPECT_EQ(holder.state(), dlock::lease_state::held);
+    holder.release();
+    auto after = c.acquire("v2/no-limit", permits(2), ec);
+    ASSERT_FALSE(ec) << "nobody holds or waits: N = 2 is accepted: " << dlock_last_error();
+    EXPECT_EQ(etcdctl(endpoint(), {"get", limit_key, "--print-value-only"}).at(0), "2");
+}
+
 // A permit waiter admitted when its acquire's deadline is nearly over still wakes the waiter
 // behind it. N = 2: H1 and H2 hold, W1 (through a proxy whose answers arrive 1 s late) is the first
 // waiter, W2 waits behind W1 for W1's touch. H1 goes; W1 learns it 1 s later, reads the queue

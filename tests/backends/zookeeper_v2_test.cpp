@@ -243,6 +243,64 @@ TEST_F(ZooKeeperModes, LimitIsCheckedWhenTheCreateReplyIsLost) {
     EXPECT_TRUE(eventually([&] { return nodes(node).size() == 1; }, 10s)) << "the refused acquire's node is deleted";
 }
 
+// The create's reply arrives, the replies pipelined behind it (the listing and the read of the
+// stored limit) are lost with the connection: the node is known without a limit check, and the
+// next rounds list the queue. Stored N = 3 with two holders; X asks for N = 1, so its node (third)
+// is not admitted and would wait as the first waiter, counted as a permit holder by every N = 3
+// client. It must be refused at once (INVALID_ARGUMENT) and its node deleted, not wait out its
+// deadline and answer TIMEOUT. The proxy lets exactly the create's reply through (its frame: length
+// 4, header 16, path 4 + its length, Stat 68), then resets both sides.
+TEST_F(ZooKeeperModes, LimitIsCheckedWhenOnlyTheCreateReplyArrives) {
+    const std::string node = "/dlock/.semaphores/sem%2Fcreate-reply";
+    auto holder_client = dlock::client::open(config());
+    auto h1 = holder_client.acquire("sem/create-reply", permit_of(3).with_wait(0ms));
+    auto h2 = holder_client.acquire("sem/create-reply", permit_of(3).with_wait(0ms));
+    const std::vector<std::string> holders = nodes(node);
+    ASSERT_EQ(holders.size(), 2u);
+
+    dlock::lab::tcp_proxy proxy(lab_->zookeeper().client_endpoint());
+    auto client = dlock::client::open(config_at(proxy.listen_endpoint().to_string(), {"session_timeout: 4s"}));
+    proxy.blackhole(dlock::lab::direction::downstream);
+    std::promise<std::pair<std::error_code, std::string>> outcome;
+    auto lease_slot = std::make_shared<dlock::lease>();
+    std::thread acquirer([&] {
+        std::error_code ec;
+        *lease_slot = client.acquire("sem/create-reply", permit_of(1).with_wait(8s), ec);
+        outcome.set_value({ec, ec ? dlock_last_error() : ""});
+    });
+    ASSERT_TRUE(eventually([&] { return nodes(node).size() == 3; }, 3s)) << "the create should reach the server while its reply is held back";
+    std::string created;
+    for (const auto& name : nodes(node))
+        if (std::find(holders.begin(), holders.end(), name) == holders.end()) created = node + "/" + name;
+    const uint64_t reply_bytes = 4 + 16 + 4 + created.size() + 68;
+    const uint64_t before = proxy.stats().bytes_downstream;
+    proxy.blackhole_after(dlock::lab::direction::downstream, reply_bytes);
+    EXPECT_TRUE(eventually([&] { return proxy.stats().bytes_downstream >= before + reply_bytes; }, 3s)) << "the create's reply passes";
+    std::this_thread::sleep_for(200ms);  // the client reads it
+    proxy.cut_all();  // the listing's and the limit read's replies are lost with the connection
+    const auto healed = clock_type::now();
+    proxy.heal();
+    auto result = outcome.get_future();
+    ASSERT_EQ(result.wait_for(20s), std::future_status::ready) << "the acquire never returned";
+    const auto answered = ms_between(healed, clock_type::now());
+    acquirer.join();
+    const auto [ec, message] = result.get();
+    std::cout << "[zookeeper] N = 1 beside two holders of N = 3, create reply only: answered " << answered << " ms after the cut: "
+              << message << "\n";
+    EXPECT_FALSE(*lease_slot) << "admitted with N = 1 beside two holders";
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << message;
+    for (const char* part : {"sem/create-reply", "3", "1"}) EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_LT(answered, 4000) << "refused at its first listing after the reconnection, not after waiting out its 8 s";
+    if (*lease_slot) lease_slot->release();
+    EXPECT_EQ(h1.state(), dlock::lease_state::held);
+    EXPECT_EQ(h2.state(), dlock::lease_state::held);
+    EXPECT_TRUE(eventually([&] { return nodes(node).size() == 2; }, 10s)) << "the refused acquire's node is deleted";
+    // Its node gone, the third permit of three is free at once.
+    std::error_code third_ec;
+    auto third = holder_client.acquire("sem/create-reply", permit_of(3).with_wait(0ms), third_ec);
+    EXPECT_FALSE(third_ec) << dlock_last_error();
+}
+
 // The counters of ZooKeeper's `mntr` four-letter word.
 std::map<std::string, long long> mntr(const dlock::lab::endpoint& server) {
     std::map<std::string, long long> out;

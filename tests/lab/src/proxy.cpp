@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -95,6 +96,9 @@ struct settings {
   bool hole_up = false;
   bool hole_down = false;
   bool refuse = false;
+  // blackhole_after: a flow stops once its byte counter (bytes_up / bytes_down) reaches this.
+  std::optional<std::uint64_t> stop_up_at;
+  std::optional<std::uint64_t> stop_down_at;
 };
 
 }  // namespace
@@ -163,6 +167,10 @@ struct tcp_proxy::engine {
     }
   }
 
+  // Whether a flow passes nothing now: blackholed, or its blackhole_after allowance is used up.
+  bool stopped_up() const { return current.hole_up || (current.stop_up_at && bytes_up >= *current.stop_up_at); }
+  bool stopped_down() const { return current.hole_down || (current.stop_down_at && bytes_down >= *current.stop_down_at); }
+
   // Reads what the source has; false when the connection was aborted.
   bool read_into(connection& c, int source, flow& f, std::chrono::microseconds delay) {
     char buffer[read_size];
@@ -180,13 +188,18 @@ struct tcp_proxy::engine {
   }
 
   // Writes due chunks to the sink; passes EOF on when drained. False when the connection was aborted.
+  // `stop_at`: the counter's value at which the flow stops (blackhole_after).
   bool flush(connection& c, flow& f, int sink, bool blackholed, std::atomic<std::uint64_t>& counter,
-             clock::time_point now) {
+             clock::time_point now, const std::optional<std::uint64_t>& stop_at) {
     if (blackholed || sink < 0) return true;
     while (!f.queue.empty() && f.queue.front().due <= now) {
       chunk& front = f.queue.front();
-      ssize_t sent = ::send(sink, front.bytes.data() + front.sent, front.bytes.size() - front.sent,
-                            MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::size_t size = front.bytes.size() - front.sent;
+      if (stop_at) {
+        if (counter >= *stop_at) break;
+        size = static_cast<std::size_t>(std::min<std::uint64_t>(size, *stop_at - counter));
+      }
+      ssize_t sent = ::send(sink, front.bytes.data() + front.sent, size, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (sent < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
           f.want_write = true;
@@ -254,8 +267,8 @@ struct tcp_proxy::engine {
         if (!c.server && !current.hole_up) start_connect(c);
         if (c.dead) continue;
         int server_sink = c.server_ready ? c.server.get() : -1;
-        if (!flush(c, c.up, server_sink, current.hole_up, bytes_up, now)) continue;
-        if (!flush(c, c.down, c.client.get(), current.hole_down, bytes_down, now)) continue;
+        if (!flush(c, c.up, server_sink, stopped_up(), bytes_up, now, current.stop_up_at)) continue;
+        if (!flush(c, c.down, c.client.get(), stopped_down(), bytes_down, now, current.stop_down_at)) continue;
         if (c.up.sink_shut && c.down.sink_shut) {
           c.client.reset();
           c.server.reset();
@@ -279,16 +292,17 @@ struct tcp_proxy::engine {
         if (!next_due || due < *next_due) next_due = due;
       };
       for (auto& c : connections) {
-        bool read_up = !current.hole_up && !c.up.source_eof && c.up.queued < max_queued_bytes;
-        bool read_down = !current.hole_down && !c.down.source_eof && c.down.queued < max_queued_bytes;
+        const bool up_stopped = stopped_up(), down_stopped = stopped_down();
+        bool read_up = !up_stopped && !c.up.source_eof && c.up.queued < max_queued_bytes;
+        bool read_down = !down_stopped && !c.down.source_eof && c.down.queued < max_queued_bytes;
         short client_events = 0, server_events = 0;
         if (read_up) client_events |= POLLIN;
-        if (c.down.want_write && !current.hole_down) client_events |= POLLOUT;
+        if (c.down.want_write && !down_stopped) client_events |= POLLOUT;
         if (c.connecting) {
           server_events |= POLLOUT;
         } else if (c.server_ready) {
           if (read_down) server_events |= POLLIN;
-          if (c.up.want_write && !current.hole_up) server_events |= POLLOUT;
+          if (c.up.want_write && !up_stopped) server_events |= POLLOUT;
         }
         // A socket we are not reading still reports errors/hangups; park it until settings change
         // instead of spinning on it (a partitioned peer's reset is not seen either).
@@ -300,8 +314,8 @@ struct tcp_proxy::engine {
           fds.push_back({c.server.get(), server_events, 0});
           owners.push_back(&c);
         }
-        consider_due(c.up, current.hole_up, c.server_ready);
-        consider_due(c.down, current.hole_down, true);
+        consider_due(c.up, up_stopped, c.server_ready);
+        consider_due(c.down, down_stopped, true);
       }
       timespec timeout{};
       timespec* timeout_ptr = nullptr;
@@ -416,10 +430,21 @@ void tcp_proxy::blackhole(direction which) {
   });
 }
 
+void tcp_proxy::blackhole_after(direction which, std::uint64_t bytes) {
+  engine_->change([&] {
+    if (which != direction::downstream) engine_->wanted.stop_up_at = engine_->bytes_up + bytes;
+    if (which != direction::upstream) engine_->wanted.stop_down_at = engine_->bytes_down + bytes;
+    if (which != direction::downstream) engine_->wanted.hole_up = false;
+    if (which != direction::upstream) engine_->wanted.hole_down = false;
+  });
+}
+
 void tcp_proxy::heal() {
   engine_->change([&] {
     engine_->wanted.hole_up = false;
     engine_->wanted.hole_down = false;
+    engine_->wanted.stop_up_at.reset();
+    engine_->wanted.stop_down_at.reset();
   });
 }
 

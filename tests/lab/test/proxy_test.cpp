@@ -285,6 +285,31 @@ TEST(TcpProxy, UpstreamBlackholeStopsRequestsDownstreamBlackholeStopsAnswers) {
   EXPECT_EQ(client.receive(11), "answer-lost");
 }
 
+// blackhole_after cuts a stream between two pipelined answers: exactly the bytes allowed pass
+// (the held ones first), then nothing until heal().
+TEST(TcpProxy, BlackholeAfterPassesExactlyTheBytesAllowed) {
+  echo_server server;
+  lab::tcp_proxy proxy(server.where());
+  client_socket client(proxy.listen_endpoint(), 300ms);
+  round_trip(client, "warm-up");
+  const long long received = server.received();
+
+  proxy.blackhole(lab::direction::downstream);
+  client.send("first;second;");
+  for (int i = 0; i < 100 && server.received() < received + 13; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(server.received(), received + 13);
+  EXPECT_EQ(client.receive(1), "") << "held by the blackhole";
+
+  proxy.blackhole_after(lab::direction::downstream, 6);
+  client.set_timeout(2000ms);
+  EXPECT_EQ(client.receive(6), "first;");
+  client.set_timeout(300ms);
+  EXPECT_EQ(client.receive(1), "") << "nothing past the bytes allowed";
+  proxy.heal();
+  client.set_timeout(2000ms);
+  EXPECT_EQ(client.receive(7), "second;");
+}
+
 TEST(TcpProxy, NewConnectionDuringUpstreamBlackholeReachesTheServerOnlyAfterHeal) {
   echo_server server;
   lab::tcp_proxy proxy(server.where());

@@ -59,6 +59,11 @@ class tcp_proxy {
 
   // Stops traffic in `which` direction(s) (adds to any blackhole already set).
   void blackhole(direction which = direction::both);
+  // Lets `bytes` more bytes through in `which` direction (upstream or downstream; for both, each
+  // gets `bytes`), counted over all connections, then stops it as blackhole() does: for cutting a
+  // stream of pipelined replies between two of them. Data held by an earlier blackhole passes
+  // first. heal() ends it.
+  void blackhole_after(direction which, std::uint64_t bytes);
   // Ends every blackhole; held data flows again, in order. Delay settings stay.
   void heal();
   // While true, new connections are reset at once.
