@@ -572,7 +572,9 @@ TEST_F(MysqlBackend, PermitWhoseCommitLandsAfterTheReadBackIsTakenOnce) {
         "SELECT fence FROM dlock_locks_holders WHERE kind = 'P' AND name = 'late/sem' AND slot > 0 AND owner = '" + std::string(lease.owner()) +
         "' AND expiry > UTC_TIMESTAMP(6)");
     EXPECT_EQ(rows.size(), 1u) << "permits carrying the acquire's owner token";
-    if (!rows.empty()) EXPECT_EQ(rows[0].value_or(""), std::to_string(lease.fencing_token()));
+    if (!rows.empty()) {
+        EXPECT_EQ(rows[0].value_or(""), std::to_string(lease.fencing_token()));
+    }
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
