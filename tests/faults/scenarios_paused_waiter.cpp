@@ -12,8 +12,12 @@
 //   margin for a loaded machine), not when its own wait or H's ttl would have ended;
 // - W1, resumed after W2 released, is granted in its turn (no waiter is stuck);
 // - the histories show no two holders at once (SAFE: the verdict every cell expects).
-// Cells: redis and redlock (exclusive), redis (permit). Another FAIR target becomes a cell by
-// adding it to `targets` with its bound in paused_waiter_bound.
+// Cells: redis, redlock and sql_lease (exclusive), redis and sql_lease (permit). zookeeper and etcd
+// are not cells: a paused waiter's session (which carries its node or key) ends with its session
+// timeout as a dead holder's does, so the waiter behind is bounded by their liveness bound, and the
+// resumed waiter then meets an ended session (etcd: its acquire fails by design, docs/design/faults.md
+// §12), which "granted in its turn" does not judge. Another FAIR target becomes a cell by adding it to
+// the registrations below with its bound in paused_waiter_bound.
 #include <future>
 #include <optional>
 #include <thread>
@@ -30,13 +34,16 @@ using std::chrono::milliseconds;
 // The noise allowance of a 2-core machine shared by the whole suite.
 constexpr milliseconds kMargin{1000};
 
-// How long a paused first waiter may hold the next one up on each target: its `claim`, the time a
-// woken first waiter has to take its turn before the next one takes over (docs/backends/redis.md):
-// command_timeout, at least 500 ms — 2 s on redis and 200 ms on redlock by default, which the
-// suite's configs keep.
+// How long a paused first waiter may hold the next one up on each target:
+// - redis, redlock: its `claim`, the time a woken first waiter has to take its turn before the next
+//   one takes over (docs/backends/redis.md): command_timeout, at least 500 ms — 2 s on redis and
+//   200 ms on redlock by default, which the suite's configs keep;
+// - sql_lease: `peer_timeout` (10 s by default, which the suite keeps): the server ends the paused
+//   waiter's idle queue session, and its turnstile lock with it (docs/backends/sql.md, "Fair waits").
 std::optional<milliseconds> paused_waiter_bound(const target& t) {
     if (t.name == "redis") return milliseconds(2000);
     if (t.name == "redlock") return milliseconds(500);
+    if (t.name == "sql_lease") return milliseconds(10000);
     return std::nullopt;
 }
 
@@ -102,9 +109,11 @@ scenario paused_waiter_scenario(std::string variant, std::string title, hold_mod
 }
 
 const registrar r19{paused_waiter_scenario("", "first waiter paused (SIGSTOP), the lock released", hold_mode::exclusive(),
-                                           {{"redis", verdict::safe}, {"redlock", verdict::safe}}, DLOCK_CAP_FAIR)};
+                                           {{"redis", verdict::safe}, {"redlock", verdict::safe}, {"sql_lease", verdict::safe}},
+                                           DLOCK_CAP_FAIR)};
 const registrar r19s{paused_waiter_scenario("s", "semaphore (N = 1): first waiter paused (SIGSTOP), the permit released",
-                                            hold_mode::permit(1), {{"redis", verdict::safe}},
+                                            hold_mode::permit(1),
+                                            {{"redis", verdict::safe}, {"sql_lease", verdict::safe}},
                                             DLOCK_CAP_FAIR | DLOCK_CAP_SEMAPHORE)};
 
 }  // namespace
