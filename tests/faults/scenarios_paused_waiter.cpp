@@ -73,11 +73,11 @@ void paused_waiter(context& ctx, const hold_mode& mode) {
     if (ctx.require(next.ok, "the waiter behind the paused one acquires: " + next.status + next.message)) {
         const milliseconds delay(ms_between(released_at, next.returned_ns));
         ctx.require(delay <= bound, fmt::format("the waiter behind the paused one is granted {} ms after the release, within "
-                                                "the bound {} ms (claim {} ms + {} ms)",
+                                                "the bound {} ms (the target's {} ms + {} ms)",
                                                 delay.count(), bound.count(), claim->count(), kMargin.count()));
         std::this_thread::sleep_for(milliseconds(100));
         ctx.require(w2->release(name) == "released", "the next waiter releases");
-        ctx.note(fmt::format("first waiter paused; the next one granted {} ms after the release (bound {} ms: claim {} ms + "
+        ctx.note(fmt::format("first waiter paused; the next one granted {} ms after the release (bound {} ms: the target's {} ms + "
                              "{} ms; the holder's ttl {} ms)",
                              delay.count(), bound.count(), claim->count(), kMargin.count(), holder_ttl.count()));
     }
