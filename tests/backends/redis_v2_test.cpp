@@ -752,6 +752,41 @@ TEST_F(RedlockModes, SharedReleaseHoldsTheWriterBehindAPausedWriterUpForItsClaim
     EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
 }
 
+// A reader behind a paused writer's mark (issue 28 review): reader R0 holds shared (ttl 20 s), writer
+// W1 (a conformance worker) is refused, marks itself on every node and is SIGSTOPped; reader R2 is
+// refused because of W1's mark; R0 releases. The lock is free on every node from then on, and R2 is
+// granted once the paused writer's mark lapses a claim after R2 found it blocking a free lock, not
+// when the mark's own lapse (R0's ttl + 2 command timeouts + retry_delay) would have ended.
+TEST_F(RedlockModes, PausedWriterHoldsTheReaderBehindUpForItsClaimOnly) {
+    const std::string name = "rl/paused-writer-mark";
+    auto r0c = open(), r2c = open();
+    auto r0 = r0c.acquire(name, shared_for(0ms).with_ttl(20s));
+    const auto marks = [&] {
+        return size_t(lab_->redlock().node(0).client().checked({"ZCARD", "dlock:{" + name + "}:queue"}).integer);
+    };
+    child_process w1({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redlock), name, "30000"}, true);
+    ASSERT_TRUE(dlock::test::eventually([&] { return marks() == 1; }, 10s)) << "the writer did not mark itself waiting";
+    std::this_thread::sleep_for(300ms);  // subscribed and asleep on the readers' ttl
+    w1.kill(SIGSTOP);
+    std::promise<clock_type::time_point> got;
+    std::thread reader([&] {
+        std::error_code ec;
+        auto r2 = r2c.acquire(name, shared_for(20s).with_ttl(5s), ec);
+        got.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the reader behind the paused writer: " << ec.message();
+    });
+    std::this_thread::sleep_for(500ms);  // refused by the mark, subscribed and asleep on R0's ttl
+    const auto released = clock_type::now();
+    EXPECT_EQ(r0.release(), dlock::release_outcome::released);
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(got.get_future().get() - released);
+    reader.join();
+    w1.kill(SIGKILL);
+    w1.wait();
+    std::cout << "[redlock] the reader behind a paused writer's mark got the lock " << latency.count()
+              << " ms after the last reader left\n";
+    EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
+}
+
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
 
 // The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
