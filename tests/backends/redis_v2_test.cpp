@@ -787,6 +787,51 @@ TEST_F(RedlockModes, PausedWriterHoldsTheReaderBehindUpForItsClaimOnly) {
     EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
 }
 
+// The shortened marks do not let readers overtake a live writer: reader R0 holds; writer W0 (a
+// conformance worker) waits and is SIGSTOPped; live writer W1 waits behind it, then reader R2. R0
+// leaves: the free lock is W0's for its claim, and R2's round shortens every mark to a claim, but W1
+// marks again with each refused round, so it takes over from W0 and R2 enters only after W1 left.
+TEST_F(RedlockModes, ReaderShorteningMarksDoesNotOvertakeALiveWriter) {
+    const std::string name = "rl/live-writer-mark";
+    auto r0c = open(), w1c = open(), r2c = open();
+    auto r0 = r0c.acquire(name, shared_for(0ms).with_ttl(20s));
+    child_process w0({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redlock), name, "30000"}, true);
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued(name) == 1; }, 10s)) << "the first writer did not queue";
+    std::this_thread::sleep_for(300ms);
+    w0.kill(SIGSTOP);
+    std::promise<clock_type::time_point> w1_in, w1_out, r2_in;
+    std::thread writer([&] {
+        std::error_code ec;
+        auto x = w1c.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(10s), ec);
+        w1_in.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the live writer: " << ec.message();
+        std::this_thread::sleep_for(300ms);
+        w1_out.set_value(clock_type::now());
+    });
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued(name) == 2; }, 10s)) << "the live writer did not queue";
+    std::thread reader([&] {
+        std::error_code ec;
+        auto r2 = r2c.acquire(name, shared_for(20s).with_ttl(5s), ec);
+        r2_in.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the reader: " << ec.message();
+        std::this_thread::sleep_for(300ms);  // held a while: a writer let in beside it would show
+    });
+    std::this_thread::sleep_for(500ms);
+    const auto released = clock_type::now();
+    EXPECT_EQ(r0.release(), dlock::release_outcome::released);
+    const auto writer_in = w1_in.get_future().get(), writer_out = w1_out.get_future().get();
+    const auto reader_in = r2_in.get_future().get();
+    writer.join();
+    reader.join();
+    w0.kill(SIGKILL);
+    w0.wait();
+    std::cout << "[redlock] the live writer got the lock " << std::chrono::duration_cast<std::chrono::milliseconds>(writer_in - released).count()
+              << " ms after the last reader left, the reader "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(reader_in - released).count() << " ms\n";
+    EXPECT_LT(writer_in - released, redlock_claim + 200ms) << "the live writer was held up past the paused one's claim";
+    EXPECT_GE(reader_in, writer_out) << "the reader overtook the live writer";
+}
+
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
 
 // The two ACL lines of docs/backends/redis.md, "Listing and breaking locks", for the prefix
