@@ -214,8 +214,8 @@ end
 // of expired holders only is deleted). writer_ahead(member): an exclusive waiter queues before
 // `member` (anywhere in the queue when `member` is not queued). It reads the entries before
 // `member` from the head, 100 at a time, and at most 1 000 of them (a script's cost stays
-// bounded): beyond that it answers true, so a reader that far back waits as if behind a writer
-// until the queue before it is shorter — never overtaking one. (Entries of `member`'s own score
+// bounded): when 1 000 or more are before it, it answers true, so a reader that far back waits as
+// if behind a writer until the queue before it is shorter — never overtaking one. (Entries of `member`'s own score
 // that sort before it, by member, are before it too.)
 // wake_reader_at_head: a shared waiter first in the queue is woken (it can join the holders).
 const char* const shared_lua = R"lua(
