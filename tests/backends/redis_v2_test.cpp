@@ -85,6 +85,41 @@ std::chrono::milliseconds grant_behind_a_paused_head(const std::string& cfg, con
     return latency;
 }
 
+// Two waiters paused in a row (issue 28 review, not fixed: docs/backends/redis.md, "Fairness and
+// wake-ups"): only the first waiter and its standby hear the release, so the live waiter behind them
+// sleeps until the old holder's key would have expired, then skips each paused one after its claim.
+// As grant_behind_a_paused_head with two conformance workers queued and paused before `next`.
+std::chrono::milliseconds grant_behind_two_paused_waiters(const std::string& cfg, const std::string& name,
+                                                          const std::function<size_t()>& queued, dlock::client& next,
+                                                          const std::function<void()>& release) {
+    std::vector<std::unique_ptr<child_process>> paused;
+    for (size_t i = 1; i <= 2; ++i) {
+        paused.push_back(std::make_unique<child_process>(
+            std::vector<std::string>{DLOCK_CONFORMANCE_WORKER, "hold", cfg, name, "30000"}, true));
+        EXPECT_TRUE(dlock::test::eventually([&] { return queued() == i; }, 10s)) << "waiter " << i << " did not queue";
+    }
+    std::this_thread::sleep_for(200ms);  // subscribed and asleep
+    for (auto& p : paused) p->kill(SIGSTOP);
+    std::promise<clock_type::time_point> got;
+    std::thread waiter([&] {
+        std::error_code ec;
+        auto lease = next.acquire(name, dlock::acquire_options().with_wait(30s), ec);
+        got.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the waiter behind the paused ones: " << ec.message();
+    });
+    EXPECT_TRUE(dlock::test::eventually([&] { return queued() == 3; }, 10s)) << "the live waiter did not queue";
+    std::this_thread::sleep_for(300ms);
+    const auto released = clock_type::now();
+    release();
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(got.get_future().get() - released);
+    waiter.join();
+    for (auto& p : paused) {
+        p->kill(SIGKILL);
+        p->wait();
+    }
+    return latency;
+}
+
 class RedisModes : public dlock::test::lab_backend_test {
 protected:
     RedisModes() : lab_backend_test({backend::redis}) {}
@@ -592,6 +627,27 @@ TEST_F(RedisModes, PausedHeadReaderHoldsTheWriterBehindUpForItsClaimOnly) {
     EXPECT_LT(latency, redis_claim + 200ms) << "held up past the paused reader's claim";
 }
 
+// Not bounded by a claim (issue 28 review, documented, not fixed): two paused waiters in a row hold
+// the live one behind them up to the old holder's remaining ttl plus one claim. The holder's ttl is
+// 6 s here; the test bounds the wait by the ttl left at the release + 2 claims + 500 ms.
+TEST_F(RedisModes, TwoPausedWaitersInARowHoldTheNextUpForTheOldHoldersTtlAtMost) {
+    auto a = open(), c = open();
+    const auto ttl = 6s;
+    const auto taken = clock_type::now();
+    auto held = a.acquire("q/two-paused", dlock::acquire_options().with_wait(0ms).with_ttl(ttl).with_renew(false));
+    clock_type::time_point released;
+    const auto latency = grant_behind_two_paused_waiters(
+        config(backend::redis), "q/two-paused", [&] { return queued("dlock:{q/two-paused}:queue"); }, c,
+        [&] {
+            released = clock_type::now();
+            held.release();
+        });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(taken + ttl - released);
+    std::cout << "[redis] the waiter behind two paused waiters got the lock " << latency.count()
+              << " ms after the release (the holder had " << left.count() << " ms left)\n";
+    EXPECT_LT(latency, left + 2 * redis_claim + 500ms) << "held up past the old holder's ttl and the claims";
+}
+
 class RedlockModes : public dlock::test::lab_backend_test {
 protected:
     RedlockModes() : lab_backend_test({backend::redlock}) {}
@@ -830,6 +886,24 @@ TEST_F(RedlockModes, ReaderShorteningMarksDoesNotOvertakeALiveWriter) {
               << std::chrono::duration_cast<std::chrono::milliseconds>(reader_in - released).count() << " ms\n";
     EXPECT_LT(writer_in - released, redlock_claim + 200ms) << "the live writer was held up past the paused one's claim";
     EXPECT_GE(reader_in, writer_out) << "the reader overtook the live writer";
+}
+
+// The same on redlock (two paused waiters in a row, the old holder's ttl 6 s).
+TEST_F(RedlockModes, TwoPausedWaitersInARowHoldTheNextUpForTheOldHoldersTtlAtMost) {
+    auto a = open(), c = open();
+    const auto ttl = 6s;
+    const auto taken = clock_type::now();
+    auto held = a.acquire("rl/two-paused", dlock::acquire_options().with_wait(0ms).with_ttl(ttl).with_renew(false));
+    clock_type::time_point released;
+    const auto latency = grant_behind_two_paused_waiters(
+        config(backend::redlock), "rl/two-paused", [&] { return queued("rl/two-paused"); }, c, [&] {
+            released = clock_type::now();
+            held.release();
+        });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(taken + ttl - released);
+    std::cout << "[redlock] the waiter behind two paused waiters got the lock " << latency.count()
+              << " ms after the release (the holder had " << left.count() << " ms left)\n";
+    EXPECT_LT(latency, left + 2 * redlock_claim + 500ms) << "held up past the old holder's ttl and the claims";
 }
 
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
