@@ -881,9 +881,11 @@ TEST_F(RedlockModes, ReaderShorteningMarksDoesNotOvertakeALiveWriter) {
     reader.join();
     w0.kill(SIGKILL);
     w0.wait();
-    std::cout << "[redlock] the live writer got the lock " << std::chrono::duration_cast<std::chrono::milliseconds>(writer_in - released).count()
-              << " ms after the last reader left, the reader "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(reader_in - released).count() << " ms\n";
+    const auto ms = [&](clock_type::time_point t) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(t - released).count();
+    };
+    std::cout << "[redlock] the live writer got the lock " << ms(writer_in) << " ms after the last reader left, the reader "
+              << ms(reader_in) << " ms\n";
     EXPECT_LT(writer_in - released, redlock_claim + 200ms) << "the live writer was held up past the paused one's claim";
     EXPECT_GE(reader_in, writer_out) << "the reader overtook the live writer";
 }
