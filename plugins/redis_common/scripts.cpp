@@ -214,8 +214,8 @@ end
 // of expired holders only is deleted). writer_ahead(member): an exclusive waiter queues before
 // `member` (anywhere in the queue when `member` is not queued). It reads the entries before
 // `member` from the head, 100 at a time, and at most 1 000 of them (a script's cost stays
-// bounded): beyond that it answers true, so a reader that far back waits as if behind a writer
-// until the queue before it is shorter — never overtaking one. (Entries of `member`'s own score
+// bounded): when 1 000 or more are before it, it answers true, so a reader that far back waits as
+// if behind a writer until the queue before it is shorter — never overtaking one. (Entries of `member`'s own score
 // that sort before it, by member, are before it too.)
 // wake_reader_at_head: a shared waiter first in the queue is woken (it can join the holders).
 const char* const shared_lua = R"lua(
@@ -420,9 +420,22 @@ const script leave_queue_script(leave_queue_source.c_str());
 // between shared and exclusive waiters: a queued writer stops new readers; readers in a row are
 // admitted together, each granted one waking the next). A fair waiter refused while the lock is
 // free, or held shared with a reader first, wakes the first waiter if nobody did
-// (wake_sleeping_head; not on redlock, whose prefix is "": its queue holds only writers' marks).
+// (wake_sleeping_head; not on redlock, whose prefix is "": its queue holds only writers' marks;
+// there a reader refused by marks while the lock is free shortens them to a claim, shorten_marks,
+// and waits until the first one lapses: ARGV[5] is the claim on redlock too).
 // -> {1, fence} | {0, ms to wait at most, 1 held | 0 free but others queue first}.
 static const std::string shared_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
+-- Redlock (no waiter channels; the queue holds only waiting writers' marks): a reader kept from a
+-- free lock by marks gives the first 100 a claim, as a wake gives a first waiter: each then lapses
+-- within claim_ms unless its writer marks again, which a live one does with the round it runs on
+-- hearing the same release (or at the latest when its sleep, shorter than its mark, ends). A paused
+-- writer's mark thus stops readers from a free lock for a claim, not for its holders' ttl.
+local function shorten_marks(now, claim_ms)
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, 99)) do
+    local lapses = tonumber(redis.call('ZSCORE', KEYS[4], m))
+    if lapses and lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, m) end
+  end
+end
 local mode = tonumber(ARGV[3])
 local me = 's:' .. ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -436,6 +449,8 @@ if not blocked and mode > 0 then
   if blocked and ARGV[6] ~= '' then
     local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     if not holder or string.sub(first, 1, 2) == 's:' then wake_sleeping_head(now, now_us, tonumber(ARGV[5]), ARGV[6], me) end
+  elseif blocked and not holder then
+    shorten_marks(now, tonumber(ARGV[5]))  -- redlock: writers' marks keep this reader from a free lock
   end
 end
 if not blocked then

@@ -397,9 +397,10 @@ std::vector<std::string> acquire_keys(const lock_keys& lock, bool shared) {
 }
 std::vector<std::string> acquire_args(const dlock_backend* b, const std::string& value, int64_t ttl_ms, bool shared,
                                       const queue_place& place) {
-    // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script).
+    // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script);
+    // refused so while the lock is free there, it shortens the marks to the claim (ARGV[5]).
     // 'untokened': no fencing token, so no fence key is bumped.
-    if (shared) return {value, std::to_string(ttl_ms), "1", "0", "0", "", "untokened"};
+    if (shared) return {value, std::to_string(ttl_ms), "1", "0", std::to_string(b->claim_ms()), "", "untokened"};
     return {value, std::to_string(ttl_ms), place.member, place.score, std::to_string(place.mode),
             std::to_string(b->entry_grace_ms()), std::to_string(b->claim_ms()), b->waiter_channel_prefix()};
 }
@@ -800,7 +801,10 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                     }
                 }
             }
-            if (!h->shared && r.held_shared > 0)
+            // Marked again by every refused round once marked: a reader kept from a free lock by the
+            // mark shortens it to a claim (shared_acquire_script), and this round, run on hearing the
+            // release the reader heard, or when its sleep (shorter than the mark) ends, keeps it.
+            if (!h->shared && (r.held_shared > 0 || writer.marked))
                 writer.mark(std::max<int64_t>(r.min_holder_ttl_ms, 0) + 2 * b->config.command_timeout_ms + b->retry_delay_ms);
             if (!wakers) {
                 wakers = &wakers_for(b);

@@ -85,6 +85,41 @@ std::chrono::milliseconds grant_behind_a_paused_head(const std::string& cfg, con
     return latency;
 }
 
+// Two waiters paused in a row (issue 28 review, not fixed: docs/backends/redis.md, "Fairness and
+// wake-ups"): only the first waiter and its standby hear the release, so the live waiter behind them
+// sleeps until the old holder's key would have expired, then skips each paused one after its claim.
+// As grant_behind_a_paused_head with two conformance workers queued and paused before `next`.
+std::chrono::milliseconds grant_behind_two_paused_waiters(const std::string& cfg, const std::string& name,
+                                                          const std::function<size_t()>& queued, dlock::client& next,
+                                                          const std::function<void()>& release) {
+    std::vector<std::unique_ptr<child_process>> paused;
+    for (size_t i = 1; i <= 2; ++i) {
+        paused.push_back(std::make_unique<child_process>(
+            std::vector<std::string>{DLOCK_CONFORMANCE_WORKER, "hold", cfg, name, "30000"}, true));
+        EXPECT_TRUE(dlock::test::eventually([&] { return queued() == i; }, 10s)) << "waiter " << i << " did not queue";
+    }
+    std::this_thread::sleep_for(200ms);  // subscribed and asleep
+    for (auto& p : paused) p->kill(SIGSTOP);
+    std::promise<clock_type::time_point> got;
+    std::thread waiter([&] {
+        std::error_code ec;
+        auto lease = next.acquire(name, dlock::acquire_options().with_wait(30s), ec);
+        got.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the waiter behind the paused ones: " << ec.message();
+    });
+    EXPECT_TRUE(dlock::test::eventually([&] { return queued() == 3; }, 10s)) << "the live waiter did not queue";
+    std::this_thread::sleep_for(300ms);
+    const auto released = clock_type::now();
+    release();
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(got.get_future().get() - released);
+    waiter.join();
+    for (auto& p : paused) {
+        p->kill(SIGKILL);
+        p->wait();
+    }
+    return latency;
+}
+
 class RedisModes : public dlock::test::lab_backend_test {
 protected:
     RedisModes() : lab_backend_test({backend::redis}) {}
@@ -592,6 +627,27 @@ TEST_F(RedisModes, PausedHeadReaderHoldsTheWriterBehindUpForItsClaimOnly) {
     EXPECT_LT(latency, redis_claim + 200ms) << "held up past the paused reader's claim";
 }
 
+// Not bounded by a claim (issue 28 review, documented, not fixed): two paused waiters in a row hold
+// the live one behind them up to the old holder's remaining ttl plus one claim. The holder's ttl is
+// 6 s here; the test bounds the wait by the ttl left at the release + 2 claims + 500 ms.
+TEST_F(RedisModes, TwoPausedWaitersInARowHoldTheNextUpForTheOldHoldersTtlAtMost) {
+    auto a = open(), c = open();
+    const auto ttl = 6s;
+    const auto taken = clock_type::now();
+    auto held = a.acquire("q/two-paused", dlock::acquire_options().with_wait(0ms).with_ttl(ttl).with_renew(false));
+    clock_type::time_point released;
+    const auto latency = grant_behind_two_paused_waiters(
+        config(backend::redis), "q/two-paused", [&] { return queued("dlock:{q/two-paused}:queue"); }, c,
+        [&] {
+            released = clock_type::now();
+            held.release();
+        });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(taken + ttl - released);
+    std::cout << "[redis] the waiter behind two paused waiters got the lock " << latency.count()
+              << " ms after the release (the holder had " << left.count() << " ms left)\n";
+    EXPECT_LT(latency, left + 2 * redis_claim + 500ms) << "held up past the old holder's ttl and the claims";
+}
+
 class RedlockModes : public dlock::test::lab_backend_test {
 protected:
     RedlockModes() : lab_backend_test({backend::redlock}) {}
@@ -750,6 +806,106 @@ TEST_F(RedlockModes, SharedReleaseHoldsTheWriterBehindAPausedWriterUpForItsClaim
     std::cout << "[redlock] the writer behind a paused first writer got the lock " << latency.count()
               << " ms after the last reader left\n";
     EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
+}
+
+// A reader behind a paused writer's mark (issue 28 review): reader R0 holds shared (ttl 20 s), writer
+// W1 (a conformance worker) is refused, marks itself on every node and is SIGSTOPped; reader R2 is
+// refused because of W1's mark; R0 releases. The lock is free on every node from then on, and R2 is
+// granted once the paused writer's mark lapses a claim after R2 found it blocking a free lock, not
+// when the mark's own lapse (R0's ttl + 2 command timeouts + retry_delay) would have ended.
+TEST_F(RedlockModes, PausedWriterHoldsTheReaderBehindUpForItsClaimOnly) {
+    const std::string name = "rl/paused-writer-mark";
+    auto r0c = open(), r2c = open();
+    auto r0 = r0c.acquire(name, shared_for(0ms).with_ttl(20s));
+    const auto marks = [&] {
+        return size_t(lab_->redlock().node(0).client().checked({"ZCARD", "dlock:{" + name + "}:queue"}).integer);
+    };
+    child_process w1({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redlock), name, "30000"}, true);
+    ASSERT_TRUE(dlock::test::eventually([&] { return marks() == 1; }, 10s)) << "the writer did not mark itself waiting";
+    std::this_thread::sleep_for(300ms);  // subscribed and asleep on the readers' ttl
+    w1.kill(SIGSTOP);
+    std::promise<clock_type::time_point> got;
+    std::thread reader([&] {
+        std::error_code ec;
+        auto r2 = r2c.acquire(name, shared_for(20s).with_ttl(5s), ec);
+        got.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the reader behind the paused writer: " << ec.message();
+    });
+    std::this_thread::sleep_for(500ms);  // refused by the mark, subscribed and asleep on R0's ttl
+    const auto released = clock_type::now();
+    EXPECT_EQ(r0.release(), dlock::release_outcome::released);
+    const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(got.get_future().get() - released);
+    reader.join();
+    w1.kill(SIGKILL);
+    w1.wait();
+    std::cout << "[redlock] the reader behind a paused writer's mark got the lock " << latency.count()
+              << " ms after the last reader left\n";
+    EXPECT_LT(latency, redlock_claim + 200ms) << "held up past the paused writer's claim";
+}
+
+// The shortened marks do not let readers overtake a live writer: reader R0 holds; writer W0 (a
+// conformance worker) waits and is SIGSTOPped; live writer W1 waits behind it, then reader R2. R0
+// leaves: the free lock is W0's for its claim, and R2's round shortens every mark to a claim, but W1
+// marks again with each refused round, so it takes over from W0 and R2 enters only after W1 left.
+TEST_F(RedlockModes, ReaderShorteningMarksDoesNotOvertakeALiveWriter) {
+    const std::string name = "rl/live-writer-mark";
+    auto r0c = open(), w1c = open(), r2c = open();
+    auto r0 = r0c.acquire(name, shared_for(0ms).with_ttl(20s));
+    child_process w0({DLOCK_CONFORMANCE_WORKER, "hold", config(backend::redlock), name, "30000"}, true);
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued(name) == 1; }, 10s)) << "the first writer did not queue";
+    std::this_thread::sleep_for(300ms);
+    w0.kill(SIGSTOP);
+    std::promise<clock_type::time_point> w1_in, w1_out, r2_in;
+    std::thread writer([&] {
+        std::error_code ec;
+        auto x = w1c.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(10s), ec);
+        w1_in.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the live writer: " << ec.message();
+        std::this_thread::sleep_for(300ms);
+        w1_out.set_value(clock_type::now());
+    });
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued(name) == 2; }, 10s)) << "the live writer did not queue";
+    std::thread reader([&] {
+        std::error_code ec;
+        auto r2 = r2c.acquire(name, shared_for(20s).with_ttl(5s), ec);
+        r2_in.set_value(clock_type::now());
+        EXPECT_FALSE(ec) << "the reader: " << ec.message();
+        std::this_thread::sleep_for(300ms);  // held a while: a writer let in beside it would show
+    });
+    std::this_thread::sleep_for(500ms);
+    const auto released = clock_type::now();
+    EXPECT_EQ(r0.release(), dlock::release_outcome::released);
+    const auto writer_in = w1_in.get_future().get(), writer_out = w1_out.get_future().get();
+    const auto reader_in = r2_in.get_future().get();
+    writer.join();
+    reader.join();
+    w0.kill(SIGKILL);
+    w0.wait();
+    const auto ms = [&](clock_type::time_point t) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(t - released).count();
+    };
+    std::cout << "[redlock] the live writer got the lock " << ms(writer_in) << " ms after the last reader left, the reader "
+              << ms(reader_in) << " ms\n";
+    EXPECT_LT(writer_in - released, redlock_claim + 200ms) << "the live writer was held up past the paused one's claim";
+    EXPECT_GE(reader_in, writer_out) << "the reader overtook the live writer";
+}
+
+// The same on redlock (two paused waiters in a row, the old holder's ttl 6 s).
+TEST_F(RedlockModes, TwoPausedWaitersInARowHoldTheNextUpForTheOldHoldersTtlAtMost) {
+    auto a = open(), c = open();
+    const auto ttl = 6s;
+    const auto taken = clock_type::now();
+    auto held = a.acquire("rl/two-paused", dlock::acquire_options().with_wait(0ms).with_ttl(ttl).with_renew(false));
+    clock_type::time_point released;
+    const auto latency = grant_behind_two_paused_waiters(
+        config(backend::redlock), "rl/two-paused", [&] { return queued("rl/two-paused"); }, c, [&] {
+            released = clock_type::now();
+            held.release();
+        });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(taken + ttl - released);
+    std::cout << "[redlock] the waiter behind two paused waiters got the lock " << latency.count()
+              << " ms after the release (the holder had " << left.count() << " ms left)\n";
+    EXPECT_LT(latency, left + 2 * redlock_claim + 500ms) << "held up past the old holder's ttl and the claims";
 }
 
 // ---- privileges (the lab's redis_acl server: authentication on, the default user may only PING) -
