@@ -41,6 +41,23 @@ struct open_outcome {
     std::string message;
 };
 
+// Sets a GLOBAL server variable for one test (new sessions copy it) and restores it at the end.
+struct scoped_global {
+    scoped_global(dlock::lab::mariadb_client& admin, std::string name, const std::string& value)
+        : admin(admin), name(std::move(name)), old(admin.query_value("SELECT @@global." + this->name).value_or("")) {
+        admin.execute("SET GLOBAL " + this->name + " = " + value);
+    }
+    ~scoped_global() {
+        try {
+            admin.execute("SET GLOBAL " + name + " = " + (old.empty() ? "DEFAULT" : old));
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "restoring GLOBAL " << name << ": " << e.what();
+        }
+    }
+    dlock::lab::mariadb_client& admin;
+    std::string name, old;
+};
+
 class MysqlBackend : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -544,21 +561,8 @@ TEST_F(MysqlBackend, StalledPermitAcquireBlocksOthersForABoundNotHours) {
 // values, so dlock's sessions must set them too. 30 s here: longer than the other client's 20 s wait.
 TEST_F(MysqlBackend, StalledPermitAcquireIsBoundedWhateverTheServersIdleTransactionSettings) {
     auto admin = server().client();
-    struct restored {
-        dlock::lab::mariadb_client& admin;
-        std::string readonly, write;
-        ~restored() {
-            try {
-                admin.execute("SET GLOBAL idle_readonly_transaction_timeout = " + readonly);
-                admin.execute("SET GLOBAL idle_write_transaction_timeout = " + write);
-            } catch (const std::exception& e) {
-                ADD_FAILURE() << "restoring the server's idle transaction settings: " << e.what();
-            }
-        }
-    } restore{admin, admin.query_value("SELECT @@global.idle_readonly_transaction_timeout").value_or("0"),
-              admin.query_value("SELECT @@global.idle_write_transaction_timeout").value_or("0")};
-    admin.execute("SET GLOBAL idle_readonly_transaction_timeout = 30");
-    admin.execute("SET GLOBAL idle_write_transaction_timeout = 30");
+    scoped_global readonly(admin, "idle_readonly_transaction_timeout", "30");
+    scoped_global write(admin, "idle_write_transaction_timeout", "30");
     stall_a_permit_acquire_and_time_another("stall/dba-sem");
 }
 
@@ -611,3 +615,24 @@ TEST_F(MysqlBackend, PermitWhoseCommitLandsAfterTheReadBackIsTakenOnce) {
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
+
+// dlock's sessions run in autocommit whatever the server's default: with GLOBAL autocommit = 0 a
+// lease acquire's row would stay uncommitted in an implicit transaction (invisible to other clients,
+// rolled back when the server ends the session idle in it), and a named holder's session, idle in the
+// implicit transaction its fence update opened, would be ended after idle_transaction_timeout —
+// the named lock with it.
+TEST_F(MysqlBackend, SessionsRunInAutocommitWhateverTheServersDefault) {
+    auto admin = server().client();
+    scoped_global autocommit(admin, "autocommit", "0");
+    auto leased = open("lease", "  statement_timeout: 1s\n");
+    auto lease = leased.acquire("autocommit/lease", dlock::acquire_options().with_ttl(20s).with_wait(0ms));
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks WHERE name = 'autocommit/lease' AND owner = '" + std::string(lease.owner()) + "'"),
+              "1")
+        << "the lease's row is committed, visible to another session";
+    auto named = open("named", "  statement_timeout: 1s\n");
+    auto held = named.acquire("autocommit/named", dlock::acquire_options().with_wait(0ms));
+    std::this_thread::sleep_for(2500ms);  // past idle_transaction_timeout (1 s) and its check
+    EXPECT_EQ(held.state(), dlock::lease_state::held) << "the named holder's session was not ended as idle in a transaction";
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
