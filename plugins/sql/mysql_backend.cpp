@@ -479,9 +479,11 @@ int backend::acquire_permit(const dlock_acquire_request* req, hold& h, dlock_gra
                                                     h.name, where(), deadlocks - 1));
                 goto not_taken;
             }
-            // Cut while queued behind slot 0's row lock: by the client at its deadline, or by the
-            // server at max_statement_time (MariaDB's error 1969). The session is not known ended.
-            const bool cut = e.code == 1969 || (e.lost && e.message.find("client's deadline") != std::string::npos);
+            // Cut while queued behind a row lock (slot 0's, or a slot's): by the client at its
+            // deadline, or by the server at max_statement_time (MariaDB's error 1969) or at
+            // innodb_lock_wait_timeout (error 1205, set to idle_transaction_limit_s() for lease
+            // sessions). The session is not known ended.
+            const bool cut = e.code == 1969 || e.code == 1205 || (e.lost && e.message.find("client's deadline") != std::string::npos);
             if (!e.lost && !cut) throw classify(config_, e, fmt::format("the acquire of a permit of `{}`", h.name), false);
             // The COMMIT may have been applied, or may still be: only a permit row carrying our
             // token, read once that transaction is over, tells (read_back_permit).

@@ -292,12 +292,24 @@ connection::connection(const settings& s, const std::vector<std::pair<std::strin
         // Server-side limits: MariaDB's max_statement_time cancels a lease-mode statement itself
         // (named-mode statements wait in GET_LOCK and have none); wait_timeout is raised so an idle
         // connection keeping a named lock is never closed by the server's idle limit, while a session
-        // idle inside a transaction is ended (see begin()).
-        std::string setup = fmt::format("SET SESSION wait_timeout = {}, SESSION time_zone = '+00:00'", idle_session_limit_s);
+        // idle inside a transaction is ended (see begin()). autocommit is pinned: every statement
+        // outside begin()…commit() is its own transaction, whatever the server's default (a session
+        // left inside an implicit transaction would keep its row locks, and be ended as idle in it).
+        // Lease mode: a row-lock wait ends after the same bound B as an idle transaction
+        // (innodb_lock_wait_timeout, 50 s by default; on MySQL nothing else cuts a wait whose client
+        // is gone), so a stalled acquire's queued statements cannot keep slot 0 past it either.
+        // MariaDB: idle_transaction_timeout = B, and its idle_readonly_ / idle_write_transaction_timeout
+        // = B too — when above 0 they decide instead of it, and a session starts with their global
+        // values, which a DBA may have set; B in all three keeps the bound B whichever one the server
+        // consults (0 would rely on the order of precedence between them).
+        const int64_t b = s.idle_transaction_limit_s();
+        std::string setup = fmt::format("SET SESSION wait_timeout = {}, SESSION time_zone = '+00:00', SESSION autocommit = 1",
+                                        idle_session_limit_s);
+        if (s.mode == lock_mode::lease) setup += fmt::format(", SESSION innodb_lock_wait_timeout = {}", b);
         if (is_mariadb())
-            setup += fmt::format(", SESSION max_statement_time = {}, SESSION idle_transaction_timeout = {}",
-                                 s.mode == lock_mode::lease ? double(s.statement_timeout_ms) / 1000.0 : 0.0,
-                                 s.idle_transaction_limit_s());
+            setup += fmt::format(", SESSION max_statement_time = {}, SESSION idle_transaction_timeout = {}, "
+                                 "SESSION idle_readonly_transaction_timeout = {}, SESSION idle_write_transaction_timeout = {}",
+                                 s.mode == lock_mode::lease ? double(s.statement_timeout_ms) / 1000.0 : 0.0, b, b, b);
         query(setup, deadline_ns);
     } catch (const error& e) {
         mysql_close(mysql_);
@@ -361,7 +373,9 @@ void connection::fail_with(st_mysql_stmt* stmt) {
     // the connection's, not the statement's: Connector/C leaves mysql_stmt_errno() 0 then.
     error e = stmt && mysql_stmt_errno(stmt) != 0 ? error{mysql_stmt_errno(stmt), mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt), false}
                                                   : error{mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_), false};
-    e.lost = is_lost(e.code);
+    // MySQL 8.0.24+ sends error 4031 (ER_CLIENT_INTERACTION_TIMEOUT) before it closes a session idle
+    // past wait_timeout; on MariaDB 4031 is another error (a trigger's).
+    e.lost = is_lost(e.code) || (e.code == 4031 && !is_mariadb());
     if (e.lost) broken_ = true;
     throw e;
 }

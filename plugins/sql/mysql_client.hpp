@@ -106,9 +106,9 @@ public:
     // Runs SQL text (setup only). Throws error.
     result query(const std::string& sql, int64_t deadline_ns = INT64_MAX);
     // A transaction whose session the server ends when it sits idle in it for
-    // settings::idle_transaction_limit_s(). MariaDB: the session's idle_transaction_timeout (set at
-    // connect) does it, and these are START TRANSACTION, COMMIT and ROLLBACK. MySQL, which has no such
-    // limit: begin() lowers the session's wait_timeout to it first, and commit()/rollback() raise it
+    // settings::idle_transaction_limit_s(). MariaDB: the session's idle_transaction_timeout and its
+    // idle_readonly_/idle_write_ variants (all set at connect) do it, and these are START
+    // TRANSACTION, COMMIT and ROLLBACK. MySQL, which has no such limit: begin() lowers the session's wait_timeout to it first, and commit()/rollback() raise it
     // again afterwards (two more round trips). Throw error; after one, end the connection.
     void begin(int64_t deadline_ns);
     void commit(int64_t deadline_ns);

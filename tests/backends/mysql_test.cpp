@@ -41,6 +41,23 @@ struct open_outcome {
     std::string message;
 };
 
+// Sets a GLOBAL server variable for one test (new sessions copy it) and restores it at the end.
+struct scoped_global {
+    scoped_global(dlock::lab::mariadb_client& admin, std::string name, const std::string& value)
+        : admin(admin), name(std::move(name)), old(admin.query_value("SELECT @@global." + this->name).value_or("")) {
+        admin.execute("SET GLOBAL " + this->name + " = " + value);
+    }
+    ~scoped_global() {
+        try {
+            admin.execute("SET GLOBAL " + name + " = " + (old.empty() ? "DEFAULT" : old));
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "restoring GLOBAL " << name << ": " << e.what();
+        }
+    }
+    dlock::lab::mariadb_client& admin;
+    std::string name, old;
+};
+
 class MysqlBackend : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -81,6 +98,10 @@ protected:
                                                    &output);
         ASSERT_EQ(status, 0) << output;
     }
+
+    // Stalls a permit acquire of `name` inside its transaction (holding slot 0's row lock) and
+    // checks that another client's acquire is granted within the server's bound (below).
+    void stall_a_permit_acquire_and_time_another(const std::string& name);
 
     dlock::lab::lab* lab_ = nullptr;
 };
@@ -487,19 +508,19 @@ static bool looking_for_a_free_slot(dlock::lab::mariadb_client& probe) {
 // through the lab proxy, another session holds slot 1's row lock so that the acquire waits inside its
 // transaction (after slot 0), then the proxy goes silent both ways and the row lock goes — the server
 // answers into the silence and the session sits idle in its transaction, as with a SIGSTOPped client.
-TEST_F(MysqlBackend, StalledPermitAcquireBlocksOthersForABoundNotHours) {
+void MysqlBackend::stall_a_permit_acquire_and_time_another(const std::string& name) {
     dlock::lab::tcp_proxy proxy(server().client_endpoint());
     auto stalling = dlock::client::from_yaml(yaml(dlock::lab::mariadb_dsn(proxy.listen_endpoint()), "lease",
                                                   "  statement_timeout: 2s\n  pool_size: 1\n"),
                                              "mysql_test");
     auto other = open("lease", "  statement_timeout: 2s\n");
     const auto permit = dlock::acquire_options().with_permits(2).with_ttl(10s);
-    stalling.acquire("stall/sem", dlock::acquire_options(permit).with_wait(0ms)).release();  // slots 0 and 1
+    stalling.acquire(name, dlock::acquire_options(permit).with_wait(0ms)).release();  // slots 0 and 1
     auto blocker = server().client();
     blocker.execute("START TRANSACTION");
-    blocker.execute("SELECT owner FROM dlock_locks_holders WHERE kind = 'P' AND name = 'stall/sem' AND slot = 1 FOR UPDATE");
+    blocker.execute("SELECT owner FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND slot = 1 FOR UPDATE");
     std::error_code stalled_ec;
-    std::thread stalled([&] { stalling.acquire("stall/sem", dlock::acquire_options(permit).with_wait(0ms), stalled_ec); });
+    std::thread stalled([&] { stalling.acquire(name, dlock::acquire_options(permit).with_wait(0ms), stalled_ec); });
     struct join_at_end {
         std::thread& t;
         dlock::lab::tcp_proxy& p;
@@ -514,19 +535,35 @@ TEST_F(MysqlBackend, StalledPermitAcquireBlocksOthersForABoundNotHours) {
     blocker.execute("ROLLBACK");  // its answer goes into the silent proxy: the session is idle in its transaction
     const auto stalled_at = clock_type::now();
     std::error_code ec;
-    auto lease = other.acquire("stall/sem", dlock::acquire_options(permit).with_wait(20s), ec);
+    auto lease = other.acquire(name, dlock::acquire_options(permit).with_wait(20s), ec);
     const int64_t waited = ms_since(stalled_at);
     std::cout << "[mysql lease] another client's permit acquire waited " << waited
               << " ms behind an acquire stalled inside its transaction\n";
     ASSERT_FALSE(ec) << ec.message() << ": " << dlock_last_error();
     EXPECT_LT(waited, 2000 + 3000) << "the stalled transaction is ended by the server within statement_timeout (2 s)";
-    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = 'stall/sem' AND slot > 0 "
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND slot > 0 "
                      "AND owner IS NOT NULL AND expiry > UTC_TIMESTAMP(6)"),
               "1")
         << "only the other client's permit";
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
     stalled.join();  // still silent: its deadline passes, and its read-back finds no connection
     EXPECT_TRUE(stalled_ec) << "the stalled acquire is not reported held";
+}
+
+TEST_F(MysqlBackend, StalledPermitAcquireBlocksOthersForABoundNotHours) {
+    stall_a_permit_acquire_and_time_another("stall/sem");
+}
+
+// The same stall on a server whose DBA set MariaDB's idle_readonly_transaction_timeout and
+// idle_write_transaction_timeout globally: when above 0 they decide instead of
+// idle_transaction_timeout (the first for a transaction that has not written — the stalled acquire
+// has only taken row locks —, the second for one that has), and every new session copies the global
+// values, so dlock's sessions must set them too. 30 s here: longer than the other client's 20 s wait.
+TEST_F(MysqlBackend, StalledPermitAcquireIsBoundedWhateverTheServersIdleTransactionSettings) {
+    auto admin = server().client();
+    scoped_global readonly(admin, "idle_readonly_transaction_timeout", "30");
+    scoped_global write(admin, "idle_write_transaction_timeout", "30");
+    stall_a_permit_acquire_and_time_another("stall/dba-sem");
 }
 
 // A permit acquire whose COMMIT reaches the server late — after the client gave the transaction up
@@ -578,3 +615,24 @@ TEST_F(MysqlBackend, PermitWhoseCommitLandsAfterTheReadBackIsTakenOnce) {
     EXPECT_EQ(lease.release(), dlock::release_outcome::released);
 }
 
+
+// dlock's sessions run in autocommit whatever the server's default: with GLOBAL autocommit = 0 a
+// lease acquire's row would stay uncommitted in an implicit transaction (invisible to other clients,
+// rolled back when the server ends the session idle in it), and a named holder's session, idle in the
+// implicit transaction its fence update opened, would be ended after idle_transaction_timeout —
+// the named lock with it.
+TEST_F(MysqlBackend, SessionsRunInAutocommitWhateverTheServersDefault) {
+    auto admin = server().client();
+    scoped_global autocommit(admin, "autocommit", "0");
+    auto leased = open("lease", "  statement_timeout: 1s\n");
+    auto lease = leased.acquire("autocommit/lease", dlock::acquire_options().with_ttl(20s).with_wait(0ms));
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM dlock_locks WHERE name = 'autocommit/lease' AND owner = '" + std::string(lease.owner()) + "'"),
+              "1")
+        << "the lease's row is committed, visible to another session";
+    auto named = open("named", "  statement_timeout: 1s\n");
+    auto held = named.acquire("autocommit/named", dlock::acquire_options().with_wait(0ms));
+    std::this_thread::sleep_for(2500ms);  // past idle_transaction_timeout (1 s) and its check
+    EXPECT_EQ(held.state(), dlock::lease_state::held) << "the named holder's session was not ended as idle in a transaction";
+    EXPECT_EQ(held.release(), dlock::release_outcome::released);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
