@@ -561,12 +561,16 @@ TEST_F(SqlModes, SharedAcquireRunningOutOfItsWaitOnARowLockIsCountedOnce) {
     side.execute("SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE");
     const auto locked = clock_type::now();
     auto reader_client = open("lease");
-    std::error_code ec;
-    auto reader = reader_client.acquire(name, shared().with_ttl(30s).with_wait(1s), ec);
-    std::cout << "[sql lease] shared acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
-              << (ec ? ec.message() : "granted") << "\n";
+    auto acquiring = std::async(std::launch::async, [&] {
+        std::error_code failed;
+        auto lease = reader_client.acquire(name, shared().with_ttl(30s).with_wait(1s), failed);
+        std::cout << "[sql lease] shared acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
+                  << (failed ? failed.message() + " (" + dlock_last_error() + ")" : std::string("granted")) << "\n";
+        return std::make_pair(std::move(lease), failed);
+    });
     std::this_thread::sleep_until(locked + 2s);
     side.execute("COMMIT");
+    auto [reader, ec] = acquiring.get();
     std::this_thread::sleep_for(500ms);  // a statement still running on the server would commit now
     const std::string live_rows = "SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name +
                                   "' AND owner IS NOT NULL AND expiry > clock_timestamp()";
@@ -596,12 +600,16 @@ TEST_F(SqlModes, PermitAcquireRunningOutOfItsWaitOnARowLockIsTakenOnce) {
     side.execute("SELECT 1 FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND slot = 0 FOR UPDATE");
     const auto locked = clock_type::now();
     auto permit_client = open("lease");
-    std::error_code ec;
-    auto permit = permit_client.acquire(name, permits(1).with_ttl(30s).with_wait(1s), ec);
-    std::cout << "[sql lease] permit acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
-              << (ec ? ec.message() : "granted") << "\n";
+    auto acquiring = std::async(std::launch::async, [&] {
+        std::error_code failed;
+        auto lease = permit_client.acquire(name, permits(1).with_ttl(30s).with_wait(1s), failed);
+        std::cout << "[sql lease] permit acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
+                  << (failed ? failed.message() + " (" + dlock_last_error() + ")" : std::string("granted")) << "\n";
+        return std::make_pair(std::move(lease), failed);
+    });
     std::this_thread::sleep_until(locked + 2s);
     side.execute("COMMIT");
+    auto [permit, ec] = acquiring.get();
     std::this_thread::sleep_for(500ms);
     EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name +
                      "' AND slot > 0 AND owner IS NOT NULL AND expiry > clock_timestamp()"), ec ? 0 : 1)
@@ -707,6 +715,16 @@ TEST_F(SqlModes, OlderLeaseTableGainsTheReadersColumnAndTheHoldersTable) {
     EXPECT_EQ(r.fencing_token(), 42u) << "the lock's existing fence counter goes on";
     EXPECT_EQ(r.release(), dlock::release_outcome::released);
     client.close();
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_attribute WHERE attrelid = 'v1_layout.dlock_locks'::regclass"
+                     " AND attname IN ('readers', 'generation')"), 2);
+    // A table of the first release with shared locks (`readers`, no `generation`) gains `generation`.
+    raw().execute("ALTER TABLE v1_layout.dlock_locks DROP COLUMN generation");
+    auto again = open("lease", "  schema: v1_layout\n");
+    EXPECT_TRUE(again.capabilities() & DLOCK_CAP_SHARED);
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_attribute WHERE attrelid = 'v1_layout.dlock_locks'::regclass"
+                     " AND attname = 'generation' AND NOT attisdropped"), 1);
+    again.acquire("v2/old", shared().with_wait(0ms)).release();
+    again.close();
     raw().execute("SET client_min_messages = warning; DROP SCHEMA v1_layout CASCADE");
 }
 
