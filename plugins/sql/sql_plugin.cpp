@@ -430,8 +430,8 @@ bool ensure_shared_tables(dlock_backend& b, session& s) {
     const auto present = [&] {
         return s.within(b.statement_deadline(), [&] {
             pqxx::nontransaction tx(s.connection());
-            return tx.exec_params("SELECT to_regclass($1) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
-                                  "attrelid = to_regclass($2) AND attname = 'readers' AND NOT attisdropped)",
+            return tx.exec_params("SELECT to_regclass($1) IS NOT NULL AND (SELECT count(*) FROM pg_attribute WHERE "
+                                  "attrelid = to_regclass($2) AND attname IN ('readers', 'generation') AND NOT attisdropped) = 2",
                                   b.sql.holders_table, b.sql.lease_table)[0][0]
                 .as<bool>();
         });
@@ -1607,6 +1607,7 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
         const int64_t deadline = b->statement_deadline();
         auto s = b->sessions->borrow(deadline);
         size_t broken = 0;
+        bool in_transaction = false;
         try {
             // Breaking deletes holder rows: DELETE on dlock's tables is what makes an administrator.
             if (!s->run_until(deadline, "may_break")[0][0].as<bool>())
@@ -1617,17 +1618,26 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
             if (semaphore) {
                 broken = size_t(s->run_until(deadline, "break_semaphore", std::string(name), b->semaphore_channel_for(name))[0][0].as<int64_t>());
             } else {
-                // The lock's row first, then (a statement of its own, which sees every reader that
-                // committed while the first waited for the row) the readers of the broken generations.
+                // One transaction: the lock's row first (freed, its fence bumped), then, in a
+                // statement of its own (which sees every reader that committed while the first waited
+                // for the row, and none can come or go while the row stays locked), the readers of the
+                // broken generations: no moment in which the row is free and a broken reader's row
+                // is still there, and an exact count. Any failure inside it ends the session, which
+                // rolls the transaction back (nothing was broken) unless COMMIT got through.
+                in_transaction = true;
+                s->run_until(deadline, "break_begin");
                 const pqxx::result r = s->run_until(deadline, "break_lock", std::string(name), b->channel_for(name));
                 broken = size_t(r[0][0].as<int64_t>());
                 if (!r[0][1].is_null())
                     broken += size_t(s->run_until(deadline, "break_readers", std::string(name), r[0][1].as<int64_t>())[0][0].as<int64_t>());
+                s->run_until(deadline, "break_commit");
+                in_transaction = false;
             }
         } catch (const failure&) {
+            if (in_transaction) s->mark_broken();
             throw;
         } catch (const std::exception& e) {
-            if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+            if (in_transaction || dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
             const failure f = classify(b->config, e, fmt::format("breaking `{}`", name), true);
             fail(f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
         }

@@ -162,10 +162,13 @@ struct statements {
     // `shared_owner`, which no owner token equals). The lease table gains `readers`, the number of
     // shared holders its row counts. Holder rows: kind 'S' (a shared holder of the lock `name`;
     // slots allocated on demand and reused) or 'P' (semaphore `name`: slot 0 keeps the limit and
-    // the fencing counter, slots 1..limit are the permits).
+    // the fencing counter, slots 1..limit are the permits). `generation`: while the row is shared,
+    // the fence that began its current generation of readers (shared_acquire); a reader row counts
+    // in the row only when its own fence is at least that.
     std::vector<std::string> shared_tables() const {
         return {
             fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS readers integer NOT NULL DEFAULT 0", lease_table),
+            fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS generation bigint", lease_table),
             fmt::format("CREATE TABLE IF NOT EXISTS {} (kind char(1) NOT NULL, name text COLLATE \"C\" NOT NULL, "
                         "slot integer NOT NULL, permits integer, owner text, fence bigint NOT NULL, expiry timestamptz, "
                         "holder text, acquired_at timestamptz, PRIMARY KEY (kind, name, slot))", holders_table),
@@ -190,33 +193,37 @@ struct statements {
             // the statement is retried. Returns (fence, NULL) when acquired; (NULL, ms until the
             // exclusive holder's expiry, or NULL when waiting behind a queued writer) when not.
             // A generation of readers is the time the row stays shared without a break: it begins
-            // with readers = 1 and ends when the row expires, is freed by its last reader or broken.
-            // Every reader row lies within its generation: its expiry never passes the lock row's
-            // (`LEAST`; the lock row's expiry may have been computed before this statement waited
-            // for the row's lock, so the reader's own `clock_timestamp() + ttl` may be later), and
-            // the reader rows still set when a new generation begins are cleared (`ended`: none
-            // can be live, but a row written by an older dlock may be). So a reader row that is
-            // live belongs to the lock row's current generation, which release and renew rely on.
+            // with readers = 1, when the row records the fence that began it (`generation`), and ends
+            // when the row expires, is freed by its last reader or broken. Every reader of a
+            // generation has a fence at least its `generation` (fences only grow, and the next
+            // generation begins with a higher one), so a reader row belongs to the current generation
+            // exactly when it is live and its fence is at least the row's `generation` — whatever
+            // this statement's snapshot could see (a reader that committed while this statement waited
+            // for the row's lock is invisible to it, and its row may stay live after a break or the
+            // row's end). Release, renew and holders judge a reader row by that alone. `live` is read
+            // once, so readers, expiry and generation agree. A reader row never outlives the lock
+            // row (`LEAST`: the lock row's expiry may have been computed before this statement waited
+            // for the row's lock). The reader's slot is a free or expired one, or one left by an
+            // ended generation (its fence below `generation`), else a new one.
             // Lock order, here as in release, renew and break: the lock's row, then reader rows.
             {"shared_acquire", fmt::format(
                  "WITH m AS ("
-                 " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters, readers)"
-                 " VALUES ($1, 'shared', 1, {2}, 'shared', clock_timestamp(), 0, 1)"
+                 " INSERT INTO {0} AS t (name, owner, fence, expiry, holder, acquired_at, waiters, readers, generation)"
+                 " VALUES ($1, 'shared', 1, {2}, 'shared', clock_timestamp(), 0, 1, 1)"
                  " ON CONFLICT (name) DO UPDATE SET fence = t.fence + 1,"
-                 "  readers = CASE WHEN t.owner = 'shared' AND t.expiry > clock_timestamp() THEN t.readers + 1 ELSE 1 END,"
-                 "  expiry = CASE WHEN t.owner = 'shared' AND t.expiry > clock_timestamp() THEN GREATEST(t.expiry, excluded.expiry)"
-                 "   ELSE excluded.expiry END,"
+                 "  (readers, expiry, generation) = (SELECT CASE WHEN x.live THEN t.readers + 1 ELSE 1 END,"
+                 "   CASE WHEN x.live THEN GREATEST(t.expiry, excluded.expiry) ELSE excluded.expiry END,"
+                 "   CASE WHEN x.live THEN coalesce(t.generation, 0) ELSE t.fence + 1 END"
+                 "   FROM (SELECT t.owner = 'shared' AND t.expiry > clock_timestamp() AS live) x),"
                  "  owner = 'shared', holder = 'shared', acquired_at = clock_timestamp()"
                  " WHERE (t.owner IS NULL OR t.expiry <= clock_timestamp() OR t.owner = 'shared')"
                  "  AND ($5::bool OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock'"
                  "   AND l.objsubid = 1 AND l.classid::bigint = (($6::bigint >> 32) & 4294967295)"
                  "   AND l.objid::bigint = ($6::bigint & 4294967295)"
                  "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))"
-                 " RETURNING t.fence, t.expiry, t.readers),"
-                 " reuse AS (SELECT slot FROM {1} WHERE kind = 'S' AND name = $1 AND (owner IS NULL OR expiry <= clock_timestamp())"
-                 "  AND EXISTS (SELECT 1 FROM m) LIMIT 1 FOR UPDATE SKIP LOCKED),"
-                 " ended AS (UPDATE {1} h SET owner = NULL, expiry = NULL FROM m"
-                 "  WHERE m.readers = 1 AND h.kind = 'S' AND h.name = $1 AND h.owner IS NOT NULL AND h.slot NOT IN (SELECT slot FROM reuse)),"
+                 " RETURNING t.fence, t.expiry, t.generation),"
+                 " reuse AS (SELECT h.slot FROM {1} h, m WHERE h.kind = 'S' AND h.name = $1"
+                 "  AND (h.owner IS NULL OR h.expiry <= clock_timestamp() OR h.fence < m.generation) LIMIT 1 FOR UPDATE OF h SKIP LOCKED),"
                  " reused AS (UPDATE {1} h SET owner = $2, fence = m.fence, expiry = LEAST({2}, m.expiry), holder = $4,"
                  "  acquired_at = clock_timestamp() FROM m, reuse WHERE h.kind = 'S' AND h.name = $1 AND h.slot = reuse.slot RETURNING h.fence),"
                  " added AS (INSERT INTO {1} (kind, name, slot, owner, fence, expiry, holder, acquired_at)"
@@ -227,36 +234,45 @@ struct statements {
                  " FROM {0} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM m)",
                  T, H, ttl, fmt::format(ms_left, "h.expiry"))},
             // $1 name, $2 owner, $3 channel → (released, the lock is free now). The lock's row is
-            // locked first, so no generation can begin or end while the reader's row is judged. A
-            // reader whose row has not expired, within the lock row's expiry while the row is shared,
-            // belongs to the current generation (shared_acquire): it leaves the count; the last one
-            // frees the row and notifies the waiters. A reader whose row expired (or ended with its
-            // generation) is not counted out: the lock then stays shared until the row's expiry.
+            // locked first (its latest version: the one a break or a new generation committed while
+            // this statement waited), so no generation can begin or end while the reader's rows are
+            // judged. A reader row of the current generation (live, within the lock row's expiry
+            // while the row is shared, its fence at least the row's `generation`: shared_acquire)
+            // leaves the count — by the number of such rows removed, each of which the count took
+            // in; the last one frees the row and notifies the waiters. A reader row of an ended
+            // generation (broken, or the row expired) counts nobody out: it is only cleared.
             {"shared_release", fmt::format(
-                 "WITH lock_row AS (SELECT owner, expiry FROM {0} WHERE name = $1 FOR UPDATE),"
-                 " old AS (SELECT h.slot, h.expiry > clock_timestamp() AND l.owner = 'shared' AND h.expiry <= l.expiry AS live"
+                 "WITH lock_row AS (SELECT owner, expiry, generation FROM {0} WHERE name = $1 FOR UPDATE),"
+                 " old AS (SELECT h.slot, h.expiry > clock_timestamp() AND l.owner = 'shared' AND h.expiry <= l.expiry"
+                 "  AND h.fence >= coalesce(l.generation, 0) AS live"
                  "  FROM {1} h LEFT JOIN lock_row l ON true WHERE h.kind = 'S' AND h.name = $1 AND h.owner = $2 FOR UPDATE OF h),"
                  " gone AS (UPDATE {1} h SET owner = NULL, expiry = NULL FROM old"
                  "  WHERE h.kind = 'S' AND h.name = $1 AND h.slot = old.slot RETURNING old.live),"
-                 " m AS (UPDATE {0} t SET readers = t.readers - 1,"
-                 "  owner = CASE WHEN t.readers <= 1 THEN NULL ELSE t.owner END,"
-                 "  expiry = CASE WHEN t.readers <= 1 THEN NULL ELSE t.expiry END,"
-                 "  holder = CASE WHEN t.readers <= 1 THEN NULL ELSE t.holder END,"
-                 "  released_at = CASE WHEN t.readers <= 1 THEN clock_timestamp() ELSE t.released_at END"
-                 "  FROM gone WHERE t.name = $1 AND gone.live AND t.owner = 'shared' RETURNING t.readers)"
+                 " counted AS (SELECT count(*) FILTER (WHERE live) AS live FROM gone),"
+                 " m AS (UPDATE {0} t SET readers = GREATEST(t.readers - counted.live, 0),"
+                 "  owner = CASE WHEN t.readers <= counted.live THEN NULL ELSE t.owner END,"
+                 "  expiry = CASE WHEN t.readers <= counted.live THEN NULL ELSE t.expiry END,"
+                 "  holder = CASE WHEN t.readers <= counted.live THEN NULL ELSE t.holder END,"
+                 "  released_at = CASE WHEN t.readers <= counted.live THEN clock_timestamp() ELSE t.released_at END"
+                 "  FROM counted WHERE t.name = $1 AND counted.live > 0 AND t.owner = 'shared' RETURNING t.readers)"
                  " SELECT EXISTS (SELECT 1 FROM gone WHERE live),"
                  "  (SELECT count(*) FROM (SELECT pg_notify($3, '') FROM m WHERE m.readers = 0) n) > 0", T, H)},
             // $1 names[], $2 owners[], $3 ttls[] → the owners of shared holds extended. The lock's row
-            // is extended first (while it is still shared and unexpired), then the reader's own row,
-            // never past the lock row's new expiry (a reader row stays within its generation).
+            // is extended first (while it is still shared and unexpired, by the largest ttl of the
+            // readers of its current generation in the batch: a reader of an ended generation
+            // extends nothing), then the reader's own row of the current generation (its fence at
+            // least the row's `generation`), never past the lock row's new expiry.
             {"shared_renew", fmt::format(
                  "WITH b AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) AS b(name, owner, ttl)),"
-                 " m AS (UPDATE {0} t SET expiry = GREATEST(t.expiry, clock_timestamp() + x.ttl * interval '1 millisecond')"
-                 "  FROM (SELECT name, max(ttl) AS ttl FROM b GROUP BY name) x"
-                 "  WHERE t.name = x.name AND t.owner = 'shared' AND t.expiry > clock_timestamp() RETURNING t.name, t.expiry)"
+                 " m AS (UPDATE {0} t SET expiry = GREATEST(t.expiry, clock_timestamp() + (SELECT max(b.ttl) {2}) * interval '1 millisecond')"
+                 "  WHERE t.name IN (SELECT name FROM b) AND t.owner = 'shared' AND t.expiry > clock_timestamp()"
+                 "  AND EXISTS (SELECT 1 {2}) RETURNING t.name, t.expiry, t.generation)"
                  " UPDATE {1} h SET expiry = LEAST(clock_timestamp() + b.ttl * interval '1 millisecond', m.expiry) FROM b, m"
                  " WHERE h.kind = 'S' AND h.name = b.name AND m.name = b.name AND h.owner = b.owner AND h.expiry > clock_timestamp()"
-                 " RETURNING h.owner", T, H)},
+                 "  AND h.fence >= coalesce(m.generation, 0)"
+                 " RETURNING h.owner", T, H,
+                 fmt::format("FROM b JOIN {0} r ON r.kind = 'S' AND r.name = b.name AND r.owner = b.owner WHERE b.name = t.name"
+                             " AND r.expiry > clock_timestamp() AND r.fence >= coalesce(t.generation, 0)", H))},
             // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N, $6 admitted by the turnstile, $7
             // turnstile key. Takes a free or expired permit slot (1..N; SKIP LOCKED: slots another
             // statement is taking are passed over) and the next fence from slot 0, whose stored limit
@@ -307,6 +323,7 @@ struct statements {
                  "  AND CASE WHEN $2::bool THEN name = $1 ELSE left(name, length($1)) = $1 END"
                  " UNION ALL SELECT h.name, 1, NULL, h.owner, h.fence, {3} FROM {1} h JOIN {0} t ON t.name = h.name"
                  " WHERE h.kind = 'S' AND h.owner IS NOT NULL AND h.expiry > clock_timestamp() AND t.owner = 'shared'"
+                 "  AND h.fence >= coalesce(t.generation, 0)"
                  "  AND t.expiry > clock_timestamp() AND CASE WHEN $2::bool THEN h.name = $1 ELSE left(h.name, length($1)) = $1 END"
                  " UNION ALL SELECT h.name, 2, s.permits, h.owner, h.fence, {3} FROM {1} h"
                  "  JOIN {1} s ON s.kind = 'P' AND s.name = h.name AND s.slot = 0"
@@ -318,11 +335,14 @@ struct statements {
                                       quote_literal(T), quote_literal(H))},
             // $1 name, $2 channel → (the exclusive holder removed: 0 or 1, the fence the row now has
             // or NULL when the lock has no row, notified). The lock's row is freed with its fence
-            // bumped (the next grant's token is higher than any broken holder's); its readers are
-            // removed by break_readers, a statement of its own: this one's snapshot was taken before
-            // it waited for the row's lock and would miss a reader that committed meanwhile. Until
-            // then their rows are harmless: the row is no longer shared, so they neither renew nor
-            // count out, and a new generation clears them (shared_acquire).
+            // bumped (the next grant's token is higher than any broken holder's, and the next
+            // generation of readers begins above every broken reader's fence); its readers are
+            // removed by break_readers, the next statement of the same transaction (break_begin …
+            // break_commit): this one's snapshot was taken before it waited for the row's lock and
+            // would miss a reader that committed meanwhile; the next one's sees every reader that
+            // committed, and none can come or go while the transaction keeps the row locked, so the
+            // count is exact. A reader row a break leaves (a break's first statement committed alone
+            // by an older dlock) is harmless: it belongs to an ended generation (shared_acquire).
             {"break_lock", fmt::format(
                  "WITH old AS (SELECT owner, expiry FROM {0} WHERE name = $1 FOR UPDATE),"
                  " freed AS (UPDATE {0} t SET owner = NULL, expiry = NULL, holder = NULL, readers = 0, fence = t.fence + 1,"
@@ -332,12 +352,16 @@ struct statements {
                  "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM freed) n)", T)},
             // $1 name, $2 the fence break_lock gave the row → live readers removed: every reader row of
             // the broken generations (fence below $2; a reader granted after the break has a higher
-            // one). The lock's row is locked first (the lock order of the shared statements).
+            // one). The lock's row is locked first (the lock order of the shared statements; in the
+            // break's transaction, break_lock has locked it already).
             {"break_readers", fmt::format(
                  "WITH l AS (SELECT 1 FROM {0} WHERE name = $1 FOR UPDATE),"
                  " gone AS (DELETE FROM {1} h WHERE h.kind = 'S' AND h.name = $1 AND h.fence < $2::bigint AND EXISTS (SELECT 1 FROM l)"
                  "  RETURNING h.owner IS NOT NULL AND h.expiry > clock_timestamp() AS live)"
                  " SELECT count(*) FROM gone WHERE live", T, H)},
+            // The break of a lock is one transaction: break_begin, break_lock, break_readers, break_commit.
+            {"break_begin", "BEGIN ISOLATION LEVEL READ COMMITTED"},
+            {"break_commit", "COMMIT"},
             // $1 name, $2 channel → permits removed. The permits go and the stored limit is forgotten;
             // slot 0 stays with its fence bumped.
             {"break_semaphore", fmt::format(

@@ -9,6 +9,7 @@
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"
 #include "dlock/lab/secured.hpp"
+#include "sql_statements.hpp"  // the plugin's own statements, for interleavings run from side sessions
 
 #include <dlock/dlock.hpp>
 
@@ -463,6 +464,163 @@ TEST_F(SqlModes, SharedHoldTakenDuringABreakIsLostAtItsNextRenewal) {
     EXPECT_FALSE(ec) << ec.message();
 }
 
+// The text of one of the lease mode's shared statements, as the plugin prepares it on dlock's
+// default tables: a side session runs it (PREPARE … AS <text>; EXECUTE …) to stop an interleaving
+// at a point no client call can.
+std::string shared_statement(const std::string& id) {
+    const dlock::sql::statements sql{"dlock_locks", "dlock_fences", "dlock_schema_version", "dlock_locks_holders"};
+    for (const auto& [name, text] : sql.shared())
+        if (name == id) return text;
+    ADD_FAILURE() << "no statement " << id;
+    return "";
+}
+
+// Issue 28 (review of the two-statement break): R1 reads (ttl 1.5 s); R_old's shared acquire adds
+// its reader row with its transaction still open; a break waits for the lock's row, and a shared
+// acquire N (ttl 60 s) waits for it too, its snapshot taken before R_old commits. R1's row expires,
+// R_old commits, the break frees the row (its first statement only: the breaker's connection is
+// gone before a second one, or an older dlock breaks) and N starts a new generation after it: it
+// reuses R1's expired slot and cannot see R_old's row, which stays live. Nothing R_old does then may
+// count in N's generation: its renewal is refused, its release counts nobody out, holders does not
+// list it, and no writer gets in while N holds. (The break and N both wait for R_old's transaction;
+// N's server process is stopped while R_old commits and the break runs, so that the break goes
+// first, as the server lets either go first.)
+TEST_F(SqlModes, BrokenReaderCommittedDuringTheBreakNeverCountsOutTheNextGeneration) {
+    const std::string name = "v2/break-generation";
+    const std::string rold_owner = "0123456789abcdef0123456789abcdef";
+    auto client = open("lease");
+    auto waiters = [&] { return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"); };
+    client.acquire(name, dlock::acquire_options().with_wait(0ms)).release();  // the lock's row exists
+    auto r1 = client.acquire(name, shared().with_ttl(1500ms).with_renew(false).with_wait(0ms));
+    const auto r1_granted = clock_type::now();
+    auto rold = raw();  // R_old: the plugin's shared_acquire, its transaction left open
+    rold.execute("PREPARE shared_acquire AS " + shared_statement("shared_acquire"));
+    rold.execute("PREPARE shared_renew AS " + shared_statement("shared_renew"));
+    rold.execute("PREPARE shared_release AS " + shared_statement("shared_release"));
+    rold.execute("BEGIN");
+    ASSERT_TRUE(rold.query_value("EXECUTE shared_acquire('" + name + "', '" + rold_owner + "', 60000, 'rold', true, 0)"))
+        << "R_old was not granted";
+    auto breaker = raw();
+    breaker.execute("PREPARE break_lock AS " + shared_statement("break_lock"));
+    const std::string breaker_pid = breaker.query_value("SELECT pg_backend_pid()").value_or("0");
+    auto breaking = std::async(std::launch::async, [&] {
+        return breaker.query_value("EXECUTE break_lock('" + name + "', 'dlock_test_break')");
+    });
+    ASSERT_TRUE(eventually([&] { return waiters() == 1; }, 5s)) << "the break never waited for the row";
+    auto n_client = open("lease");
+    auto n_acquiring = std::async(std::launch::async, [&] { return n_client.acquire(name, shared().with_ttl(60s).with_wait(20s)); });
+    ASSERT_TRUE(eventually([&] { return waiters() == 2; }, 5s)) << "N never waited for the row";
+    const pid_t n_pid = pid_t(scalar("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> " + breaker_pid));
+    ASSERT_GT(n_pid, 0);
+    ASSERT_EQ(::kill(n_pid, SIGSTOP), 0) << "stopping N's server process";
+    std::this_thread::sleep_until(r1_granted + 2s);  // R1's row has expired
+    rold.execute("COMMIT");
+    const auto broken = breaking.wait_for(10s);
+    ::kill(n_pid, SIGCONT);
+    ASSERT_EQ(broken, std::future_status::ready) << "the break did not end while N was stopped";
+    breaking.get();
+    auto n = n_acquiring.get();
+    ASSERT_EQ(scalar("SELECT count(*) FROM dlock_locks WHERE name = '" + name + "' AND owner = 'shared' AND readers = 1 AND fence = " +
+                     std::to_string(n.fencing_token())), 1)
+        << "the interleaving did not happen: N did not start a new generation after the break";
+    ASSERT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name + "' AND owner = '" +
+                     rold_owner + "' AND expiry > clock_timestamp()"), 1)
+        << "the interleaving did not happen: R_old's row is not live after N's acquire";
+
+    EXPECT_FALSE(rold.query_value("EXECUTE shared_renew(ARRAY['" + name + "'], ARRAY['" + rold_owner + "'], ARRAY[60000::float8])"))
+        << "the broken reader renewed its hold";
+    EXPECT_EQ(rold.query_value("EXECUTE shared_release('" + name + "', '" + rold_owner + "', 'dlock_test_release')").value_or(""), "f")
+        << "the broken reader's release was counted";
+    EXPECT_EQ(scalar("SELECT readers FROM dlock_locks WHERE name = '" + name + "'"), 1) << "the broken reader counted N out";
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks WHERE name = '" + name + "' AND owner = 'shared'"), 1);
+    std::error_code ec;
+    auto writer = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "an exclusive acquire got in while N holds";
+    const auto listed = client.holders(name);
+    EXPECT_EQ(listed.size(), 1u) << "holders lists a reader of an ended generation";
+    for (const auto& h : listed) EXPECT_EQ(h.holder, n.owner());
+    EXPECT_EQ(n.state(), dlock::lease_state::held);
+    n.renew(ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(n.release(), dlock::release_outcome::released);
+    auto after = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "N's release frees the lock: " << ec.message();
+}
+
+// Issue 28, trace A's double count: a shared acquire that runs out of its wait while its statement
+// waits for the lock's row (a side session holds it FOR UPDATE for 2 s) must not leave a second
+// reader row behind a retry, nor a count the rows do not match: once the side session ends, at
+// most one reader row, `readers` equal to the live reader rows, and a writer gets in at once after
+// the reader (if it was granted) releases.
+TEST_F(SqlModes, SharedAcquireRunningOutOfItsWaitOnARowLockIsCountedOnce) {
+    const std::string name = "v2/row-lock-deadline";
+    auto client = open("lease");
+    client.acquire(name, dlock::acquire_options().with_wait(0ms)).release();  // the lock's row exists
+    auto side = raw();
+    side.execute("BEGIN");
+    side.execute("SELECT 1 FROM dlock_locks WHERE name = '" + name + "' FOR UPDATE");
+    const auto locked = clock_type::now();
+    auto reader_client = open("lease");
+    auto acquiring = std::async(std::launch::async, [&] {
+        std::error_code failed;
+        auto lease = reader_client.acquire(name, shared().with_ttl(30s).with_wait(1s), failed);
+        std::cout << "[sql lease] shared acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
+                  << (failed ? failed.message() + " (" + dlock_last_error() + ")" : std::string("granted")) << "\n";
+        return std::make_pair(std::move(lease), failed);
+    });
+    std::this_thread::sleep_until(locked + 2s);
+    side.execute("COMMIT");
+    auto [reader, ec] = acquiring.get();
+    std::this_thread::sleep_for(500ms);  // a statement still running on the server would commit now
+    const std::string live_rows = "SELECT count(*) FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name +
+                                  "' AND owner IS NOT NULL AND expiry > clock_timestamp()";
+    EXPECT_EQ(scalar(live_rows), ec ? 0 : 1) << "one acquire, at most one reader row (none when it was refused)";
+    EXPECT_EQ(scalar("SELECT count(*) FROM (SELECT owner FROM dlock_locks_holders WHERE kind = 'S' AND name = '" + name +
+                     "' AND owner IS NOT NULL GROUP BY owner HAVING count(*) > 1) d"), 0)
+        << "two reader rows with one owner";
+    EXPECT_EQ(scalar("SELECT CASE WHEN owner = 'shared' AND expiry > clock_timestamp() THEN readers ELSE 0 END FROM dlock_locks"
+                     " WHERE name = '" + name + "'"), scalar(live_rows))
+        << "the count and the live reader rows differ";
+    if (!ec) {
+        EXPECT_EQ(reader.release(), dlock::release_outcome::released);
+    }
+    const auto released = clock_type::now();
+    auto writer = client.acquire(name, dlock::acquire_options().with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "a writer waits " << ms_since(released) << " ms after the reader's release: " << ec.message();
+}
+
+// The same for a permit: an acquire that runs out of its wait while its statement waits for the
+// semaphore's slot 0 (held FOR UPDATE by a side session for 2 s) leaves no ghost permit.
+TEST_F(SqlModes, PermitAcquireRunningOutOfItsWaitOnARowLockIsTakenOnce) {
+    const std::string name = "v2/permit-row-lock-deadline";
+    auto client = open("lease");
+    client.acquire(name, permits(1).with_wait(0ms)).release();  // the semaphore's slots exist
+    auto side = raw();
+    side.execute("BEGIN");
+    side.execute("SELECT 1 FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name + "' AND slot = 0 FOR UPDATE");
+    const auto locked = clock_type::now();
+    auto permit_client = open("lease");
+    auto acquiring = std::async(std::launch::async, [&] {
+        std::error_code failed;
+        auto lease = permit_client.acquire(name, permits(1).with_ttl(30s).with_wait(1s), failed);
+        std::cout << "[sql lease] permit acquire with wait 1 s answered after " << ms_since(locked) << " ms: "
+                  << (failed ? failed.message() + " (" + dlock_last_error() + ")" : std::string("granted")) << "\n";
+        return std::make_pair(std::move(lease), failed);
+    });
+    std::this_thread::sleep_until(locked + 2s);
+    side.execute("COMMIT");
+    auto [permit, ec] = acquiring.get();
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(scalar("SELECT count(*) FROM dlock_locks_holders WHERE kind = 'P' AND name = '" + name +
+                     "' AND slot > 0 AND owner IS NOT NULL AND expiry > clock_timestamp()"), ec ? 0 : 1)
+        << "a ghost permit";
+    if (!ec) {
+        EXPECT_EQ(permit.release(), dlock::release_outcome::released);
+    }
+    auto next = client.acquire(name, permits(1).with_wait(0ms), ec);
+    EXPECT_FALSE(ec) << "the one permit is not free: " << ec.message();
+}
+
 // ---- lease mode: holders, list, break -----------------------------------------------------------
 
 TEST_F(SqlModes, HoldersAndListReportEveryKindWithItsToken) {
@@ -557,6 +715,16 @@ TEST_F(SqlModes, OlderLeaseTableGainsTheReadersColumnAndTheHoldersTable) {
     EXPECT_EQ(r.fencing_token(), 42u) << "the lock's existing fence counter goes on";
     EXPECT_EQ(r.release(), dlock::release_outcome::released);
     client.close();
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_attribute WHERE attrelid = 'v1_layout.dlock_locks'::regclass"
+                     " AND attname IN ('readers', 'generation')"), 2);
+    // A table of the first release with shared locks (`readers`, no `generation`) gains `generation`.
+    raw().execute("ALTER TABLE v1_layout.dlock_locks DROP COLUMN generation");
+    auto again = open("lease", "  schema: v1_layout\n");
+    EXPECT_TRUE(again.capabilities() & DLOCK_CAP_SHARED);
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_attribute WHERE attrelid = 'v1_layout.dlock_locks'::regclass"
+                     " AND attname = 'generation' AND NOT attisdropped"), 1);
+    again.acquire("v2/old", shared().with_wait(0ms)).release();
+    again.close();
     raw().execute("SET client_min_messages = warning; DROP SCHEMA v1_layout CASCADE");
 }
 

@@ -394,9 +394,11 @@ void secured_server::secure_postgres() {
                     "owner text, holder text, holder_pid integer, acquired_at timestamptz)");
       admin.execute("INSERT INTO " + table + "_schema (component, version) VALUES ('dlock', 1)");
       admin.execute("GRANT SELECT, INSERT, UPDATE ON " + table + ", " + table + "_schema, " + table + "_advisory TO " + user);
-      // Semaphores and shared locks: the holders table and the lease table's `readers` column
+      // Semaphores and shared locks: the holders table and the lease table's `readers` and
+      // `generation` columns
       // (docs/backends/sql.md, "Semaphores and shared locks"), with the same three privileges.
       admin.execute("ALTER TABLE " + table + " ADD COLUMN readers integer NOT NULL DEFAULT 0");
+      admin.execute("ALTER TABLE " + table + " ADD COLUMN generation bigint");
       admin.execute("CREATE TABLE " + table + "_holders (kind char(1) NOT NULL, name text COLLATE \"C\" NOT NULL, "
                     "slot integer NOT NULL, permits integer, owner text, fence bigint NOT NULL, expiry timestamptz, "
                     "holder text, acquired_at timestamptz, PRIMARY KEY (kind, name, slot))");
