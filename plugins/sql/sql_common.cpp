@@ -153,8 +153,11 @@ std::string session_setup_sql(const settings& s, int server_version_num) {
     std::string sql;
     if (server_version_num >= 120000 && !user_sets("tcp_user_timeout"))
         sql += fmt::format("SET tcp_user_timeout = {}; ", server_peer_ms);
-    if (server_version_num >= 140000 && !user_sets("idle_session_timeout"))
-        sql += fmt::format("SET idle_session_timeout = {}; ", s.queue_sessions ? s.peer_timeout_ms : 0);
+    // Queue sessions: always 0 here, whatever the DSN says; the statements that take and leave a
+    // place in a turnstile set it (statements::queue_idle_ms), so it is dlock's own value while the
+    // session holds a place and none while it is idle in its pool.
+    if (server_version_num >= 140000 && (s.queue_sessions || !user_sets("idle_session_timeout")))
+        sql += "SET idle_session_timeout = 0; ";
     return sql;
 }
 

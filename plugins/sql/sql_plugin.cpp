@@ -548,6 +548,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         b->sql.holders_table = schema_q + "." + quote_identifier(c.table + "_holders");
         b->advisory_key_hash = hash64_prefix(b->sql.advisory_table + '\0');
         b->holder = holder_description();
+        b->sql.queue_idle_ms = c.peer_timeout_ms;  // a silent admitted fair waiter's place ends after this
         auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
         if (c.mode == lock_mode::lease)
             for (auto& statement : b->sql.shared()) prepared.push_back(std::move(statement));
@@ -555,8 +556,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
             settings queue_config = c;
             queue_config.queue_sessions = true;
             resolve(queue_config);
-            // Idle ones are closed before the server's idle limit (peer_timeout) could end them.
-            b->queue_sessions = std::make_unique<pool>(queue_config, prepared, queue_config.queue_pool_idle_ns());
+            b->queue_sessions = std::make_unique<pool>(queue_config, prepared);
         }
         b->sessions = std::make_unique<pool>(c, std::move(prepared));
         {
