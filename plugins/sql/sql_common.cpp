@@ -1,5 +1,6 @@
 // Settings, connection strings, errors, sessions, the pool, the LISTEN connection and the monitor.
 #include "sql_common.hpp"
+#include "sql_statements.hpp"
 
 #include "tls_probe.hpp"
 
@@ -434,7 +435,8 @@ session::session(const settings& s, const std::vector<std::pair<std::string, std
     // Lease mode also reads the session's server process (server_pid()), in the same round trip.
     std::string setup = session_setup_sql(s, connection_->server_version());
     if (s.mode == lock_mode::lease)
-        setup += "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+        setup += "SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::bigint FROM " +
+                 statements::activity_as_login("pg_backend_pid()") + " WHERE a.pid = pg_backend_pid()";
     if (!setup.empty()) {
         const pqxx::result r = within(connect_deadline_ns, [&] {
             libpqxx_call_scope scope;

@@ -270,7 +270,8 @@ public:
     int backend_pid() const { return backend_pid_; }
     // Lease mode: the server process that runs this session's statements, as the server names it —
     // its pid (pg_backend_pid()) and its start (pg_stat_activity.backend_start, µs since the epoch),
-    // read at connect; the pair names one process, never a later one that reuses the pid. 0 in
+    // read at connect as the login role (a role switched to by the DSN or the role's settings may
+    // not see it); the pair names one process, never a later one that reuses the pid. 0 in
     // advisory mode. Behind a pooling proxy the pid differs from backend_pid() (the one the
     // connection announced) and the server process may serve another client once ours is gone.
     int server_pid() const { return server_pid_; }

@@ -23,6 +23,16 @@ struct statements {
     // it, so a queue session idle in its pool has no limit (and the DSN's own value never applies).
     int64_t queue_idle_ms = 0;
 
+    // FROM items: the row `a` of pg_stat_get_activity() for server process `pid` (an SQL expression),
+    // read as the session's login role. A role switched to after login (a DSN's `-c role=X`, ALTER
+    // ROLE … SET role) sees NULL in another role's backend_start — even its own session's — and may
+    // not end that role's processes; `role` is set to none for this statement only (set_config's
+    // local form: back as configured when it ends), before the call, whose argument depends on it.
+    static std::string activity_as_login(const std::string& pid) {
+        return "(SELECT set_config('role', 'none', true) AS r) AS login,"
+               " pg_stat_get_activity(CASE WHEN login.r IS NOT NULL THEN " + pid + " END) AS a";
+    }
+
     // An expression that sets idle_session_timeout to `ms` for the rest of the session (undone if the
     // statement fails); NULL, and nothing set, on a server without it (PostgreSQL 11-13).
     static std::string idle_limit(int64_t ms) {
@@ -156,14 +166,17 @@ struct statements {
             // running on the server (waiting on a row lock, or its bytes still on the way) and commit
             // after a read-back that found nothing. So the lost session's server process ($1 pid,
             // $2 its backend_start in µs since the epoch: one process, never a later one reusing the
-            // pid) is ended first → the number of processes signalled (0: already gone).
+            // pid) is ended first → the number of processes signalled (0: already gone). As the
+            // login role (activity_as_login), which can see and end its own sessions whatever role
+            // they switched to.
             {"end_session",
-             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-             " WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+             "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM " + activity_as_login("$1::integer") +
+                 " WHERE a.pid = $1 AND (extract(epoch FROM a.backend_start) * 1000000)::bigint = $2::bigint"},
             // $1 pid, $2 backend_start µs → 1 while that process still runs (its transaction is
             // settled once it is gone: committed before, or rolled back as it ended).
             {"session_present",
-             "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+             "SELECT count(*) FROM " + activity_as_login("$1::integer") +
+                 " WHERE a.pid = $1 AND (extract(epoch FROM a.backend_start) * 1000000)::bigint = $2::bigint"},
             // An admitted fair waiter that waits keeps its queue session from the server's idle limit
             // (idle_session_timeout = queue_idle_ms while it holds its place) with this, every third of it.
             {"queue_heartbeat", "SELECT true"},

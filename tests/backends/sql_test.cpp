@@ -1070,6 +1070,102 @@ TEST_F(SqlFaults, SharedAcquireLostInFlightIsCountedOnce) {
                             << dlock_last_error();
 }
 
+// Issue 28 review: the same fault for a client whose login role switches to another role after
+// login — a DSN's `-c role=X`, or ALTER ROLE login SET role = X — where X lacks the login role's
+// privileges. As X, a session saw NULL for its own backend_start, so it never knew its server
+// process and the lost statement was not ended (the retry then took a second permit: traced, 2 rows
+// with one owner); and when X may read all statistics (pg_read_all_stats) it knew it but X may not
+// end the login role's processes (SQLSTATE 42501): every lost acquire answered UNKNOWN. dlock reads
+// and ends its own processes as the login role (`role` set to none for that statement only).
+// `login` connects (member of `worker`), `worker` owns dlock's schema; `switch_in_dsn`: the role is
+// switched by the DSN's options, else by the login role's settings.
+class SqlSwitchedRole : public SqlFaults {
+protected:
+    std::string switched_dsn(uint16_t to_port, bool switch_in_dsn) const {
+        return "postgresql://" + login_ + "@127.0.0.1:" + std::to_string(to_port) + "/postgres" +
+               (switch_in_dsn ? "?options=-c%20role%3D" + worker_ : "");
+    }
+    void make_roles(bool switch_in_dsn, bool worker_reads_all_stats) {
+        auto admin = raw();
+        admin.execute("DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+        admin.execute("DROP ROLE IF EXISTS " + login_);
+        admin.execute("DROP ROLE IF EXISTS " + worker_);
+        admin.execute("CREATE ROLE " + worker_ + " NOLOGIN");
+        admin.execute("CREATE ROLE " + login_ + " LOGIN IN ROLE " + worker_);
+        admin.execute("CREATE SCHEMA " + schema_ + " AUTHORIZATION " + worker_);
+        if (!switch_in_dsn) admin.execute("ALTER ROLE " + login_ + " SET role = " + worker_);
+        if (worker_reads_all_stats) admin.execute("GRANT pg_read_all_stats TO " + worker_);
+        // The premise: as `worker`, a session cannot see its own backend_start (or, with
+        // pg_read_all_stats, it can but may not end its own process).
+        dlock::lab::postgres_client as_worker(switched_dsn(port(), switch_in_dsn));
+        ASSERT_EQ(as_worker.query_value("SELECT current_user").value_or(""), worker_);
+        ASSERT_EQ(as_worker.query_value("SELECT backend_start IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+                      .value_or(""),
+                  worker_reads_all_stats ? "f" : "t");
+    }
+    std::string switched_yaml(uint16_t to_port, bool switch_in_dsn) const {
+        return yaml("lease", "  schema: " + schema_ + "\n", switched_dsn(to_port, switch_in_dsn));
+    }
+    const std::string login_ = "dlock_switching_login", worker_ = "dlock_switched_worker", schema_ = "dlock_switched";
+};
+
+TEST_F(SqlSwitchedRole, PermitAcquireLostInFlightIsTakenOnceWithTheRoleSwitchedInTheDsn) {
+    make_roles(true, false);
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const std::string name = "faults/inflight-permit-role";
+    auto setup = dlock::client::from_yaml(switched_yaml(port(), true), "sql_test");
+    setup.acquire(name, dlock::acquire_options().with_permits(2).with_wait(0ms)).release();  // the slots exist
+    EXPECT_EQ(raw().query_value("SELECT tableowner FROM pg_tables WHERE schemaname = '" + schema_ + "' AND tablename = 'dlock_locks'")
+                  .value_or(""),
+              worker_)
+        << "the sessions did not run as the switched role";
+    auto client = dlock::client::from_yaml(switched_yaml(proxy.listen_endpoint().port, true), "sql_test");
+    std::error_code ec;
+    dlock::lease lease;
+    std::string message;
+    lose_acquire_in_flight(proxy,
+                           "SELECT 1 FROM " + schema_ + ".dlock_locks_holders WHERE kind = 'P' AND name = '" + name +
+                               "' AND slot = 0 FOR UPDATE",
+                           [&] {
+                               lease = client.acquire(name, dlock::acquire_options().with_permits(2).with_wait(10s).with_ttl(30s), ec);
+                               message = dlock_last_error();
+                           });
+    ASSERT_FALSE(ec) << message;
+    std::this_thread::sleep_for(300ms);  // a lost statement that still ran has committed by now
+    const int64_t rows = scalar("SELECT count(*) FROM " + schema_ + ".dlock_locks_holders WHERE kind = 'P' AND name = '" + name +
+                                "' AND owner = '" + std::string(lease.owner()) + "'");
+    std::cout << "[sql lease] permit acquire lost in flight (role switched in the DSN) left " << rows
+              << " slot(s) with its owner token\n";
+    EXPECT_EQ(rows, 1) << "one acquire took two permits (a ghost permit)";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
+TEST_F(SqlSwitchedRole, SharedAcquireLostInFlightIsCountedOnceWithTheRoleSwitchedByTheLoginsSettings) {
+    make_roles(false, true);
+    dlock::lab::tcp_proxy proxy(lab_->sql().client_endpoint());
+    const std::string name = "faults/inflight-shared-role";
+    auto setup = dlock::client::from_yaml(switched_yaml(port(), false), "sql_test");
+    setup.acquire(name, dlock::acquire_options().with_shared(true).with_wait(0ms)).release();  // the row exists
+    auto client = dlock::client::from_yaml(switched_yaml(proxy.listen_endpoint().port, false), "sql_test");
+    std::error_code ec;
+    dlock::lease lease;
+    std::string message;
+    lose_acquire_in_flight(proxy, "SELECT 1 FROM " + schema_ + ".dlock_locks WHERE name = '" + name + "' FOR UPDATE", [&] {
+        lease = client.acquire(name, dlock::acquire_options().with_shared(true).with_wait(10s).with_ttl(30s), ec);
+        message = dlock_last_error();
+    });
+    ASSERT_FALSE(ec) << message;
+    std::this_thread::sleep_for(300ms);
+    const int64_t rows = scalar("SELECT count(*) FROM " + schema_ + ".dlock_locks_holders WHERE kind = 'S' AND name = '" + name +
+                                "' AND owner = '" + std::string(lease.owner()) + "'");
+    const int64_t readers = scalar("SELECT readers FROM " + schema_ + ".dlock_locks WHERE name = '" + name + "'");
+    std::cout << "[sql lease] shared acquire lost in flight (role switched by ALTER ROLE … SET role) left " << rows
+              << " reader row(s), readers = " << readers << "\n";
+    EXPECT_EQ(rows, 1) << "one acquire was recorded as two readers";
+    EXPECT_EQ(readers, 1) << "one acquire was counted as two readers";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
 // Same, but the server cannot be reached again to read the row back: the outcome stays unknown and
 // is reported as such — never as held. The orphaned row expires by the server's clock.
 TEST_F(SqlFaults, UnconfirmedAcquireIsNeverReportedHeld) {
