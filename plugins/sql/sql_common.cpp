@@ -1,5 +1,6 @@
 // Settings, connection strings, errors, sessions, the pool, the LISTEN connection and the monitor.
 #include "sql_common.hpp"
+#include "sql_statements.hpp"
 
 #include "tls_probe.hpp"
 
@@ -153,8 +154,11 @@ std::string session_setup_sql(const settings& s, int server_version_num) {
     std::string sql;
     if (server_version_num >= 120000 && !user_sets("tcp_user_timeout"))
         sql += fmt::format("SET tcp_user_timeout = {}; ", server_peer_ms);
-    if (server_version_num >= 140000 && !user_sets("idle_session_timeout"))
-        sql += fmt::format("SET idle_session_timeout = {}; ", s.queue_sessions ? s.peer_timeout_ms : 0);
+    // Queue sessions: always 0 here, whatever the DSN says; the statements that take and leave a
+    // place in a turnstile set it (statements::queue_idle_ms), so it is dlock's own value while the
+    // session holds a place and none while it is idle in its pool.
+    if (server_version_num >= 140000 && (s.queue_sessions || !user_sets("idle_session_timeout")))
+        sql += "SET idle_session_timeout = 0; ";
     return sql;
 }
 
@@ -431,7 +435,8 @@ session::session(const settings& s, const std::vector<std::pair<std::string, std
     // Lease mode also reads the session's server process (server_pid()), in the same round trip.
     std::string setup = session_setup_sql(s, connection_->server_version());
     if (s.mode == lock_mode::lease)
-        setup += "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+        setup += "SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::bigint FROM " +
+                 statements::activity_as_login("pg_backend_pid()") + " WHERE a.pid = pg_backend_pid()";
     if (!setup.empty()) {
         const pqxx::result r = within(connect_deadline_ns, [&] {
             libpqxx_call_scope scope;

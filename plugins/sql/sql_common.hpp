@@ -58,10 +58,12 @@ struct settings {
     // statement_timeout, so these sessions have none; every lock wait on them is bounded by
     // lock_timeout instead: the wait's own deadline in the queueing statements, statement_timeout's
     // value in every other (a row lock held by a long transaction still ends the statement).
-    // And the server ends one that stays idle for peer_timeout (idle_session_timeout, PostgreSQL
-    // 14+): a waiter admitted by a turnstile whose process stops (SIGSTOP, a stalled VM) would
-    // otherwise keep every waiter behind it out until it resumes. A live admitted waiter that
-    // waits sends a heartbeat every queue_heartbeat_ns(), so only a silent one loses its place.
+    // And the server ends one that holds a place in a turnstile and stays idle for peer_timeout
+    // (idle_session_timeout, PostgreSQL 14+, set by the statements that take and leave a place:
+    // statements::queue_idle_ms): a waiter admitted by a turnstile whose process stops (SIGSTOP, a
+    // stalled VM) would otherwise keep every waiter behind it out until it resumes. A live admitted
+    // waiter that waits sends a heartbeat every queue_heartbeat_ns(), so only a silent one loses
+    // its place. A queue session idle in its pool holds no place and has no idle limit.
     bool queue_sessions = false;
 
     // Filled by resolve(): the libpq keyword string every session connects with, and the server as
@@ -76,11 +78,8 @@ struct settings {
     // a server that is merely slow cancels the statement itself first, with a precise error.
     int64_t client_limit_ms() const { return statement_timeout_ms + std::max<int64_t>(statement_timeout_ms / 4, 100); }
     // Queue sessions: how often an admitted waiter that waits runs a statement on its session (a
-    // third of the server's idle limit, peer_timeout), and how long one may sit idle in its pool
-    // before it is closed rather than handed out (half of that limit: a session handed out is never
-    // about to be ended by the server).
+    // third of the server's idle limit for a session that holds a place, peer_timeout).
     int64_t queue_heartbeat_ns() const { return peer_timeout_ms * 1'000'000 / 3; }
-    int64_t queue_pool_idle_ns() const { return peer_timeout_ms * 1'000'000 / 2; }
 };
 
 // Builds settings.conninfo and settings.server from the DSN and the options (throws
@@ -104,9 +103,10 @@ void check_server_version(const settings& s, int server_version_num);
 // twice peer_timeout, so the client gives a session up before the server frees what it held; and
 // idle_session_timeout = 0 (PostgreSQL 14+), because dlock's sessions are idle by design — an
 // advisory lock lives exactly as long as its idle session — and dlock closes the ones it no longer
-// needs itself; except on queue sessions (settings::queue_sessions), where it is peer_timeout: a
-// silent admitted waiter's place in a turnstile ends with its session. A setting the DSN's own
-// `options` name is left as the user set it.
+// needs itself. A setting the DSN's own `options` name is left as the user set it, except
+// idle_session_timeout on queue sessions (settings::queue_sessions): 0 there too, and the
+// statements that take a place in a turnstile set it to peer_timeout (leaving sets it back), so a
+// silent admitted waiter's place ends with its session, and no other queue session is ended.
 std::string session_setup_sql(const settings& s, int server_version_num);
 
 // libpq's message about a connection string it cannot parse, with every quoted piece of the string
@@ -270,7 +270,8 @@ public:
     int backend_pid() const { return backend_pid_; }
     // Lease mode: the server process that runs this session's statements, as the server names it —
     // its pid (pg_backend_pid()) and its start (pg_stat_activity.backend_start, µs since the epoch),
-    // read at connect; the pair names one process, never a later one that reuses the pid. 0 in
+    // read at connect as the login role (a role switched to by the DSN or the role's settings may
+    // not see it); the pair names one process, never a later one that reuses the pid. 0 in
     // advisory mode. Behind a pooling proxy the pid differs from backend_pid() (the one the
     // connection announced) and the server process may serve another client once ours is gone.
     int server_pid() const { return server_pid_; }
@@ -353,10 +354,7 @@ public:
     using config = typename Dialect::config;
     using statement_list = std::vector<std::pair<std::string, std::string>>;
 
-    // `max_idle_ns` > 0: a connection idle in the pool for longer is closed instead of handed out
-    // (for sessions the server ends after an idle limit of its own).
-    connection_pool(const config& s, statement_list statements, int64_t max_idle_ns = 0)
-        : settings_(s), statements_(std::move(statements)), max_idle_ns_(max_idle_ns) {}
+    connection_pool(const config& s, statement_list statements) : settings_(s), statements_(std::move(statements)) {}
 
     deadline_watch& watch() { return watch_; }
 
@@ -399,13 +397,10 @@ public:
             if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
             while (!idle_.empty()) {
                 std::unique_ptr<connection> c = std::move(idle_.back());
-                const int64_t idle_since = idle_since_.back();
                 idle_.pop_back();
-                idle_since_.pop_back();
                 lock.unlock();
-                const bool stale = max_idle_ns_ > 0 && now_ns() - idle_since > max_idle_ns_;
-                if (!stale && (!check_idle || Dialect::alive(*c))) return lease(this, std::move(c));
-                c.reset();  // ended by the server while idle (restart, kill, idle limit), or about to be: replace it
+                if (!check_idle || Dialect::alive(*c)) return lease(this, std::move(c));
+                c.reset();  // ended by the server while idle (restart, kill, idle limit): replace it
                 lock.lock();
                 --open_;
             }
@@ -442,7 +437,6 @@ public:
                 closing = std::move(c);
             } else {
                 idle_.push_back(std::move(c));
-                idle_since_.push_back(max_idle_ns_ > 0 ? now_ns() : 0);
             }
         }
         available_.notify_one();
@@ -487,8 +481,6 @@ private:
     std::mutex mutex_;
     std::condition_variable available_;
     std::vector<std::unique_ptr<connection>> idle_;
-    std::vector<int64_t> idle_since_;  // when each of idle_ was given back (with max_idle_ns_)
-    const int64_t max_idle_ns_;
     size_t open_ = 0;
     int64_t retry_after_ns_ = 0;
     int64_t backoff_ms_ = 0;

@@ -548,6 +548,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         b->sql.holders_table = schema_q + "." + quote_identifier(c.table + "_holders");
         b->advisory_key_hash = hash64_prefix(b->sql.advisory_table + '\0');
         b->holder = holder_description();
+        b->sql.queue_idle_ms = c.peer_timeout_ms;  // a silent admitted fair waiter's place ends after this
         auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
         if (c.mode == lock_mode::lease)
             for (auto& statement : b->sql.shared()) prepared.push_back(std::move(statement));
@@ -555,8 +556,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
             settings queue_config = c;
             queue_config.queue_sessions = true;
             resolve(queue_config);
-            // Idle ones are closed before the server's idle limit (peer_timeout) could end them.
-            b->queue_sessions = std::make_unique<pool>(queue_config, prepared, queue_config.queue_pool_idle_ns());
+            b->queue_sessions = std::make_unique<pool>(queue_config, prepared);
         }
         b->sessions = std::make_unique<pool>(c, std::move(prepared));
         {
@@ -628,27 +628,43 @@ enum attempt_role { try_only = 0, first_of_a_wait = 1, waiter_retry = 2 };
 // would commit after a read-back that found nothing: then a retry with the same owner token takes a
 // second permit, or counts the reader twice (and a release counts it out once), or, after the
 // holder's release, the row is taken again for a ttl. So the lost session's server process is ended
-// (pg_terminate_backend, by the pid and start time the session read at connect) and awaited: once it
-// is gone, its statement has committed, or never will. Throws failure when that cannot be done by
-// the client limit. Behind a pooling proxy (the server process is not ours to end: the pooler hands
-// it to another client) nothing is done, and that window stays open (docs/backends/sql.md).
-void end_lost_session(dlock_backend* b, const session& lost) {
-    if (lost.server_pid() == 0 || lost.behind_pooler()) return;
+// (pg_terminate_backend, by the pid and start time the session read at connect, as the login role:
+// statements::activity_as_login) and awaited: once it is gone, its statement has committed, or never
+// will. Returns what prevented that (nullopt: settled); the caller still reads back, since a row
+// found proves the hold either way, but without settling, nothing found is no proof of "not taken".
+// Behind a pooling proxy (the server process is not ours to end: the pooler hands it to another
+// client) nothing is done, and that window stays open (docs/backends/sql.md).
+std::optional<failure> end_lost_session(dlock_backend* b, const session& lost) {
+    if (lost.behind_pooler()) return std::nullopt;
+    if (lost.server_pid() == 0)
+        return failure{DLOCK_UNKNOWN, "the lost session's server process is unknown (its pid and start were not readable at "
+                                      "connect), so its statement cannot be ended"};
     const int64_t deadline = b->statement_deadline();
-    auto s = b->sessions->borrow(deadline);
     try {
-        if (s->run_until(deadline, "end_session", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() == 0) return;
-        while (s->run_until(deadline, "session_present", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() > 0) {
-            if (now_ns() >= deadline)
-                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the server process {} of a lost acquire was told to end and "
-                                                "still runs", b->where(), lost.server_pid()));
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        auto s = b->sessions->borrow(deadline);
+        try {
+            if (s->run_until(deadline, "end_session", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() == 0)
+                return std::nullopt;
+            while (s->run_until(deadline, "session_present", lost.server_pid(), lost.server_started_us())[0][0].as<int64_t>() > 0) {
+                if (now_ns() >= deadline)
+                    return failure{DLOCK_UNKNOWN, fmt::format("the server process {} of the lost acquire was told to end and "
+                                                              "still runs", lost.server_pid())};
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            }
+            return std::nullopt;
+        } catch (const std::exception& e) {
+            if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
+            if (sqlstate_of(e) == "42501") {
+                std::string why = e.what();
+                std::replace(why.begin(), why.end(), '\n', ' ');
+                while (!why.empty() && why.back() == ' ') why.pop_back();
+                return failure{DLOCK_PERMISSION, fmt::format("the login role may not end the server process {} of the lost "
+                                                             "acquire: {}", lost.server_pid(), why)};
+            }
+            return classify(b->config, e, "ending the server process of a lost acquire", false);
         }
-    } catch (const failure&) {
-        throw;
-    } catch (const std::exception& e) {
-        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        throw classify(b->config, e, "ending the server process of a lost acquire", false);
+    } catch (const failure& f) {
+        return f;
     }
 }
 
@@ -736,15 +752,19 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         if (fair && fair->enter && b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         // UNKNOWN: the statement may have committed. Only our row proves it did, once it can no
         // longer commit later.
-        try {
-            end_lost_session(b, *s);
-            if (read_back(b, h, a)) return a;
-        } catch (const failure& f) {
+        const auto unknown = [&](const std::string& why) {
             fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
                                             "settling it on the server failed too ({}); its outcome is unknown and it is not "
                                             "reported held; if it committed, the row expires after its ttl",
-                                            b->where(), h.name, e.what(), f.message));
+                                            b->where(), h.name, e.what(), why));
+        };
+        const std::optional<failure> unsettled = end_lost_session(b, *s);
+        try {
+            if (read_back(b, h, a)) return a;  // our row: held, whether or not the lost statement was settled
+        } catch (const failure& f) {
+            unknown(unsettled ? unsettled->message : f.message);
         }
+        if (unsettled) unknown(unsettled->message);  // nothing yet, but the lost statement may still commit
         // Not taken: the lost statement ended without committing (or, behind a pooler, not yet:
         // if it commits later, the row carries our owner token; our retry takes it over, or it
         // expires).
@@ -1145,8 +1165,8 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
                                                 "not reported held; if it committed, the hold expires after its ttl",
                                                 b->where(), h.name, e.what(), why));
             };
+            const std::optional<failure> unsettled = end_lost_session(b, *s);
             try {
-                end_lost_session(b, *s);
                 const int64_t read_deadline = b->statement_deadline();
                 auto reader = b->sessions->borrow(read_deadline);
                 try {
@@ -1162,10 +1182,11 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
                     throw;
                 }
             } catch (const failure& again) {
-                unknown(again.message);
+                unknown(unsettled ? unsettled->message : again.message);
             } catch (const std::exception& again) {
                 unknown(again.what());
             }
+            if (unsettled) unknown(unsettled->message);  // nothing yet, but the lost statement may still commit
             // Not taken: the lost statement ended without committing (behind a pooler, not yet: if it
             // commits later, its row carries our owner token and expires after the ttl).
             a.outcome_was_unknown = true;

@@ -17,6 +17,28 @@ namespace dlock::sql {
 struct statements {
     std::string lease_table, advisory_table, version_table;  // quoted, schema-qualified
     std::string holders_table;  // quoted, schema-qualified: shared holders and semaphore permits
+    // Lease mode's queue sessions: their idle_session_timeout while they hold a place in a turnstile
+    // (peer_timeout: the server ends the session of an admitted waiter that falls silent, and its
+    // place with it); set by the statements that take a place, and set back to 0 by those that leave
+    // it, so a queue session idle in its pool has no limit (and the DSN's own value never applies).
+    int64_t queue_idle_ms = 0;
+
+    // FROM items: the row `a` of pg_stat_get_activity() for server process `pid` (an SQL expression),
+    // read as the session's login role. A role switched to after login (a DSN's `-c role=X`, ALTER
+    // ROLE … SET role) sees NULL in another role's backend_start — even its own session's — and may
+    // not end that role's processes; `role` is set to none for this statement only (set_config's
+    // local form: back as configured when it ends), before the call, whose argument depends on it.
+    static std::string activity_as_login(const std::string& pid) {
+        return "(SELECT set_config('role', 'none', true) AS r) AS login,"
+               " pg_stat_get_activity(CASE WHEN login.r IS NOT NULL THEN " + pid + " END) AS a";
+    }
+
+    // An expression that sets idle_session_timeout to `ms` for the rest of the session (undone if the
+    // statement fails); NULL, and nothing set, on a server without it (PostgreSQL 11-13).
+    static std::string idle_limit(int64_t ms) {
+        return fmt::format("CASE WHEN current_setting('idle_session_timeout', true) IS NOT NULL"
+                           " THEN set_config('idle_session_timeout', '{}', false) END", ms);
+    }
 
     // CREATE TABLE IF NOT EXISTS for the three tables (schema version 1). Names are compared byte
     // by byte (COLLATE "C"): distinct names never compare equal, whatever the database's collation.
@@ -39,7 +61,7 @@ struct statements {
         // it; `gate` has one row, after any wait, and the attempt comes after it. (A WITH query that
         // calls a volatile function is evaluated once, never folded into the query that reads it.)
         const std::string admission =
-            queued ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true)),"
+            queued ? "WITH setting AS (SELECT set_config('lock_timeout', $9, true), " + idle_limit(queue_idle_ms) + "),"
                      " tried AS (SELECT pg_try_advisory_lock($8::bigint) AS alone FROM setting),"
                      " gate AS (SELECT tried.alone, CASE WHEN tried.alone THEN true ELSE pg_advisory_lock($8::bigint)::text IS NOT NULL END AS admitted"
                      "  FROM tried),"
@@ -53,8 +75,11 @@ struct statements {
         // waiter was queued behind it: nothing to admit before this transaction commits); one that
         // waited leaves after the commit (statement turnstile_leave), so that the waiter it admits
         // makes its attempt against the committed row.
-        const std::string left_column = queued ? ", CASE WHEN (SELECT alone FROM gate) THEN pg_advisory_unlock($8::bigint) ELSE false END" : "";
-        const std::string no_column = queued ? ", NULL::boolean" : "";
+        // (A sixth column: an acquirer that left sets its session's idle limit back to 0.)
+        const std::string left_column = queued ? ", CASE WHEN (SELECT alone FROM gate) THEN pg_advisory_unlock($8::bigint) ELSE false END,"
+                                                 " CASE WHEN (SELECT alone FROM gate) THEN " + idle_limit(0) + " END"
+                                               : "";
+        const std::string no_column = queued ? ", NULL::boolean, NULL::text" : "";
         // handoff_grace does not hold back a waiter the turnstile admitted after it waited there:
         // it is the queue's head, and the fair waiters registered in the row are queued behind it.
         // (One that found the turnstile free is held back like any newcomer.)
@@ -104,20 +129,23 @@ struct statements {
             // takes its place in the turnstile (waiting for admission as turnstile_enter does;
             // SQLSTATE 55P03 when lock_timeout runs out), then makes the attempt, in one statement.
             // A fifth column, when acquired: true when it also left the turnstile (it was free);
-            // else the session keeps the turnstile (turnstile_leave).
+            // else the session keeps the turnstile (turnstile_leave). Taking the place sets the
+            // session's idle limit (queue_idle_ms), leaving it in the same statement sets it back to 0.
             {"acquire_queued", acquire(true)},
             // The turnstile of fair waiters: a session advisory lock on a key derived from the name.
             // The server's lock queue admits waiters one at a time in arrival order, and only the one
             // admitted waits for the row (listens, retries), so a release wakes one waiter.
             // $1 key, $2 lock_timeout → once admitted; SQLSTATE 55P03 when lock_timeout runs out.
-            {"turnstile_enter", "WITH setting AS (SELECT set_config('lock_timeout', $2, true))"
+            // Admitted, the session has the idle limit of a place (queue_idle_ms); leaving sets it
+            // back to 0 (every leave statement).
+            {"turnstile_enter", "WITH setting AS (SELECT set_config('lock_timeout', $2, true), " + idle_limit(queue_idle_ms) + ")"
                                 " SELECT pg_advisory_lock($1::bigint) FROM setting"},
             // $1 key → true when the turnstile was ours.
-            {"turnstile_leave", "SELECT pg_advisory_unlock($1::bigint)"},
+            {"turnstile_leave", "SELECT pg_advisory_unlock($1::bigint), " + idle_limit(0)},
             // A queue session's waiter gave up (its lock_timeout ran out) before or after admission:
             // whatever place it held in a turnstile is left, so the session can serve the next wait.
             // (pg_advisory_unlock of a place not held would warn.)
-            {"turnstile_leave_any", "SELECT pg_advisory_unlock_all()"},
+            {"turnstile_leave_any", "SELECT pg_advisory_unlock_all(), " + idle_limit(0)},
             // $1 name: a registered waiter leaves without the lock (timeout, cancel, error).
             {"unwait", fmt::format("UPDATE {0} SET waiters = GREATEST(waiters - 1, 0) WHERE name = $1", T)},
             // $1 name, $2 owner, $3 channel → one row when released (and waiters notified), none
@@ -138,16 +166,19 @@ struct statements {
             // running on the server (waiting on a row lock, or its bytes still on the way) and commit
             // after a read-back that found nothing. So the lost session's server process ($1 pid,
             // $2 its backend_start in µs since the epoch: one process, never a later one reusing the
-            // pid) is ended first → the number of processes signalled (0: already gone).
+            // pid) is ended first → the number of processes signalled (0: already gone). As the
+            // login role (activity_as_login), which can see and end its own sessions whatever role
+            // they switched to.
             {"end_session",
-             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-             " WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+             "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM " + activity_as_login("$1::integer") +
+                 " WHERE a.pid = $1 AND (extract(epoch FROM a.backend_start) * 1000000)::bigint = $2::bigint"},
             // $1 pid, $2 backend_start µs → 1 while that process still runs (its transaction is
             // settled once it is gone: committed before, or rolled back as it ended).
             {"session_present",
-             "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2::bigint"},
+             "SELECT count(*) FROM " + activity_as_login("$1::integer") +
+                 " WHERE a.pid = $1 AND (extract(epoch FROM a.backend_start) * 1000000)::bigint = $2::bigint"},
             // An admitted fair waiter that waits keeps its queue session from the server's idle limit
-            // (idle_session_timeout = peer_timeout on queue sessions) with this, every third of it.
+            // (idle_session_timeout = queue_idle_ms while it holds its place) with this, every third of it.
             {"queue_heartbeat", "SELECT true"},
             // $1 name → owner, fence, held, ms left.
             {"inspect", fmt::format(
@@ -371,9 +402,9 @@ struct statements {
                  " SELECT (SELECT count(*) FROM permits WHERE live), (SELECT count(*) FROM hdr),"
                  "  (SELECT count(*) FROM (SELECT pg_notify($2, '') FROM hdr) n)", H)},
             // The shared turnstile: a reader waits in the name's queue in shared mode (behind queued writers).
-            {"turnstile_enter_shared", "WITH setting AS (SELECT set_config('lock_timeout', $2, true))"
-                                       " SELECT pg_advisory_lock_shared($1::bigint) FROM setting"},
-            {"turnstile_leave_shared", "SELECT pg_advisory_unlock_shared($1::bigint)"},
+            {"turnstile_enter_shared", "WITH setting AS (SELECT set_config('lock_timeout', $2, true), " +
+                                           idle_limit(queue_idle_ms) + ") SELECT pg_advisory_lock_shared($1::bigint) FROM setting"},
+            {"turnstile_leave_shared", "SELECT pg_advisory_unlock_shared($1::bigint), " + idle_limit(0)},
         };
     }
 
