@@ -366,10 +366,14 @@ std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefi
 void check_permissions(connection& c, const settings& s, bool waiter_queue);
 
 // Refuses a server older than Redis 5.0, whose scripts cannot write after reading TIME (effects
-// replication became the default in 5.0): throws failure(DLOCK_NOT_SUPPORTED) naming the server,
+// replication became the default in 5.0), or one of 5.0 to 6.2 run with `lua-replicate-commands no`: throws failure(DLOCK_NOT_SUPPORTED) naming the server,
 // its redis_version when INFO is allowed, and what to do. One small script at open; needs no right
 // beyond those check_permissions checks.
 void check_server_version(connection& c, const settings& s);
+// check_server_version's message for the server at `where` (redis_version `version` from INFO, or
+// a text that is no version when INFO was refused) whose script failed with `error`: a server of
+// 5.0 or later runs with `lua-replicate-commands no`, an older one needs upgrading.
+std::string server_version_refusal(const std::string& where, const std::string& version, const std::string& error);
 
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).
