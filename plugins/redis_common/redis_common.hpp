@@ -240,8 +240,9 @@ extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
 // queue_acquire_script: ARGV owner, ttl_ms, mode (0 barging, 1 fair try, 2 fair wait: queues us),
 //   entry_grace_ms -> {1, fence} | {0, ms to wait at most before retrying (-1: no limit),
 //   1 held | 0 free but others queue first}.
-// queue_release_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 released | 0 not ours;
-//   the next waiter has claim_ms to take the lock before it loses its place.
+// queue_release_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 released | 0 gone (no key)
+//   | -1 not ours (another value, a tombstone, shared holders); the next waiter has claim_ms to
+//   take the lock before it loses its place.
 // leave_queue_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 left | 0 was not queued.
 extern const script queue_acquire_script;
 extern const script queue_release_script;
@@ -255,7 +256,7 @@ extern const script leave_queue_script;
 // redlock_release_script: KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms,
 //   waiter_channel_prefix, member ("" none), its score, entry_grace_ms, 'release' (drops the
 //   holder's stale entry) | 'give back' (a failed round's: puts the waiter back in the queue)
-//   -> 1 released | 0 not ours.
+//   -> 1 released | 0 gone | -1 not ours, as queue_release_script.
 extern const script redlock_acquire_script;
 extern const script redlock_release_script;
 
@@ -269,7 +270,9 @@ extern const script redlock_release_script;
 // permit_acquire_script: KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
 //   entry_grace_ms, limit -> as queue_acquire_script, or {-1, stored limit} when it differs.
 // shared_release_script, permit_release_script: KEYS key, fence, queue, queue_lapses, channel;
-//   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 | 0.
+//   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 released |
+//   0 gone (no key, no member of ours) | -1 not ours (a string at the key; our member expired,
+//   then removed). Only "gone" lets a release retried after UNKNOWN answer RELEASED.
 // renew_holds_script: KEYS the leases' keys; ARGV kind ('x', 's', 'p'), owner or member, ttl_ms
 //   per lease -> {1|0 ...}.
 // holders_script: KEYS key, fence; ARGV 'lock' | 'semaphore' -> flat {kind, owner, fence, ms left, limit}...
