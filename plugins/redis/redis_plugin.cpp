@@ -419,8 +419,11 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 }
 
 // A release whose first attempt went unanswered (UNKNOWN) but was sent while the lease was valid,
-// and whose retry finds the lease gone, answers RELEASED: that attempt ran and removed it
-// (docs/guarantees.md, "Releases in doubt"), rather than LOST.
+// and whose retry finds the lease gone (no key, or no member of ours: the script's 0), answers
+// RELEASED: that attempt may have run and removed it (docs/guarantees.md, "Releases in doubt"),
+// rather than LOST. A retry that finds something else there (-1: another holder's value, a
+// tombstone, our own expired member, still present) answers LOST: the first attempt did not run,
+// or another holder took the name since — either way the lease had ended before it was released.
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
@@ -435,7 +438,9 @@ int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
         }
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
         if (r->integer == 1) return DLOCK_OK;
-        return h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns ? DLOCK_OK : DLOCK_LOST;
+        const bool gone = r->integer == 0;
+        return gone && h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns ? DLOCK_OK
+                                                                                                           : DLOCK_LOST;
     });
 }
 

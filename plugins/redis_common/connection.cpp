@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
@@ -273,8 +275,29 @@ std::vector<std::string> hazard_warnings(connection& c) {
 // deterministic commands". dlock's scripts read TIME and then write (every queue script, the shared
 // and permit scripts, renewal of shared holds and permits, break): they need effects replication,
 // the default from Redis 5.0. (Nothing newer is needed: UNLINK is 4.0, ZADD NX/XX 3.0.2, and
-// redis.acl_check_cmd, 7.0, is used only where present.) The probe writes the key of the name "",
-// which no lock has, as check_permissions does.
+// redis.acl_check_cmd, 7.0, is used only where present.) Redis 5.0 to 6.2 refuse the same way
+// when run with `lua-replicate-commands no`. The probe writes the key of the name "", which no lock
+// has, as check_permissions does.
+std::string server_version_refusal(const std::string& where, const std::string& version, const std::string& error) {
+    int major = -1;
+    if (!version.empty() && std::isdigit(static_cast<unsigned char>(version[0]))) major = std::atoi(version.c_str());
+    if (major >= 5)
+        return fmt::format("redis {}: the server (redis_version {}) does not replicate script effects (lua-replicate-commands "
+                           "no?): dlock's scripts read TIME and then write, which needs script effects replication ({}); "
+                           "set `lua-replicate-commands yes`, the default",
+                           where, version, error);
+    if (major >= 0)
+        return fmt::format("redis {}: the server (redis_version {}) is older than Redis 5.0: dlock's scripts read TIME and "
+                           "then write, which needs script effects replication, the default from Redis 5.0 ({}); upgrade "
+                           "the server to Redis 5.0 or later",
+                           where, version, error);
+    return fmt::format("redis {}: the server (redis_version {}) does not replicate script effects: it is older than Redis "
+                       "5.0, or runs with `lua-replicate-commands no`; dlock's scripts read TIME and then write, which "
+                       "needs script effects replication ({}); upgrade the server to Redis 5.0 or later, or set "
+                       "`lua-replicate-commands yes`",
+                       where, version, error);
+}
+
 void check_server_version(connection& c, const settings& s) {
     const lock_keys probe = keys_for(s.key_prefix, "");
     reply_ptr r = c.command({"EVAL", "redis.call('TIME') redis.call('DEL', KEYS[1]) return 1", "1", probe.lock});
@@ -289,10 +312,7 @@ void check_server_version(connection& c, const settings& s) {
         const size_t at = text.find("redis_version:");
         if (at != std::string::npos) version = text.substr(at + 14, text.find_first_of("\r\n", at) - at - 14);
     }
-    fail(DLOCK_NOT_SUPPORTED, fmt::format("redis {}: the server (redis_version {}) is older than Redis 5.0: dlock's scripts read "
-                                          "TIME and then write, which needs script effects replication, the default from "
-                                          "Redis 5.0 ({}); upgrade the server to Redis 5.0 or later",
-                                          c.where().text(), version, error));
+    fail(DLOCK_NOT_SUPPORTED, server_version_refusal(c.where().text(), version, error));
 }
 
 }  // namespace dlock::redis_common

@@ -240,8 +240,9 @@ extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
 // queue_acquire_script: ARGV owner, ttl_ms, mode (0 barging, 1 fair try, 2 fair wait: queues us),
 //   entry_grace_ms -> {1, fence} | {0, ms to wait at most before retrying (-1: no limit),
 //   1 held | 0 free but others queue first}.
-// queue_release_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 released | 0 not ours;
-//   the next waiter has claim_ms to take the lock before it loses its place.
+// queue_release_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 released | 0 gone (no key)
+//   | -1 not ours (another value, a tombstone, shared holders); the next waiter has claim_ms to
+//   take the lock before it loses its place.
 // leave_queue_script: ARGV owner, claim_ms, waiter_channel_prefix -> 1 left | 0 was not queued.
 extern const script queue_acquire_script;
 extern const script queue_release_script;
@@ -255,7 +256,7 @@ extern const script leave_queue_script;
 // redlock_release_script: KEYS lock, fence, queue, queue_lapses, channel; ARGV value, claim_ms,
 //   waiter_channel_prefix, member ("" none), its score, entry_grace_ms, 'release' (drops the
 //   holder's stale entry) | 'give back' (a failed round's: puts the waiter back in the queue)
-//   -> 1 released | 0 not ours.
+//   -> 1 released | 0 gone | -1 not ours, as queue_release_script.
 extern const script redlock_acquire_script;
 extern const script redlock_release_script;
 
@@ -269,7 +270,9 @@ extern const script redlock_release_script;
 // permit_acquire_script: KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
 //   entry_grace_ms, limit -> as queue_acquire_script, or {-1, stored limit} when it differs.
 // shared_release_script, permit_release_script: KEYS key, fence, queue, queue_lapses, channel;
-//   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 | 0.
+//   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 released |
+//   0 gone (no key, no member of ours) | -1 not ours (a string at the key; our member expired,
+//   then removed). Only "gone" lets a release retried after UNKNOWN answer RELEASED.
 // renew_holds_script: KEYS the leases' keys; ARGV kind ('x', 's', 'p'), owner or member, ttl_ms
 //   per lease -> {1|0 ...}.
 // holders_script: KEYS key, fence; ARGV 'lock' | 'semaphore' -> flat {kind, owner, fence, ms left, limit}...
@@ -366,10 +369,14 @@ std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefi
 void check_permissions(connection& c, const settings& s, bool waiter_queue);
 
 // Refuses a server older than Redis 5.0, whose scripts cannot write after reading TIME (effects
-// replication became the default in 5.0): throws failure(DLOCK_NOT_SUPPORTED) naming the server,
+// replication became the default in 5.0), or one of 5.0 to 6.2 run with `lua-replicate-commands no`: throws failure(DLOCK_NOT_SUPPORTED) naming the server,
 // its redis_version when INFO is allowed, and what to do. One small script at open; needs no right
 // beyond those check_permissions checks.
 void check_server_version(connection& c, const settings& s);
+// check_server_version's message for the server at `where` (redis_version `version` from INFO, or
+// a text that is no version when INFO was refused) whose script failed with `error`: a server of
+// 5.0 or later runs with `lua-replicate-commands no`, an older one needs upgrading.
+std::string server_version_refusal(const std::string& where, const std::string& version, const std::string& error);
 
 // Reads the server's persistence and eviction settings and returns warnings for each hazard
 // (an eviction policy that can drop lock keys; no AOF/RDB persistence).

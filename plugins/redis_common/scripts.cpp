@@ -368,9 +368,13 @@ return 0
 
 // As release_script (the broadcast channel, KEYS[5], still wakes barging waiters), and wakes the
 // first queued waiter (wake_next). DEL last: see release_script.
+// -> 1 released | 0 gone (no key) | -1 not ours (another holder's value, a tombstone, a set of
+// shared holders). A retry of a release whose answer was lost may say RELEASED only for "gone"
+// (the lost attempt may have deleted the key); "not ours" proves nothing of ours was deleted.
 // Nobody queued (the uncontended case): released before the queue's functions are defined.
 static const std::string queue_release_source = R"lua(
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end  -- a set (shared holders) is not ours either
+local v = redis.pcall('GET', KEYS[1])  -- a set (shared holders) is an error reply: not ours either
+if v ~= ARGV[1] then return v and -1 or 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
 if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == nil then
   redis.call('DEL', KEYS[1])
@@ -540,13 +544,15 @@ const script redlock_acquire_script(redlock_acquire_source.c_str());
 // would stand first there. A failed round's give-back ('give back') puts the waiter back in the
 // queue with its own score (the grant removed its entry), so it keeps its place there. Then the
 // first waiter is woken unless it is the one giving back, which retries anyway; the broadcast
-// channel still wakes shared waiters. -> 1 released | 0 not ours. DEL last: see release_script.
+// channel still wakes shared waiters. -> 1 released | 0 gone (no key) | -1 not ours (another
+// value, a tombstone, shared holders' set): as queue_release_script. DEL last: see release_script.
 // Nobody queued (the uncontended case): released before the queue's functions are defined.
 static const std::string redlock_release_source = R"lua(
 local giving_back = ARGV[7] == 'give back'
 local queued = redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= nil
 if not queued and not giving_back then
-  if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  local v = redis.pcall('GET', KEYS[1])
+  if v ~= ARGV[1] then return v and -1 or 0 end
   redis.call('PUBLISH', KEYS[5], 'released')
   redis.call('DEL', KEYS[1])
   return 1
@@ -556,7 +562,8 @@ if queued and not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE'
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
 end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local v = redis.pcall('GET', KEYS[1])
+if v ~= ARGV[1] then return v and -1 or 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
 local now, now_us = server_time()
 if giving_back and ARGV[4] ~= '' then queue_member(ARGV[4], ARGV[5], tonumber(ARGV[6]), now, false) end
@@ -599,12 +606,15 @@ end
 )lua";
 
 // Releases a shared hold. KEYS lock, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
-// waiter_channel_prefix ("": wake nobody), fencing token. -> 1 released | 0 not ours (expired,
-// broken; an expired entry of ours is removed). The last shared holder out wakes the first waiter.
+// waiter_channel_prefix ("": wake nobody), fencing token. -> 1 released | 0 gone (no key, or no
+// member of ours in the set) | -1 not ours (a string at the key: an exclusive holder's, a
+// tombstone; or our member present but expired, which is removed). A retry of a release whose
+// answer was lost may say RELEASED only for "gone": an expired member of ours still there proves
+// the lost attempt never ran. The last shared holder out wakes the first waiter.
 static const std::string shared_release_source = std::string(queue_lua) + shared_lua + member_lua + R"lua(
 local now, now_us = server_time()
 local probe = redis.pcall('ZRANGE', KEYS[1], 0, 0)
-if probe.err then return 0 end  -- a string: an exclusive holder's key now
+if probe.err then return -1 end  -- a string: an exclusive holder's key now, or a tombstone
 local member = find_member(ARGV[1], ARGV[4])
 local score = member and redis.call('ZSCORE', KEYS[1], member)
 if not score then return 0 end
@@ -616,7 +626,7 @@ elseif ARGV[3] ~= '' then  -- '': no waiter listens on a channel of its own (red
   drop_lapsed(now)
   wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
 end
-return tonumber(score) > now and 1 or 0
+return tonumber(score) > now and 1 or -1
 )lua";
 const script shared_release_script(shared_release_source.c_str());
 
@@ -690,8 +700,9 @@ return {0, wait_ms, free <= 0 and 1 or 0}
 const script permit_acquire_script(permit_acquire_source.c_str());
 
 // Releases a permit. KEYS permits, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
-// waiter_channel_prefix, fencing token. -> 1 released | 0 not ours (expired, broken; an expired
-// entry of ours is removed). Wakes as many waiters as permits are free.
+// waiter_channel_prefix, fencing token. -> 1 released | 0 gone (no set, or no member of ours:
+// broken, or dropped once expired) | -1 not ours (our member present but expired, which is
+// removed): as shared_release_script. Wakes as many waiters as permits are free.
 static const std::string permit_release_source = std::string(queue_lua) + shared_lua + semaphore_lua + member_lua + R"lua(
 local now, now_us = server_time()
 local member = find_member(ARGV[1], ARGV[4])
@@ -702,7 +713,7 @@ redis.call('ZREM', KEYS[1], member)
 drop_lapsed(now)
 wake_first(permits_free(now), now, now_us, tonumber(ARGV[2]), ARGV[3])
 expire_with_members(now, last_lapse_in(now))
-return tonumber(score) > now and 1 or 0
+return tonumber(score) > now and 1 or -1
 )lua";
 const script permit_release_script(permit_release_source.c_str());
 
@@ -789,7 +800,10 @@ const script holders_script(holders_source.c_str());
 // semaphore ('semaphore'). KEYS key, fence, queue, queue_lapses, channel; ARGV what, claim_ms,
 // waiter_channel_prefix, and ARGV[4] 'tombstone' for a lock without fencing tokens (redlock).
 // Needs UNLINK on the key, a command dlock's tenants are not granted (see
-// docs/backends/redis.md, "Listing and breaking locks"): refused with NOPERM before any write.
+// docs/backends/redis.md, "Listing and breaking locks"): refused with NOPERM before any write —
+// from Redis 7.0 by the redis.acl_check_cmd guard, before it by the UNLINK itself, which every
+// branch runs before it writes to the key (a tenant without it may only run the waiter queue's
+// upkeep, drop_lapsed, as its own acquires do).
 // Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
 // holder's token. -> the number of holders removed.
 // 'tombstone' (redlock, no tokens): fenced by time instead. The holders' key becomes the string
@@ -817,8 +831,13 @@ if ARGV[4] == 'tombstone' then
     count = #live / 2
     if count > 0 then ends = math.ceil(tonumber(live[#live]) - now) end
   end
-  if ends > 0 then redis.call('SET', KEYS[1], ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(', 'PX', ends)
-  else redis.call('UNLINK', KEYS[1]) end
+  -- UNLINK first, although SET alone would replace the key: it is the permission check on servers
+  -- before Redis 7.0, which have no redis.acl_check_cmd (the guard above is skipped there). Every
+  -- tenant may SET dlock's keys but not UNLINK them, so a tombstone written by SET alone would let
+  -- any tenant break any lock there; a refused UNLINK fails the script before anything is written.
+  -- The script is atomic: nobody sees the name free between the two.
+  redis.call('UNLINK', KEYS[1])
+  if ends > 0 then redis.call('SET', KEYS[1], ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(', 'PX', ends) end
   return count
 end
 if type(v) == 'string' then

@@ -883,40 +883,59 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
     });
 }
 
+// Each node's answer to the release script: 1 released, 0 gone (no key, or no member of ours),
+// -1 not ours (another holder's value, a tombstone, our own expired member still there).
+struct release_tally {
+    size_t released = 0, gone = 0, not_ours = 0;
+    explicit release_tally(const std::vector<reply_ptr>& replies) {
+        for (const auto& r : replies) {
+            if (!r || r->type != REDIS_REPLY_INTEGER) continue;
+            (r->integer == 1 ? released : r->integer == 0 ? gone : not_ours)++;
+        }
+    }
+};
+
 int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
+        // An earlier attempt of this release, sent while the lease was valid, went to the nodes and
+        // was not answered by a quorum (UNKNOWN): where our key is now found gone, it may be what
+        // removed it (a retry after UNKNOWN).
+        const bool in_doubt = h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns;
+        // RELEASED: our key removed by this attempt on a quorum; in doubt, removed now or found gone
+        // on a quorum (docs/guarantees.md, "Releases in doubt"). Another holder's key, a tombstone
+        // or our own expired member proves the earlier attempt did not run on that node, so it never
+        // counts: RELEASED is never answered while another holder has a quorum.
+        const auto released_on_quorum = [&](const release_tally& t) {
+            return t.released >= b->quorum || (in_doubt && t.released + t.gone >= b->quorum);
+        };
+        // LOST: a quorum without our key can never have confirmed the lease since, whatever the
+        // silent nodes hold (N odd: when every node answered, one of the two holds). In doubt, only
+        // a quorum where something else stands: a node where our key is gone may be where the
+        // earlier attempt ran.
+        const auto lost_on_quorum = [&](const release_tally& t) {
+            return (in_doubt ? t.not_ours : t.gone + t.not_ours) >= b->quorum;
+        };
         // A quorum decides it either way; the other nodes' replies are read later.
         const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
-            size_t released = 0, not_ours = 0;
-            for (const auto& rep : so_far)
-                if (rep && rep->type == REDIS_REPLY_INTEGER) (rep->integer == 1 ? released : not_ours)++;
-            return released >= b->quorum || not_ours >= b->quorum;
+            const release_tally t(so_far);
+            return released_on_quorum(t) || lost_on_quorum(t);
         };
         const node_replies sent = on_all_nodes(b, release_script_for(h->shared), h->release_keys,
                                                release_args(b, h->value, h->shared, h->place, false), command_timeout_ns(b),
                                                decided);
-        size_t released = 0, not_ours = 0;
-        for (const auto& r : sent.replies) {
-            if (!r || r->type != REDIS_REPLY_INTEGER) continue;
-            (r->integer == 1 ? released : not_ours)++;
-        }
-        if (released >= b->quorum) return DLOCK_OK;
-        // A quorum without our key can never have confirmed the lease since, whatever the silent
-        // nodes hold (N odd: when every node answered, fewer than a quorum released means this).
-        // Unless an earlier attempt of this release, sent while the lease was valid, went to the
-        // nodes and was not answered by a quorum: then it is what removed our key (a retry after
-        // UNKNOWN), and the release is RELEASED (docs/guarantees.md, "Releases in doubt").
-        if (not_ours >= b->quorum && h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns)
-            return DLOCK_OK;
-        if (not_ours >= b->quorum) {
-            copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release; the lease had been lost",
-                                            not_ours, b->nodes.size()));
+        const release_tally t(sent.replies);
+        if (released_on_quorum(t)) return DLOCK_OK;
+        if (lost_on_quorum(t)) {
+            copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release, another holder's "
+                                            "(or a tombstone) on {}; the lease had been lost",
+                                            t.gone, b->nodes.size(), t.not_ours));
             return DLOCK_LOST;
         }
         // Some node got the request and did not answer: the release may have run there.
-        if (sent.reached > released + not_ours && h->release_in_doubt_sent_ns == 0) h->release_in_doubt_sent_ns = sent.sent_ns;
-        copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", released,
-                                        b->nodes.size(), b->nodes.size() - released - not_ours));
+        const size_t answered = t.released + t.gone + t.not_ours;
+        if (sent.reached > answered && h->release_in_doubt_sent_ns == 0) h->release_in_doubt_sent_ns = sent.sent_ns;
+        copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", t.released,
+                                        b->nodes.size(), b->nodes.size() - answered));
         return DLOCK_UNKNOWN;
     });
 }

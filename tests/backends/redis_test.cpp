@@ -724,6 +724,49 @@ TEST_F(RedisFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
     }
 }
 
+// Issue 28 (review of the fix above): A's release is sent while the lease is valid, but the proxy
+// holds client → server traffic, so it never reaches the server (UNKNOWN). A's lease ends; another
+// client takes the name; the proxy's connections are reset (the held release is discarded) and
+// healed. A's retry finds another holder, not its key gone: that proves its first attempt never
+// ran, so the answer is ALREADY_LOST — RELEASED only when the key (or member) is found gone
+// (dlock.h). Exclusive: B takes the expired key. Shared: reader B joins while A is valid, so A's
+// expired member is still in the set at the retry (present, so the first attempt did not run).
+TEST_F(RedisFaults, RetriedReleaseFindingAnotherHolderAnswersAlreadyLost) {
+    dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
+    auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint(), "command_timeout=500ms"));
+    auto other = dlock::client::open(config(backend::redis));
+    for (const bool shared : {false, true}) {
+        const std::string name = shared ? "faults/release-retried-other-shared" : "faults/release-retried-other";
+        const std::string what = shared ? "shared: " : "exclusive: ";
+        const auto opts = dlock::acquire_options().with_wait(0ms).with_ttl(2s).with_renew(false).with_shared(shared);
+        auto a = client.acquire(name, opts);
+        ASSERT_TRUE(a);
+        const auto acquired_at = std::chrono::steady_clock::now();
+        proxy.blackhole(dlock::lab::direction::upstream);
+        std::error_code ec;
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::unknown) << what << "the release never reached the server";
+        dlock::lease b;
+        if (shared) {  // joins A while A's member is live: A's member stays in the set, expired
+            b = other.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(true));
+            ASSERT_TRUE(b) << what << dlock_last_error();
+        }
+        std::this_thread::sleep_until(acquired_at + 2500ms);  // A's lease is over
+        if (!shared) {
+            b = other.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+            ASSERT_TRUE(b) << what << dlock_last_error();
+        }
+        EXPECT_EQ(b.state(), dlock::lease_state::held);
+        proxy.cut_all();  // the held release is dropped with the connection: it never runs
+        proxy.heal();
+        std::this_thread::sleep_for(200ms);
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::already_lost) << what << ec.message() << ": " << dlock_last_error();
+        EXPECT_EQ(b.state(), dlock::lease_state::held) << what;
+        b.renew(ec);
+        EXPECT_FALSE(ec) << what << "B still holds the name: " << ec.message();
+        EXPECT_EQ(b.release(), dlock::release_outcome::released) << what;
+    }
+}
+
 // A fence key whose value INCR refuses ("1.5", " 7", a negative number, INT64_MAX: it would
 // overflow) is a clear error, and no lock key is set without a token.
 TEST_F(RedisFaults, MalformedFenceKeysLeaveNoLockBehind) {

@@ -530,6 +530,51 @@ TEST_F(RedisModes, BreakRemovesEveryHolderFencedAndTheirLeasesBecomeLost) {
     EXPECT_EQ(admin.holders("brk/rw").size(), 1u) << "the broken reader's release left the writer alone";
 }
 
+// Issue 28 (review): on redis a break frees the name at once, so its wake-ups (wake_next, which
+// also hints the second waiter 'standby') must hand it on as a release does: the first fair waiter
+// is granted at once, the second (hinted) does not barge in beside it, and gets the lock when the
+// first releases. Never two holders.
+TEST_F(RedisModes, BreakWakesTheFirstWaiterAndTheStandbyWaitsItsTurn) {
+    const std::string name = "brk/wake";
+    auto holder_client = open(), c1 = open(), c2 = open(), admin = open();
+    auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    ASSERT_TRUE(holder);
+    std::atomic<int> inside{0}, overlaps{0};
+    std::promise<clock_type::time_point> first_at, second_at;
+    auto take = [&](dlock::client& c, std::promise<clock_type::time_point>& at) {
+        return std::thread([&] {
+            std::error_code ec;
+            auto lease = c.acquire(name, dlock::acquire_options().with_wait(15s).with_ttl(30s).with_fair(true), ec);
+            at.set_value(clock_type::now());
+            EXPECT_FALSE(ec) << ec.message();
+            if (!lease) return;
+            if (++inside > 1) ++overlaps;
+            std::this_thread::sleep_for(500ms);
+            --inside;
+            EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+        });
+    };
+    std::thread w1 = take(c1, first_at);
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued("dlock:{" + name + "}:queue") == 1; }, 10s));
+    std::thread w2 = take(c2, second_at);
+    ASSERT_TRUE(dlock::test::eventually([&] { return queued("dlock:{" + name + "}:queue") == 2; }, 10s));
+    std::this_thread::sleep_for(300ms);  // both subscribed and asleep on the holder's ttl
+    const auto broken_at = clock_type::now();
+    EXPECT_EQ(admin.break_lock(name), 1u);
+    const auto first = first_at.get_future().get();
+    const auto second = second_at.get_future().get();
+    w1.join();
+    w2.join();
+    EXPECT_EQ(overlaps.load(), 0) << "two holders after the break";
+    const auto first_ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - broken_at);
+    const auto second_ms = std::chrono::duration_cast<std::chrono::milliseconds>(second - broken_at);
+    std::cout << "[redis] after the break: first waiter granted in " << first_ms.count() << " ms, the second in "
+              << second_ms.count() << " ms\n";
+    EXPECT_LT(first_ms, 1000ms) << "the break did not wake the first waiter";
+    EXPECT_GE(second_ms, 450ms) << "the standby got the lock while the first held it";
+    EXPECT_LT(second_ms, 2500ms) << "the second waiter was not woken by the first one's release";
+}
+
 // ---- living beside redis-py ----------------------------------------------------------------------
 
 // redis-py's Lock (python3-redis) is SET name token NX PX on the key `name`; dlock's key for a lock

@@ -5,6 +5,7 @@
 // waiter woken by a release, which must retry without the split-vote pause.
 // (The docs/design/faults.md scenarios redlock shares with `redis` are in redis_test.cpp.)
 #include "backend_test.hpp"
+#include "redis_common.hpp"
 #include "support.hpp"
 
 #include "dlock/lab/gtest.hpp"
@@ -504,6 +505,57 @@ TEST_F(RedlockFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
     }
 }
 
+// Issue 28 (review of the fix above): A's release is sent while the lease is valid, but every
+// node's proxy holds client → server traffic, so it reaches no server (UNKNOWN). A's lease ends;
+// another client takes the name on every node; the proxies' connections are reset (the held
+// release is discarded) and healed. A's retry finds another holder on every node, not its key
+// gone: its first attempt never ran, so the answer is ALREADY_LOST — RELEASED only when the key is
+// found gone on a quorum. Exclusive: B takes the expired keys. Shared: reader B joins while A is
+// valid, so A's expired member is still in each node's set at the retry.
+TEST_F(RedlockFaults, RetriedReleaseFindingAnotherHolderAnswersAlreadyLost) {
+    std::vector<std::unique_ptr<dlock::lab::tcp_proxy>> proxies;
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) {
+        proxies.push_back(std::make_unique<dlock::lab::tcp_proxy>(node(i).client_endpoint()));
+        endpoints += (i ? ", \"" : "\"") + proxies.back()->listen_endpoint().to_string() + "\"";
+    }
+    const std::string path = dir_.path() + "/redlock-release-retried-other.yaml";
+    std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  command_timeout: 300ms\n";
+    auto client = dlock::client::open(path);
+    auto other = dlock::client::open(config());
+    for (const bool shared : {false, true}) {
+        const std::string name = shared ? "redlock/release-retried-other-shared" : "redlock/release-retried-other";
+        const std::string what = shared ? "shared: " : "exclusive: ";
+        const auto opts = dlock::acquire_options().with_wait(0ms).with_ttl(2s).with_renew(false).with_shared(shared);
+        auto a = client.acquire(name, opts);
+        ASSERT_TRUE(a);
+        const auto acquired_at = steady::now();
+        for (auto& p : proxies) p->blackhole(dlock::lab::direction::upstream);
+        std::error_code ec;
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::unknown) << what << "the release reached no server";
+        for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(key_exists(i, name)) << what << "the first attempt must not run: node " << i;
+        dlock::lease b;
+        if (shared) {  // joins A while A's member is live: A's member stays in the sets, expired
+            b = other.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(true));
+            ASSERT_TRUE(b) << what << dlock_last_error();
+        }
+        std::this_thread::sleep_until(acquired_at + 2500ms);  // A's lease is over
+        if (!shared) {
+            b = other.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+            ASSERT_TRUE(b) << what << dlock_last_error();
+        }
+        for (auto& p : proxies) {
+            p->cut_all();  // the held release is dropped with the connections: it never runs
+            p->heal();
+        }
+        std::this_thread::sleep_for(200ms);
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::already_lost) << what << ec.message() << ": " << dlock_last_error();
+        b.renew(ec);
+        EXPECT_FALSE(ec) << what << "B still holds the name: " << ec.message();
+        EXPECT_EQ(b.release(), dlock::release_outcome::released) << what;
+    }
+}
+
 // Issue 28: redlock issues no fencing token, so its grants bump no counter: no node has a fence key
 // for a name locked exclusively or shared (the redis backend's INCR was run on every node before).
 TEST_F(RedlockFaults, GrantsWriteNoFenceKey) {
@@ -571,6 +623,67 @@ TEST_F(RedlockFaults, BreakWithTheOperatorAclSucceedsAndKeepsWritersMarks) {
         EXPECT_EQ(node(i).client().checked({"ZCARD", marks}).integer, 1) << "the waiting writer's mark was dropped on node " << i;
     auto [writer, acquired_at] = writing.get();
     EXPECT_TRUE(writer) << "the waiting writer gets the lock once the broken reader's validity is over: " << dlock_last_error();
+}
+
+// Issue 28 (review): the tenant's ACL line of docs/backends/redis.md (no `+unlink`) may not break a
+// redlock lock. Through the client on the lab's Redis 7: PERMISSION, and every node keeps the
+// holder's key. And as a server before Redis 7.0 runs the script — no redis.acl_check_cmd, so the
+// script's first guard is absent (replaced by `false` below): the tombstone branch must still be
+// refused before it writes. Before the fix it wrote the tombstone with SET, a right every tenant
+// has, so on Redis 5.0–6.2 any tenant could break any redlock lock; the branch now runs UNLINK
+// first, which the server's ACL refuses with nothing written.
+TEST_F(RedlockFaults, BreakByATenantWithoutUnlinkIsRefusedOnEveryServerVersion) {
+    const std::vector<std::string> tenant_line = {"~dlock:*", "&dlock:*", "+eval", "+evalsha", "+script|load", "+get", "+set",
+                                                  "+incr", "+pttl", "+pexpire", "+del", "+time", "+zadd", "+zrem", "+zrange",
+                                                  "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+unsubscribe", "+ping"};
+    const std::string user = "dlock-redlock-tenant";
+    on_exit remove_user{[&] {
+        for (size_t i = 0; i < 5; ++i) node(i).client().command({"ACL", "DELUSER", user});
+    }};
+    for (size_t i = 0; i < 5; ++i) {
+        std::vector<std::string> cmd = {"ACL", "SETUSER", user, "reset", "on", ">pw-tenant"};
+        cmd.insert(cmd.end(), tenant_line.begin(), tenant_line.end());
+        node(i).client().checked(cmd);
+    }
+    std::string endpoints;
+    for (size_t i = 0; i < 5; ++i) endpoints += (i ? ", \"" : "\"") + node(i).client_endpoint().to_string() + "\"";
+    const std::string path = dir_.path() + "/redlock-tenant.yaml";
+    std::ofstream(path) << "backend: redlock\noptions:\n  endpoints: [" << endpoints << "]\n  username: " << user
+                        << "\n  password: pw-tenant\n";
+    auto tenant = dlock::client::open(path);
+    auto holder_client = dlock::client::open(config());
+    const std::string name = "redlock/tenant-break";
+    auto holder = holder_client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s));
+    ASSERT_TRUE(holder);
+    std::vector<std::string> values;
+    for (size_t i = 0; i < 5; ++i) values.push_back(node(i).client().checked({"GET", lock_key(name)}).text);
+
+    try {
+        tenant.break_lock(name);
+        ADD_FAILURE() << "a tenant without +unlink broke a redlock lock";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::permission) << e.what() << ": " << dlock_last_error();
+    }
+    for (size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(node(i).client().checked({"GET", lock_key(name)}).text, values[i]) << "the refused break wrote on node " << i;
+
+    // The script as a pre-7.0 server runs it (no redis.acl_check_cmd), run by the tenant on node 0.
+    std::string source = dlock::redis_common::break_script.source();
+    const std::string guard = "redis.acl_check_cmd and not redis.acl_check_cmd(";
+    const size_t at = source.find(guard);
+    ASSERT_NE(at, std::string::npos) << "break_script's ACL guard moved; update this test";
+    source.replace(at, guard.size(), "false and not redis.acl_check_cmd(");
+    auto as_tenant = node(0).client();
+    as_tenant.checked({"AUTH", user, "pw-tenant"});
+    const std::string base = "dlock:{" + name + "}";
+    const auto reply = as_tenant.command({"EVAL", source, "5", base + ":lock", base + ":fence", base + ":queue",
+                                          base + ":queue-lapses", base + ":released", "lock", "0", "", "tombstone"});
+    EXPECT_EQ(reply.type, dlock::lab::redis_reply::kind::error) << "the pre-7.0 break ran for a tenant: " << reply.text;
+    EXPECT_EQ(dlock::redis_common::classify_error_reply("node 0", reply.text).status, DLOCK_PERMISSION)
+        << "the plugin reports the refusal as PERMISSION: " << reply.text;
+    EXPECT_EQ(node(0).client().checked({"GET", lock_key(name)}).text, values[0]) << "the refused break wrote the tombstone";
+    EXPECT_GT(node(0).client().checked({"PTTL", lock_key(name)}).integer, 20000) << "the refused break changed the key's expiry";
+    EXPECT_EQ(holder.release(), dlock::release_outcome::released);
 }
 
 }  // namespace

@@ -134,4 +134,31 @@ TEST(RedisTransport, ScriptCallKeepsItsNumbersAndCountsItsKeys) {
     EXPECT_EQ(std::string(by_source.argv()[1], by_source.lengths()[1]), "return 1");
 }
 
+// Issue 28 (review): check_server_version's refusal names what is wrong with the server. Redis 5.0
+// to 6.2 refuse a write after TIME only when run with `lua-replicate-commands no`: the message names
+// that setting and does not call the server older than 5.0; a server before 5.0 is told to upgrade;
+// without a version (INFO refused) both are named. (The lab runs Redis 7, where the setting is gone,
+// so only the message is tested; the refusal itself is the same script error in every case.)
+TEST(RedisTransport, VersionRefusalNamesEffectsReplicationOnRedis5AndLater) {
+    using dlock::redis_common::server_version_refusal;
+    const std::string error = "ERR Write commands not allowed after non deterministic commands";
+    for (const std::string version : {"5.0.14", "6.0.20", "6.2.14"}) {
+        const std::string m = server_version_refusal("127.0.0.1:6379", version, error);
+        EXPECT_NE(m.find("lua-replicate-commands"), std::string::npos) << m;
+        EXPECT_EQ(m.find("older than Redis 5.0"), std::string::npos) << "a " << version << " server is not older than 5.0: " << m;
+        EXPECT_NE(m.find("redis_version " + version), std::string::npos) << m;
+        EXPECT_NE(m.find("127.0.0.1:6379"), std::string::npos) << m;
+        EXPECT_NE(m.find(error), std::string::npos) << m;
+    }
+    for (const std::string version : {"4.0.14", "3.2.12"}) {
+        const std::string m = server_version_refusal("127.0.0.1:6379", version, error);
+        EXPECT_NE(m.find("older than Redis 5.0"), std::string::npos) << m;
+        EXPECT_NE(m.find("upgrade"), std::string::npos) << m;
+        EXPECT_EQ(m.find("lua-replicate-commands"), std::string::npos) << "no such setting before 5.0: " << m;
+    }
+    const std::string unknown = server_version_refusal("127.0.0.1:6379", "unknown: INFO refused", error);
+    EXPECT_NE(unknown.find("older than Redis 5.0"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("lua-replicate-commands"), std::string::npos) << unknown;
+}
+
 }  // namespace
