@@ -549,6 +549,7 @@ int sql_create(const dlock_option_value* values, size_t count, const dlock_plugi
         b->advisory_key_hash = hash64_prefix(b->sql.advisory_table + '\0');
         b->holder = holder_description();
         b->sql.queue_idle_ms = c.peer_timeout_ms;  // a silent admitted fair waiter's place ends after this
+        b->sql.break_idle_ms = c.peer_timeout_ms;  // a stalled break's transaction ends after this
         auto prepared = c.mode == lock_mode::lease ? b->sql.lease() : b->sql.advisory();
         if (c.mode == lock_mode::lease)
             for (auto& statement : b->sql.shared()) prepared.push_back(std::move(statement));
@@ -1644,9 +1645,12 @@ int sql_break(dlock_backend* b, const char* name, int semaphore, size_t* out_bro
                 // for the row, and none can come or go while the row stays locked), the readers of the
                 // broken generations: no moment in which the row is free and a broken reader's row
                 // is still there, and an exact count. Any failure inside it ends the session, which
-                // rolls the transaction back (nothing was broken) unless COMMIT got through.
+                // rolls the transaction back (nothing was broken) unless COMMIT got through; so does
+                // the server when the transaction sits idle for peer_timeout (break_bound), so that a
+                // breaker stalled between its statements does not keep the row locked.
                 in_transaction = true;
                 s->run_until(deadline, "break_begin");
+                s->run_until(deadline, "break_bound");
                 const pqxx::result r = s->run_until(deadline, "break_lock", std::string(name), b->channel_for(name));
                 broken = size_t(r[0][0].as<int64_t>());
                 if (!r[0][1].is_null())

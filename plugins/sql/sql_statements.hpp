@@ -22,6 +22,10 @@ struct statements {
     // place with it); set by the statements that take a place, and set back to 0 by those that leave
     // it, so a queue session idle in its pool has no limit (and the DSN's own value never applies).
     int64_t queue_idle_ms = 0;
+    // The longest a break's transaction may sit idle between its statements (peer_timeout): a
+    // breaker that stalls while it keeps the lock's row locked is ended by the server, which rolls
+    // the break back and frees the row (break_bound).
+    int64_t break_idle_ms = 0;
 
     // FROM items: the row `a` of pg_stat_get_activity() for server process `pid` (an SQL expression),
     // read as the session's login role. A role switched to after login (a DSN's `-c role=X`, ALTER
@@ -390,8 +394,15 @@ struct statements {
                  " gone AS (DELETE FROM {1} h WHERE h.kind = 'S' AND h.name = $1 AND h.fence < $2::bigint AND EXISTS (SELECT 1 FROM l)"
                  "  RETURNING h.owner IS NOT NULL AND h.expiry > clock_timestamp() AS live)"
                  " SELECT count(*) FROM gone WHERE live", T, H)},
-            // The break of a lock is one transaction: break_begin, break_lock, break_readers, break_commit.
+            // The break of a lock is one transaction: break_begin, break_bound, break_lock,
+            // break_readers, break_commit.
             {"break_begin", "BEGIN ISOLATION LEVEL READ COMMITTED"},
+            // Run first in the break's transaction, before it locks anything: the server ends the
+            // session if it sits idle in this transaction for break_idle_ms (a breaker stopped or cut
+            // off between its statements), which rolls the break back and frees the lock's row;
+            // statement_timeout does not apply between statements. For this transaction only
+            // (set_config's local form): the pooled session is as configured after COMMIT.
+            {"break_bound", fmt::format("SELECT set_config('idle_in_transaction_session_timeout', '{}', true)", break_idle_ms)},
             {"break_commit", "COMMIT"},
             // $1 name, $2 channel → permits removed. The permits go and the stored limit is forgotten;
             // slot 0 stays with its fence bumped.

@@ -547,6 +547,45 @@ TEST_F(SqlModes, BrokenReaderCommittedDuringTheBreakNeverCountsOutTheNextGenerat
     EXPECT_FALSE(ec) << "N's release frees the lock: " << ec.message();
 }
 
+// Issue 28 (review of the one-transaction break): a breaker that stalls (SIGSTOP, a host gone)
+// between break_lock and COMMIT keeps the lock's row locked while its session idles in the
+// transaction, where statement_timeout does not apply. The break bounds that idle on the server
+// (break_bound: idle_in_transaction_session_timeout = peer_timeout, for this transaction only), so
+// the server ends the stalled session, rolls the break back and frees the row within peer_timeout:
+// a writer waiting longer than that gets the lock. A side session runs the plugin's own break
+// statements (peer_timeout 3 s, as the client's) and then idles.
+TEST_F(SqlModes, StalledBreakHoldsTheLockRowForABoundNotForever) {
+    const std::string name = "v2/stalled-break";
+    auto client = open("lease", "  peer_timeout: 3s\n");
+    client.acquire(name, dlock::acquire_options().with_wait(0ms)).release();  // the lock's row exists
+    dlock::sql::statements sql{"dlock_locks", "dlock_fences", "dlock_schema_version", "dlock_locks_holders"};
+    sql.break_idle_ms = 3000;
+    std::string begin, bound, lock;
+    for (const auto& [id, text] : sql.shared()) {
+        if (id == "break_begin") begin = text;
+        if (id == "break_bound") bound = text;
+        if (id == "break_lock") lock = text;
+    }
+    ASSERT_FALSE(begin.empty() || bound.empty() || lock.empty()) << "the plugin's break statements";
+    auto breaker = raw();
+    breaker.execute("PREPARE break_lock AS " + lock);
+    breaker.execute(begin);
+    breaker.execute(bound);
+    ASSERT_TRUE(breaker.query_value("EXECUTE break_lock('" + name + "', 'dlock_test_break')")) << "the break found no row";
+    const auto stalled = clock_type::now();  // the breaker idles in its transaction from here
+    auto writer = open("lease", "  peer_timeout: 3s\n");
+    std::error_code ec;
+    auto lease = writer.acquire(name, dlock::acquire_options().with_ttl(30s).with_wait(15s), ec);
+    const int64_t waited = ms_since(stalled);
+    ASSERT_FALSE(ec) << "the writer was not granted within 15 s of the stall (" << waited << " ms): " << ec.message() << ": "
+                     << dlock_last_error();
+    EXPECT_LT(waited, 15000);
+    std::cerr << "[          ] the writer got the lock " << waited << " ms after the breaker stalled\n";
+    EXPECT_EQ(scalar("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'"), 0)
+        << "the stalled breaker's session is still there";
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
 // Issue 28, trace A's double count: a shared acquire that runs out of its wait while its statement
 // waits for the lock's row (a side session holds it FOR UPDATE for 2 s) must not leave a second
 // reader row behind a retry, nor a count the rows do not match: once the side session ends, at
