@@ -583,6 +583,19 @@ int backend::acquire_lease(const dlock_acquire_request* req, hold& h, dlock_gran
         try {
             r = c->run("acquire", {h.name, h.owner, ttl_us, holder_}, deadline);
         } catch (const error& e) {
+            // Cut while queued behind the row's lock (a break's, a slow release's, another session's
+            // transaction) by the server: MariaDB's max_statement_time (error 1969) or
+            // innodb_lock_wait_timeout (error 1205). The single autocommit statement was rolled
+            // back: not taken, and the session is fine. A wait goes on polling within its deadline;
+            // a try-once ends.
+            if (!e.lost && (e.code == 1969 || e.code == 1205)) {
+                const int64_t now = now_ns();
+                if (req->deadline_ns == 0 || now >= req->deadline_ns)
+                    fail(DLOCK_TIMEOUT, fmt::format("lock `{}` on {}: the acquire queued behind a row lock until its "
+                                                    "statement was cut ({}); not taken", h.name, where(), e.message));
+                pause.sleep(now, req->deadline_ns);
+                continue;
+            }
             if (!e.lost) throw classify(config_, e, fmt::format("the acquire of `{}`", h.name), false);
             // The statement may have committed: only a row carrying our token proves it did.
             c->mark_broken();

@@ -494,6 +494,32 @@ TEST_F(MysqlBackend, PermitAcquireQueuedPastStatementTimeoutEndsInTimeout) {
     EXPECT_EQ(held.release(), dlock::release_outcome::released);
 }
 
+// A lock acquire queued behind a row lock held longer than the statement limit (another session's
+// transaction here; a break's or a slow release's in practice) is cut by the server — MariaDB's
+// max_statement_time (error 1969), or innodb_lock_wait_timeout (1205) — and the single autocommit
+// statement is rolled back: not taken. A wait goes on polling until its deadline; it used to end at
+// the first cut with DLOCK_UNAVAILABLE ("met a row lock").
+TEST_F(MysqlBackend, LockAcquireWaitsPastARowLockHeldLongerThanTheStatementLimit) {
+    auto client = open("lease", "  statement_timeout: 1s\n");
+    client.acquire("cut/lock", dlock::acquire_options().with_ttl(5000ms).with_wait(0ms)).release();  // creates the row
+    auto blocker = server().client();
+    blocker.execute("START TRANSACTION");
+    blocker.execute("SELECT owner FROM dlock.dlock_locks WHERE name = 'cut/lock' FOR UPDATE");
+    std::thread commit_later([&] {
+        std::this_thread::sleep_for(4s);
+        blocker.execute("COMMIT");
+    });
+    std::error_code ec;
+    const auto started = clock_type::now();
+    auto lease = client.acquire("cut/lock", dlock::acquire_options().with_ttl(5000ms).with_wait(10000ms), ec);
+    const int64_t waited = ms_since(started);
+    commit_later.join();
+    ASSERT_FALSE(ec) << ec.message() << " after " << waited << " ms: " << dlock_last_error();
+    EXPECT_GE(waited, 3500) << "granted while the row was still locked";
+    EXPECT_LT(waited, 10000);
+    EXPECT_EQ(lease.release(), dlock::release_outcome::released);
+}
+
 // Whether a session is running permit_free_slot (the acquire's locking read of the free slots) now.
 static bool looking_for_a_free_slot(dlock::lab::mariadb_client& probe) {
     return probe.query_value("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Execute' AND INFO LIKE "
