@@ -425,19 +425,20 @@ const script leave_queue_script(leave_queue_source.c_str());
 // admitted together, each granted one waking the next). A fair waiter refused while the lock is
 // free, or held shared with a reader first, wakes the first waiter if nobody did
 // (wake_sleeping_head; not on redlock, whose prefix is "": its queue holds only writers' marks;
-// there a reader refused by marks while the lock is free shortens them to a claim, shorten_marks,
-// and waits until the first one lapses: ARGV[5] is the claim on redlock too).
+// there a reader refused by marks while the lock is free shortens them, shorten_marks, and waits
+// until the first one lapses: ARGV[5] is, on redlock, the time it shortens them to).
 // -> {1, fence} | {0, ms to wait at most, 1 held | 0 free but others queue first}.
 static const std::string shared_acquire_source = std::string(grant_lua) + queue_lua + shared_lua + R"lua(
 -- Redlock (no waiter channels; the queue holds only waiting writers' marks): a reader kept from a
--- free lock by marks gives the first 100 a claim, as a wake gives a first waiter: each then lapses
--- within claim_ms unless its writer marks again, which a live one does with the round it runs on
+-- free lock by marks cuts the first 100 to keep_ms (ARGV[5]: a claim + 2 x command_timeout +
+-- retry_delay, no less than a live writer's longest interval between two marks): each then lapses
+-- within keep_ms unless its writer marks again, which a live one does with the round it runs on
 -- hearing the same release (or at the latest when its sleep, shorter than its mark, ends). A paused
--- writer's mark thus stops readers from a free lock for a claim, not for its holders' ttl.
-local function shorten_marks(now, claim_ms)
+-- writer's mark thus stops readers from a free lock for keep_ms, not for its holders' ttl.
+local function shorten_marks(now, keep_ms)
   for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, 99)) do
     local lapses = tonumber(redis.call('ZSCORE', KEYS[4], m))
-    if lapses and lapses > now + claim_ms then redis.call('ZADD', KEYS[4], now + claim_ms, m) end
+    if lapses and lapses > now + keep_ms then redis.call('ZADD', KEYS[4], now + keep_ms, m) end
   end
 end
 local mode = tonumber(ARGV[3])

@@ -104,6 +104,13 @@ struct dlock_backend {
     // queue entry outlives the latest time its waiter retries by (as the redis backend's).
     int64_t claim_ms() const { return std::max<int64_t>(500, config.command_timeout_ms); }
     int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
+    // What a reader kept from a free lock by writers' marks shortens them to (shared_acquire_script's
+    // shorten_marks): no less than a live marked writer's longest interval between two marks while
+    // the lock is free, its sleep on a claim and its next round, with the margin its own mark keeps
+    // (a mark's keep time, min_holder_ttl + 2 x command_timeout + retry_delay, with a claim for the
+    // holders' ttl). Cut to a claim, the mark was gone for ~1 ms + a round trip each cycle, and a
+    // reader round landing then overtook the writer. A paused writer's mark still lapses within it.
+    int64_t mark_refresh_ms() const { return claim_ms() + 2 * config.command_timeout_ms + retry_delay_ms; }
     // The channel prefix of the waiters' own channels; a waiter's is this + its queue member.
     std::string waiter_channel_prefix() const { return config.key_prefix + "redlock-waiter:"; }
 
@@ -398,9 +405,9 @@ std::vector<std::string> acquire_keys(const lock_keys& lock, bool shared) {
 std::vector<std::string> acquire_args(const dlock_backend* b, const std::string& value, int64_t ttl_ms, bool shared,
                                       const queue_place& place) {
     // Mode 1 (a fair try): refused while a waiting writer marks a node (mark_waiting_writer_script);
-    // refused so while the lock is free there, it shortens the marks to the claim (ARGV[5]).
+    // refused so while the lock is free there, it shortens the marks to a mark refresh (ARGV[5]).
     // 'untokened': no fencing token, so no fence key is bumped.
-    if (shared) return {value, std::to_string(ttl_ms), "1", "0", std::to_string(b->claim_ms()), "", "untokened"};
+    if (shared) return {value, std::to_string(ttl_ms), "1", "0", std::to_string(b->mark_refresh_ms()), "", "untokened"};
     return {value, std::to_string(ttl_ms), place.member, place.score, std::to_string(place.mode),
             std::to_string(b->entry_grace_ms()), std::to_string(b->claim_ms()), b->waiter_channel_prefix()};
 }
@@ -802,7 +809,7 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
                 }
             }
             // Marked again by every refused round once marked: a reader kept from a free lock by the
-            // mark shortens it to a claim (shared_acquire_script), and this round, run on hearing the
+            // mark shortens it to a mark refresh (shared_acquire_script), and this round, run on hearing the
             // release the reader heard, or when its sleep (shorter than the mark) ends, keeps it.
             if (!h->shared && (r.held_shared > 0 || writer.marked))
                 writer.mark(std::max<int64_t>(r.min_holder_ttl_ms, 0) + 2 * b->config.command_timeout_ms + b->retry_delay_ms);
