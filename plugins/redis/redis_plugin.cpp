@@ -419,11 +419,12 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
 }
 
 // A release whose first attempt went unanswered (UNKNOWN) but was sent while the lease was valid,
-// and whose retry finds the lease gone (no key, or no member of ours: the script's 0), answers
-// RELEASED: that attempt may have run and removed it (docs/guarantees.md, "Releases in doubt"),
-// rather than LOST. A retry that finds something else there (-1: another holder's value, a
-// tombstone, our own expired member, still present) answers LOST: the first attempt did not run,
-// or another holder took the name since — either way the lease had ended before it was released.
+// and whose retry finds the lease no longer ours (the script's 0: no key or no member of ours; -1:
+// another holder's value or string) answers RELEASED: that attempt may have run and removed it, and
+// another holder may have taken the name since — a fair waiter our own release woke (as etcd,
+// zookeeper and sql; docs/guarantees.md, "Releases in doubt"). Only proof that the first attempt
+// did not run answers LOST: our own expired member still in the set (-2), or a break's tombstone
+// (-3). Not in doubt, anything but 1 is LOST.
 int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
         auto c = b->connections->borrow();
@@ -438,9 +439,9 @@ int redis_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
         }
         if (r->type != REDIS_REPLY_INTEGER) fail(DLOCK_UNKNOWN, "redis: unexpected reply to the release script");
         if (r->integer == 1) return DLOCK_OK;
-        const bool gone = r->integer == 0;
-        return gone && h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns ? DLOCK_OK
-                                                                                                           : DLOCK_LOST;
+        const bool in_doubt = h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns;
+        const bool proof_not_run = r->integer <= -2;
+        return in_doubt && !proof_not_run ? DLOCK_OK : DLOCK_LOST;
     });
 }
 

@@ -368,13 +368,14 @@ return 0
 
 // As release_script (the broadcast channel, KEYS[5], still wakes barging waiters), and wakes the
 // first queued waiter (wake_next). DEL last: see release_script.
-// -> 1 released | 0 gone (no key) | -1 not ours (another holder's value, a tombstone, a set of
-// shared holders). A retry of a release whose answer was lost may say RELEASED only for "gone"
-// (the lost attempt may have deleted the key); "not ours" proves nothing of ours was deleted.
+// -> 1 released | 0 gone (no key) | -1 another holder's (a value, a set of shared holders) |
+// -3 a break's tombstone. A retry of a release whose answer was lost says RELEASED for 0 and -1
+// (the lost attempt may have deleted the key, and a waiter it woke taken the name); -3 proves the
+// lost attempt did not run (a break found our key, or a later holder's).
 // Nobody queued (the uncontended case): released before the queue's functions are defined.
 static const std::string queue_release_source = R"lua(
 local v = redis.pcall('GET', KEYS[1])  -- a set (shared holders) is an error reply: not ours either
-if v ~= ARGV[1] then return v and -1 or 0 end
+if v ~= ARGV[1] then return v == ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(' and -3 or v and -1 or 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
 if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == nil then
   redis.call('DEL', KEYS[1])
@@ -545,15 +546,15 @@ const script redlock_acquire_script(redlock_acquire_source.c_str());
 // would stand first there. A failed round's give-back ('give back') puts the waiter back in the
 // queue with its own score (the grant removed its entry), so it keeps its place there. Then the
 // first waiter is woken unless it is the one giving back, which retries anyway; the broadcast
-// channel still wakes shared waiters. -> 1 released | 0 gone (no key) | -1 not ours (another
-// value, a tombstone, shared holders' set): as queue_release_script. DEL last: see release_script.
+// channel still wakes shared waiters. -> 1 released | 0 gone (no key) | -1 another holder's (a
+// value, shared holders' set) | -3 a break's tombstone: as queue_release_script. DEL last: see release_script.
 // Nobody queued (the uncontended case): released before the queue's functions are defined.
 static const std::string redlock_release_source = R"lua(
 local giving_back = ARGV[7] == 'give back'
 local queued = redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= nil
 if not queued and not giving_back then
   local v = redis.pcall('GET', KEYS[1])
-  if v ~= ARGV[1] then return v and -1 or 0 end
+  if v ~= ARGV[1] then return v == ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(' and -3 or v and -1 or 0 end
   redis.call('PUBLISH', KEYS[5], 'released')
   redis.call('DEL', KEYS[1])
   return 1
@@ -564,7 +565,7 @@ if queued and not giving_back and ARGV[4] ~= '' and tonumber(redis.call('ZSCORE'
   redis.call('ZREM', KEYS[4], ARGV[4])
 end
 local v = redis.pcall('GET', KEYS[1])
-if v ~= ARGV[1] then return v and -1 or 0 end
+if v ~= ARGV[1] then return v == ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(' and -3 or v and -1 or 0 end
 redis.call('PUBLISH', KEYS[5], 'released')
 local now, now_us = server_time()
 if giving_back and ARGV[4] ~= '' then queue_member(ARGV[4], ARGV[5], tonumber(ARGV[6]), now, false) end
@@ -608,14 +609,14 @@ end
 
 // Releases a shared hold. KEYS lock, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
 // waiter_channel_prefix ("": wake nobody), fencing token. -> 1 released | 0 gone (no key, or no
-// member of ours in the set) | -1 not ours (a string at the key: an exclusive holder's, a
-// tombstone; or our member present but expired, which is removed). A retry of a release whose
-// answer was lost may say RELEASED only for "gone": an expired member of ours still there proves
-// the lost attempt never ran. The last shared holder out wakes the first waiter.
+// member of ours in the set) | -1 another holder's (an exclusive holder's string at the key) |
+// -2 our member present but expired (it is removed) | -3 a break's tombstone at the key. A retry of
+// a release whose answer was lost says RELEASED for 0 and -1 (the lost attempt may have run, and a
+// waiter it woke taken the name); -2 and -3 prove the lost attempt never ran. The last shared holder out wakes the first waiter.
 static const std::string shared_release_source = std::string(queue_lua) + shared_lua + member_lua + R"lua(
 local now, now_us = server_time()
 local probe = redis.pcall('ZRANGE', KEYS[1], 0, 0)
-if probe.err then return -1 end  -- a string: an exclusive holder's key now, or a tombstone
+if probe.err then return redis.call('GET', KEYS[1]) == ')lua" DLOCK_REDIS_BREAK_TOMBSTONE R"lua(' and -3 or -1 end  -- a string: a tombstone, or an exclusive holder's key
 local member = find_member(ARGV[1], ARGV[4])
 local score = member and redis.call('ZSCORE', KEYS[1], member)
 if not score then return 0 end
@@ -627,7 +628,7 @@ elseif ARGV[3] ~= '' then  -- '': no waiter listens on a channel of its own (red
   drop_lapsed(now)
   wake_next(now, now_us, tonumber(ARGV[2]), ARGV[3])
 end
-return tonumber(score) > now and 1 or -1
+return tonumber(score) > now and 1 or -2
 )lua";
 const script shared_release_script(shared_release_source.c_str());
 
@@ -702,8 +703,8 @@ const script permit_acquire_script(permit_acquire_source.c_str());
 
 // Releases a permit. KEYS permits, fence, queue, queue_lapses, channel; ARGV owner, claim_ms,
 // waiter_channel_prefix, fencing token. -> 1 released | 0 gone (no set, or no member of ours:
-// broken, or dropped once expired) | -1 not ours (our member present but expired, which is
-// removed): as shared_release_script. Wakes as many waiters as permits are free.
+// broken, or dropped once expired) | -2 our member present but expired (it is removed): as
+// shared_release_script. Wakes as many waiters as permits are free.
 static const std::string permit_release_source = std::string(queue_lua) + shared_lua + semaphore_lua + member_lua + R"lua(
 local now, now_us = server_time()
 local member = find_member(ARGV[1], ARGV[4])
@@ -714,7 +715,7 @@ redis.call('ZREM', KEYS[1], member)
 drop_lapsed(now)
 wake_first(permits_free(now), now, now_us, tonumber(ARGV[2]), ARGV[3])
 expire_with_members(now, last_lapse_in(now))
-return tonumber(score) > now and 1 or -1
+return tonumber(score) > now and 1 or -2
 )lua";
 const script permit_release_script(permit_release_source.c_str());
 
@@ -801,8 +802,10 @@ const script holders_script(holders_source.c_str());
 // semaphore ('semaphore'). KEYS key, fence, queue, queue_lapses, channel; ARGV what, claim_ms,
 // waiter_channel_prefix, and ARGV[4] 'tombstone' for a lock without fencing tokens (redlock).
 // Needs UNLINK on the key, a command dlock's tenants are not granted (see
-// docs/backends/redis.md, "Listing and breaking locks"): refused with NOPERM before any write —
-// from Redis 7.0 by the redis.acl_check_cmd guard, before it by the UNLINK itself, which every
+// docs/backends/redis.md, "Listing and breaking locks"), and for a tombstone SET too: refused with
+// NOPERM before any write — from Redis 7.0 by the redis.acl_check_cmd guard (both commands: a
+// script's writes are not rolled back, so UNLINK done and SET refused would leave the name free
+// beside the broken holder), before it by the UNLINK itself, which every
 // branch runs before it writes to the key (a tenant without it may only run the waiter queue's
 // upkeep, drop_lapsed, as its own acquires do).
 // Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
@@ -816,6 +819,9 @@ const script holders_script(holders_source.c_str());
 static const std::string break_source = std::string(queue_lua) + shared_lua + semaphore_lua + R"lua(
 if redis.acl_check_cmd and not redis.acl_check_cmd('UNLINK', KEYS[1]) then
   return redis.error_reply('NOPERM this user may not break dlock locks: it may not run UNLINK on ' .. KEYS[1])
+end
+if redis.acl_check_cmd and ARGV[4] == 'tombstone' and not redis.acl_check_cmd('SET', KEYS[1], 'x', 'PX', '1') then
+  return redis.error_reply('NOPERM this user may not break dlock locks: it may not run SET on ' .. KEYS[1])
 end
 local now, now_us = server_time()
 local count = 0

@@ -891,13 +891,14 @@ int redlock_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_ho
 }
 
 // Each node's answer to the release script: 1 released, 0 gone (no key, or no member of ours),
-// -1 not ours (another holder's value, a tombstone, our own expired member still there).
+// -1 another holder's value or string, -2 our own expired member still there, -3 a break's
+// tombstone. -2 and -3 prove the earlier attempt of this release did not run on that node.
 struct release_tally {
-    size_t released = 0, gone = 0, not_ours = 0;
+    size_t released = 0, gone = 0, other = 0, proof = 0;
     explicit release_tally(const std::vector<reply_ptr>& replies) {
         for (const auto& r : replies) {
             if (!r || r->type != REDIS_REPLY_INTEGER) continue;
-            (r->integer == 1 ? released : r->integer == 0 ? gone : not_ours)++;
+            (r->integer == 1 ? released : r->integer == 0 ? gone : r->integer == -1 ? other : proof)++;
         }
     }
 };
@@ -905,22 +906,23 @@ struct release_tally {
 int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
         // An earlier attempt of this release, sent while the lease was valid, went to the nodes and
-        // was not answered by a quorum (UNKNOWN): where our key is now found gone, it may be what
-        // removed it (a retry after UNKNOWN).
+        // was not answered by a quorum (UNKNOWN): where our key is now found gone or another
+        // holder's, it may be what removed it (a retry after UNKNOWN; the other holder a waiter it
+        // woke).
         const bool in_doubt = h->release_in_doubt_sent_ns != 0 && h->release_in_doubt_sent_ns < h->valid_until_ns;
-        // RELEASED: our key removed by this attempt on a quorum; in doubt, removed now or found gone
-        // on a quorum (docs/guarantees.md, "Releases in doubt"). Another holder's key, a tombstone
-        // or our own expired member proves the earlier attempt did not run on that node, so it never
-        // counts: RELEASED is never answered while another holder has a quorum.
+        // Nodes that, answering so, leave no quorum for the other outcome.
+        const size_t blocking = b->nodes.size() - b->quorum + 1;
+        // RELEASED: our key removed by this attempt on a quorum; in doubt, removed now, gone or
+        // another holder's on a quorum, as on etcd, zookeeper and sql (docs/guarantees.md,
+        // "Releases in doubt"): only proof that the earlier attempt did not run (our own expired
+        // member, a tombstone) never counts.
         const auto released_on_quorum = [&](const release_tally& t) {
-            return t.released >= b->quorum || (in_doubt && t.released + t.gone >= b->quorum);
+            return (in_doubt ? t.released + t.gone + t.other : t.released) >= b->quorum;
         };
-        // LOST: a quorum without our key can never have confirmed the lease since, whatever the
-        // silent nodes hold (N odd: when every node answered, one of the two holds). In doubt, only
-        // a quorum where something else stands: a node where our key is gone may be where the
-        // earlier attempt ran.
+        // LOST: in doubt, proof that the earlier attempt did not run on enough nodes that no quorum
+        // can have released; not in doubt, our key not removed by this attempt on that many.
         const auto lost_on_quorum = [&](const release_tally& t) {
-            return (in_doubt ? t.not_ours : t.gone + t.not_ours) >= b->quorum;
+            return (in_doubt ? t.proof : t.gone + t.other + t.proof) >= blocking;
         };
         // A quorum decides it either way; the other nodes' replies are read later.
         const enough_replies decided = [&](const std::vector<reply_ptr>& so_far) {
@@ -933,13 +935,13 @@ int redlock_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) 
         const release_tally t(sent.replies);
         if (released_on_quorum(t)) return DLOCK_OK;
         if (lost_on_quorum(t)) {
-            copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release, another holder's "
-                                            "(or a tombstone) on {}; the lease had been lost",
-                                            t.gone, b->nodes.size(), t.not_ours));
+            copy_message(error, fmt::format("redlock: our key was gone from {} of {} nodes at release, another holder's on {}, "
+                                            "our expired hold or a tombstone on {}; the lease had been lost",
+                                            t.gone, b->nodes.size(), t.other, t.proof));
             return DLOCK_LOST;
         }
         // Some node got the request and did not answer: the release may have run there.
-        const size_t answered = t.released + t.gone + t.not_ours;
+        const size_t answered = t.released + t.gone + t.other + t.proof;
         if (sent.reached > answered && h->release_in_doubt_sent_ns == 0) h->release_in_doubt_sent_ns = sent.sent_ns;
         copy_message(error, fmt::format("redlock: release confirmed on {} of {} nodes, {} did not answer; retry", t.released,
                                         b->nodes.size(), b->nodes.size() - answered));

@@ -39,6 +39,7 @@ protected:
 public:
     using lab_backend_test::config;
     dlock::lab::redis_client redis() { return lab_->redis().client(); }
+    void retry_release_after_another_took_the_name(bool shared, dlock::release_outcome expected);
 };
 
 
@@ -727,43 +728,81 @@ TEST_F(RedisFaults, ReleaseRetriedAfterAnUnansweredReleaseAnswersReleased) {
 // Issue 28 (review of the fix above): A's release is sent while the lease is valid, but the proxy
 // holds client → server traffic, so it never reaches the server (UNKNOWN). A's lease ends; another
 // client takes the name; the proxy's connections are reset (the held release is discarded) and
-// healed. A's retry finds another holder, not its key gone: that proves its first attempt never
-// ran, so the answer is ALREADY_LOST — RELEASED only when the key (or member) is found gone
-// (dlock.h). Exclusive: B takes the expired key. Shared: reader B joins while A is valid, so A's
-// expired member is still in the set at the retry (present, so the first attempt did not run).
-TEST_F(RedisFaults, RetriedReleaseFindingAnotherHolderAnswersAlreadyLost) {
+// healed; A retries. Exclusive: B takes the expired key, and A's retry finds B's key — which it
+// cannot tell from B having taken the name after A's first attempt ran (the test below): RELEASED,
+// as on etcd, zookeeper and sql (docs/guarantees.md, "Releases in doubt"). Shared: reader B joins
+// while A is valid, so A's expired member is still in the set at the retry — proof the first
+// attempt never ran: ALREADY_LOST.
+void RedisFaults::retry_release_after_another_took_the_name(bool shared, dlock::release_outcome expected) {
+    dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
+    auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint(), "command_timeout=500ms"));
+    auto other = dlock::client::open(config(backend::redis));
+    const std::string name = shared ? "faults/release-retried-other-shared" : "faults/release-retried-other";
+    const std::string what = shared ? "shared: " : "exclusive: ";
+    const auto opts = dlock::acquire_options().with_wait(0ms).with_ttl(2s).with_renew(false).with_shared(shared);
+    auto a = client.acquire(name, opts);
+    ASSERT_TRUE(a);
+    const auto acquired_at = std::chrono::steady_clock::now();
+    proxy.blackhole(dlock::lab::direction::upstream);
+    std::error_code ec;
+    EXPECT_EQ(a.release(ec), dlock::release_outcome::unknown) << what << "the release never reached the server";
+    dlock::lease b;
+    if (shared) {  // joins A while A's member is live: A's member stays in the set, expired
+        b = other.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(true));
+        ASSERT_TRUE(b) << what << dlock_last_error();
+    }
+    std::this_thread::sleep_until(acquired_at + 2500ms);  // A's lease is over
+    if (!shared) {
+        b = other.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
+        ASSERT_TRUE(b) << what << dlock_last_error();
+    }
+    EXPECT_EQ(b.state(), dlock::lease_state::held);
+    proxy.cut_all();  // the held release is dropped with the connection: it never runs
+    proxy.heal();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(a.release(ec), expected) << what << ec.message() << ": " << dlock_last_error();
+    EXPECT_EQ(b.state(), dlock::lease_state::held) << what;
+    b.renew(ec);
+    EXPECT_FALSE(ec) << what << "B still holds the name: " << ec.message();
+    EXPECT_EQ(b.release(), dlock::release_outcome::released) << what;
+}
+
+TEST_F(RedisFaults, RetriedReleaseFindingAnotherHoldersKeyAnswersReleasedAsOnSql) {
+    retry_release_after_another_took_the_name(false, dlock::release_outcome::released);
+}
+
+TEST_F(RedisFaults, RetriedReleaseFindingOurExpiredMemberAnswersAlreadyLost) {
+    retry_release_after_another_took_the_name(true, dlock::release_outcome::already_lost);
+}
+
+// Issue 28 (the contended case): A's release runs but its answer is lost (the proxy drops server →
+// client): UNKNOWN. The release woke fair waiter W, who takes the name at once. A's retry, with 28 s
+// of A's validity left, finds W's key (or W's member): A's first attempt is what freed the name, so
+// the answer is RELEASED, not ALREADY_LOST (docs/guarantees.md, "Releases in doubt").
+TEST_F(RedisFaults, RetriedReleaseAfterAWaiterTookTheNameAnswersReleased) {
     dlock::lab::tcp_proxy proxy(lab_->redis().client_endpoint());
     auto client = dlock::client::open(redis_dsn(proxy.listen_endpoint(), "command_timeout=500ms"));
     auto other = dlock::client::open(config(backend::redis));
     for (const bool shared : {false, true}) {
-        const std::string name = shared ? "faults/release-retried-other-shared" : "faults/release-retried-other";
+        const std::string name = shared ? "faults/release-retried-waiter-shared" : "faults/release-retried-waiter";
         const std::string what = shared ? "shared: " : "exclusive: ";
-        const auto opts = dlock::acquire_options().with_wait(0ms).with_ttl(2s).with_renew(false).with_shared(shared);
-        auto a = client.acquire(name, opts);
+        auto a = client.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_renew(false).with_shared(shared));
         ASSERT_TRUE(a);
-        const auto acquired_at = std::chrono::steady_clock::now();
-        proxy.blackhole(dlock::lab::direction::upstream);
+        dlock::lease w;
+        std::thread waiter([&] {  // exclusive and fair: queued behind A, woken by A's release
+            w = other.acquire(name, dlock::acquire_options().with_wait(20s).with_ttl(30s).with_fair(true));
+        });
+        std::this_thread::sleep_for(500ms);  // W is queued
+        proxy.blackhole(dlock::lab::direction::downstream);
         std::error_code ec;
-        EXPECT_EQ(a.release(ec), dlock::release_outcome::unknown) << what << "the release never reached the server";
-        dlock::lease b;
-        if (shared) {  // joins A while A's member is live: A's member stays in the set, expired
-            b = other.acquire(name, dlock::acquire_options().with_wait(0ms).with_ttl(30s).with_shared(true));
-            ASSERT_TRUE(b) << what << dlock_last_error();
-        }
-        std::this_thread::sleep_until(acquired_at + 2500ms);  // A's lease is over
-        if (!shared) {
-            b = other.acquire(name, dlock::acquire_options().with_wait(2s).with_ttl(30s));
-            ASSERT_TRUE(b) << what << dlock_last_error();
-        }
-        EXPECT_EQ(b.state(), dlock::lease_state::held);
-        proxy.cut_all();  // the held release is dropped with the connection: it never runs
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::unknown) << what << "the answer was lost";
+        waiter.join();
+        ASSERT_TRUE(w) << what << "W was granted once A's release ran: " << dlock_last_error();
         proxy.heal();
-        std::this_thread::sleep_for(200ms);
-        EXPECT_EQ(a.release(ec), dlock::release_outcome::already_lost) << what << ec.message() << ": " << dlock_last_error();
-        EXPECT_EQ(b.state(), dlock::lease_state::held) << what;
-        b.renew(ec);
-        EXPECT_FALSE(ec) << what << "B still holds the name: " << ec.message();
-        EXPECT_EQ(b.release(), dlock::release_outcome::released) << what;
+        EXPECT_EQ(a.release(ec), dlock::release_outcome::released) << what << ec.message() << ": " << dlock_last_error();
+        EXPECT_EQ(a.state(), dlock::lease_state::released) << what;
+        EXPECT_EQ(w.state(), dlock::lease_state::held) << what;
+        EXPECT_EQ(w.release(), dlock::release_outcome::released) << what;
     }
 }
 

@@ -280,7 +280,9 @@ DLOCK_API int dlock_lease_renew(dlock_lease *lease);
  *   DLOCK_UNKNOWN the backend could not be reached: the lease is still owned and the call is safe
  *                 to retry (it becomes LOST at valid_until if never confirmed). A retry of a release
  *                 whose first attempt was sent while the lease was valid answers DLOCK_OK when the
- *                 lock is found gone: that attempt may be what removed it. */
+ *                 lock is found no longer ours (unless it finds proof that the first attempt did not
+ *                 run: our own expired hold still there, or a break's tombstone): that attempt may
+ *                 be what removed it. */
 DLOCK_API int dlock_lease_release(dlock_lease *lease);
 
 /* Frees the lease handle, releasing the lock first if still held (best effort). Accepts NULL. */
