@@ -669,6 +669,17 @@ std::optional<failure> end_lost_session(dlock_backend* b, const session& lost) {
     }
 }
 
+// The answer of an acquire whose connection was lost (`lost`: what broke it) when settling it on the
+// server failed too (`why`) and no row of ours was found: UNKNOWN, never "held". `what` names what
+// expires by itself if the lost statement committed ("row", "hold").
+[[noreturn]] void fail_unsettled_acquire(const dlock_backend* b, const std::string& name, const char* lost,
+                                         const std::string& why, const char* what) {
+    fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and settling "
+                                    "it on the server failed too ({}); its outcome is unknown and it is not reported held; "
+                                    "if it committed, the {} expires after its ttl",
+                                    b->where(), name, lost, why, what));
+}
+
 // Reads our row back after a connection loss left an acquire's outcome unknown (end_lost_session()
 // first): a row with our owner token and a future expiry is the only proof that we hold the lock.
 bool read_back(dlock_backend* b, dlock_hold& h, attempt& a) {
@@ -753,12 +764,7 @@ attempt try_acquire_lease(dlock_backend* b, dlock_hold& h, int64_t ttl_ms, attem
         if (fair && fair->enter && b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         // UNKNOWN: the statement may have committed. Only our row proves it did, once it can no
         // longer commit later.
-        const auto unknown = [&](const std::string& why) {
-            fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
-                                            "settling it on the server failed too ({}); its outcome is unknown and it is not "
-                                            "reported held; if it committed, the row expires after its ttl",
-                                            b->where(), h.name, e.what(), why));
-        };
+        const auto unknown = [&](const std::string& why) { fail_unsettled_acquire(b, h.name, e.what(), why, "row"); };
         const std::optional<failure> unsettled = end_lost_session(b, *s);
         try {
             if (read_back(b, h, a)) return a;  // our row: held, whether or not the lost statement was settled
@@ -1160,12 +1166,7 @@ holder_attempt try_holder_lease(dlock_backend* b, dlock_hold& h, const dlock_acq
             s->mark_broken();
             // The statement may have committed: only a holder row carrying our token proves it, once
             // the statement can no longer commit later (a retry would add a second row).
-            const auto unknown = [&](const std::string& why) {
-                fail(DLOCK_UNKNOWN, fmt::format("sql backend: {}: the connection was lost during the acquire of `{}` ({}) and "
-                                                "settling it on the server failed too ({}); its outcome is unknown and it is "
-                                                "not reported held; if it committed, the hold expires after its ttl",
-                                                b->where(), h.name, e.what(), why));
-            };
+            const auto unknown = [&](const std::string& why) { fail_unsettled_acquire(b, h.name, e.what(), why, "hold"); };
             const std::optional<failure> unsettled = end_lost_session(b, *s);
             try {
                 const int64_t read_deadline = b->statement_deadline();
