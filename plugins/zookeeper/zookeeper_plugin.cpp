@@ -785,9 +785,15 @@ int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_
             fail(rc == ZNOAUTH ? DLOCK_PERMISSION : DLOCK_UNAVAILABLE, fmt::format("{}: {} failed: {}", b->where(s.get()), doing, zerror(rc)));
         };
         info->held = 0;
+        // Another client's release, acknowledged to it by the leader, may not have reached the
+        // member this session reads from: a `sync` first (pipelined with the first listing) makes
+        // the reads reflect every write committed before this call.
+        auto synced = b->sync(*s);
         for (int attempt = 0; attempt < 5; ++attempt) {
             auto listed = b->children(*s, lock_path);
-            if (!b->await(w, {listed.get()}, now_ns() + s->timeout_ms() * ns_per_ms, false)) request_failed(ZOPERATIONTIMEOUT, "listing " + lock_path);
+            if (!b->await(w, {synced.get(), listed.get()}, now_ns() + s->timeout_ms() * ns_per_ms, false))
+                request_failed(ZOPERATIONTIMEOUT, "listing " + lock_path);
+            if (synced->rc != ZOK) request_failed(synced->rc, "syncing with the leader before listing " + lock_path);
             if (listed->rc == ZNONODE) return DLOCK_OK;
             if (listed->rc != ZOK) request_failed(listed->rc, "listing " + lock_path);
             const auto queue = queue_of(listed->names);
@@ -827,8 +833,15 @@ struct holders_of_node {
 
 class admin_reader {
 public:
+    // Syncs first: every read after it reflects every write the leader committed before this
+    // call, whichever member the session reads from (a holder released or broken through another
+    // member is not listed).
     explicit admin_reader(dlock_backend& b)
-        : b_(b), w_(b), s_(b.connected_session(w_, now_ns() + b.config().connect_timeout_ms * ns_per_ms, false)) {}
+        : b_(b), w_(b), s_(b.connected_session(w_, now_ns() + b.config().connect_timeout_ms * ns_per_ms, false)) {
+        auto synced = b_.sync(*s_);
+        await({synced.get()}, "syncing with the leader");
+        check(synced->rc, "syncing with the leader");
+    }
 
     // The holders of the lock or semaphore whose node is `node`: by the recipe's rules (the head
     // when it is a writer, else every reader before the first writer; a semaphore's N lowest), each
