@@ -15,7 +15,7 @@
 #   kit      plugins/kit: what plugins share                        may use public
 #   plugin   plugins/<name>: one backend each                       may use kit, other plugin
 #                                                                   directories (shared code), public
-#   core     core/: clients, leases, keeper, built-in backends      may use base, config, loader,
+#   core     core/: clients, leases, keeper, built-in backends      may use base, config, loader, kit,
 #                                                                   plugin (the built-in `file`), public
 #   c_api    api/src: the C ABI of dlock.h and dlock_admin.h        may use core and all below
 #   cli      cli/: the `dlock` command                              may use public only
@@ -47,8 +47,8 @@ allowed() {  # layer -> the layers it may include (besides its own)
     config | loader) echo "base public" ;;
     kit) echo "public" ;;
     plugin) echo "kit public" ;;
-    core) echo "base config loader plugin public" ;;
-    c_api) echo "core base config loader plugin public" ;;
+    core) echo "base config loader kit plugin public" ;;
+    c_api) echo "core base config loader kit plugin public" ;;
     cli) echo "public" ;;
   esac
 }

@@ -4,10 +4,12 @@
 //   support.hpp  the failure type, the exception firewall for entry points, option lookup, negotiation
 //   clock.hpp    the ABI's clock (CLOCK_MONOTONIC ns), the "forever" deadline, saturating ms → ns
 //   waker.hpp    waiters woken through a server's push channel (pub/sub, LISTEN/NOTIFY)
+//   scope_exit.hpp  an action run on every way out of a scope (the one undo guard)
 // docs/abi.md ("Writing a plugin") shows a whole plugin built with it.
 #pragma once
 
 #include <dlock/plugin_kit/clock.hpp>
 #include <dlock/plugin_kit/plugin_struct.hpp>
+#include <dlock/plugin_kit/scope_exit.hpp>
 #include <dlock/plugin_kit/support.hpp>
 #include <dlock/plugin_kit/waker.hpp>
