@@ -5,6 +5,7 @@
 //   clock.hpp    the ABI's clock (CLOCK_MONOTONIC ns), the "forever" deadline, saturating ms → ns
 //   waker.hpp    waiters woken through a server's push channel (pub/sub, LISTEN/NOTIFY)
 //   scope_exit.hpp  an action run on every way out of a scope (the one undo guard)
+//   thread_safety.hpp  clang's thread-safety annotations and an annotated mutex and locks
 // docs/abi.md ("Writing a plugin") shows a whole plugin built with it.
 #pragma once
 
@@ -12,4 +13,5 @@
 #include <dlock/plugin_kit/plugin_struct.hpp>
 #include <dlock/plugin_kit/scope_exit.hpp>
 #include <dlock/plugin_kit/support.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 #include <dlock/plugin_kit/waker.hpp>
