@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A kazoo lock holder driven line by line on stdin, for zookeeper_v2_test's interop cases.
+"""A kazoo lock holder driven line by line on stdin, for zookeeper_modes_test's interop cases.
 
 usage: zookeeper_kazoo_peer.py HOSTS PATH KIND    (KIND: write | read)
 

@@ -1,4 +1,4 @@
-// A Curator lock holder driven line by line on stdin, for zookeeper_v2_test's interop cases.
+// A Curator lock holder driven line by line on stdin, for zookeeper_modes_test's interop cases.
 //
 // usage: java CuratorPeer CONNECT PATH KIND    (KIND: mutex | write | read)
 //

@@ -1,4 +1,4 @@
-// scenarios_zookeeper_review.cpp — ZooKeeper ensemble scenarios beyond the quorum faults of
+// scenarios_zookeeper_isolated_follower.cpp — ZooKeeper ensemble scenarios beyond the quorum faults of
 // scenarios_quorum.cpp: a follower cut off from the rest of the ensemble while its clients still
 // reach it (docs/backends/zookeeper.md, "On an ensemble").
 #include <fstream>

@@ -1,4 +1,4 @@
-// scenarios_etcd_review.cpp — etcd fault scenarios about requests that reach a member late:
+// scenarios_etcd_late_requests.cpp — etcd fault scenarios about requests that reach a member late:
 //   12c etcd ghost key — every member answers later than request_timeout, so the acquire's wait
 //       (three request_timeouts) runs out and it cleans up its key while its puts are still on their way to other members; a put that
 //       lands after the clean-up must not create the key again (a "ghost" on the client's live

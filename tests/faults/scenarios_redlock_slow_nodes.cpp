@@ -1,4 +1,4 @@
-// scenarios_redlock_review.cpp — Redlock faults of docs/design/faults.md §7 (nodes late, down or paused) that
+// scenarios_redlock_slow_nodes.cpp — Redlock faults of docs/design/faults.md §7 (nodes late, down or paused) that
 // concern a round's own requests and the waiters, written against the suite's API (suite.hpp):
 //   7e one node paused for 30 s: a holder keeps its lease (every renewal succeeds on the other four),
 //      contending workers stay exclusive and keep acquiring, a waiter gets the lock as soon as it is

@@ -1,4 +1,4 @@
-// scenarios_sql_review.cpp — fault scenarios of the `sql` backend (targets sql_lease, sql_advisory)
+// scenarios_sql_silent_partitions.cpp — fault scenarios of the `sql` backend (targets sql_lease, sql_advisory)
 // for partitions that TCP cannot see: the holder reaches PostgreSQL through the lab's proxy, which
 // keeps every connection open and answers TCP itself (as pgbouncer, HAProxy or a cloud load
 // balancer would), and then blackholes it:

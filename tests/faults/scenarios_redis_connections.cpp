@@ -1,4 +1,4 @@
-// scenarios_redis_review.cpp — fault scenarios for the `redis` backend's connection handling
+// scenarios_redis_connections.cpp — fault scenarios for the `redis` backend's connection handling
 // (docs/backends/redis.md, "A failed command"), written against the suite's API (suite.hpp):
 //   6r  server restart while the clients' pooled connections sit idle — SAFE: the dead connections
 //       are dropped before use, so a try-once acquire right after the restart succeeds at its first
