@@ -1,10 +1,11 @@
-// http.hpp (internal) — defines a minimal HTTP/1.0 client for etcd's health endpoint and v3 JSON
-// gateway on loopback. HTTP/1.0 with one request per connection keeps the response unchunked and
-// delimited by the server closing the connection, so no HTTP library is needed for this.
+// http.hpp (internal) — defines a small HTTP client for etcd's health endpoint, its v3 JSON gateway
+// and the servers' metrics endpoints on loopback (libcurl), and the base64 of the gateway's keys and
+// values (OpenSSL).
 #pragma once
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "dlock/lab/endpoint.hpp"
 
@@ -15,14 +16,15 @@ struct http_response {
   std::string body;
 };
 
-// Sends `method path` with `body` (Content-Type application/json when non-empty) and returns the
-// response. Throws std::system_error on connection failure or timeout, std::runtime_error on a
-// response that is not HTTP.
+// Sends `method path` with `body` (Content-Type application/json when non-empty or a POST) and
+// returns the response; the whole exchange must end within `timeout`. Never goes through a proxy.
+// Throws std::system_error on connection failure (ECONNREFUSED) or timeout (ETIMEDOUT),
+// std::runtime_error on any other failure (a response that is not HTTP).
 http_response http_request(const endpoint& server, const std::string& method, const std::string& path,
                            const std::string& body, std::chrono::milliseconds timeout);
 
 std::string base64_encode(std::string_view bytes);
-// Throws std::invalid_argument on a character outside the base64 alphabet.
+// Takes padded or unpadded text. Throws std::invalid_argument on text that is not base64.
 std::string base64_decode(std::string_view text);
 
 }  // namespace dlock::lab::detail
