@@ -1,0 +1,60 @@
+--!include "includes/grant.lua"
+--!include "includes/queue.lua"
+--!include "includes/shared.lua"
+--!include "includes/semaphore.lua"
+local mode = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[2])
+local limit = tonumber(ARGV[5])
+local now, now_us = server_time()
+local stored = stored_limit()
+if stored and stored ~= limit then
+  drop_lapsed(now)
+  if #live_members(now) > 0 or redis.call('ZRANGE', KEYS[3], 0, 0)[1] then return {-1, stored} end
+  redis.call('DEL', KEYS[1])
+end
+drop_expired_members(now)
+local free = limit - #live_members(now)
+local ahead = {}
+if mode > 0 then
+  drop_lapsed(now)
+  if free > 0 then
+    ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1)
+    local mine = false
+    for _, m in ipairs(ahead) do
+      if m == ARGV[1] then mine = true end
+    end
+    if #ahead >= free and not mine then
+      wake_first(free, now, now_us, tonumber(ARGV[6]), ARGV[7], ARGV[1], true)
+      ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1)
+    end
+  end
+end
+local admitted = free > 0 and (mode == 0 or #ahead < free)
+if free > 0 and not admitted then
+  for _, m in ipairs(ahead) do
+    if m == ARGV[1] then admitted = true end
+  end
+end
+if admitted then
+  local token, why = next_token(KEYS[2])
+  if not token then return corrupt_fence(KEYS[2], why) end
+  redis.call('ZADD', KEYS[1], '-inf', 'limit:' .. limit)
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. string.format('%d', token))
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then redis.call('ZREM', KEYS[4], ARGV[1]) end
+  return {1, token}
+end
+local wait_ms
+if free <= 0 then
+  local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  wait_ms = math.ceil(tonumber(soonest[2]) - now)
+else
+  wait_ms = soonest_lapse_in(free, now)
+end
+if mode == 2 then
+  enqueue(ARGV[1], now, now_us, wait_ms, tonumber(ARGV[4]))
+  redis.call('ZADD', KEYS[1], '-inf', 'limit:' .. limit)
+  local keep = math.max(wait_ms, 0) + tonumber(ARGV[4])
+  if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+end
+return {0, wait_ms, free <= 0 and 1 or 0}
