@@ -5,9 +5,10 @@
 # dlock::redis_common::lua, holding the file's text with every include directive expanded: a line
 # that is exactly
 #   --!include "includes/<file>.lua"
-# is replaced by the text of lua/includes/<file>.lua (whole lines, nothing else changed). Includes do
-# not include others. The build fails on a malformed directive, a missing include, or a text that
-# holds the raw string's closing delimiter. Nothing is read at run time.
+# is replaced by the text of lua/includes/<file>.lua without its leading comment lines, its header
+# (whole lines; nothing else changes). Includes do not include others. The build fails on a
+# malformed directive, a missing include, or a text that holds the raw string's closing delimiter.
+# Nothing is read at run time.
 cmake_minimum_required(VERSION 3.18)
 
 foreach(var LUA_DIR SCRIPTS OUTPUT)
@@ -49,6 +50,9 @@ function(expand name out_var)
     if(NOT included MATCHES "\n$")
       message(FATAL_ERROR "embed_lua.cmake: ${include_path} does not end with a newline")
     endif()
+    # The include's header (its leading comment lines) documents the source; each script that
+    # includes it would otherwise send it to Redis again.
+    string(REGEX REPLACE "^(--[^\n]*\n)+" "" included "${included}")
     # The directive must be a whole line: at the start of the text or after a newline, and followed by one.
     string(FIND "${text}" "${directive}\n" at)
     if(at LESS 0)

@@ -1,3 +1,31 @@
+-- break: an administrator's break: removes every holder of a lock or every permit of a semaphore.
+-- KEYS[1]  the lock key, or the semaphore's permits key
+-- KEYS[2]  the fence key (not read)
+-- KEYS[3]  the waiter queue
+-- KEYS[4]  the queue's lapses
+-- KEYS[5]  the broadcast channel
+-- ARGV[1]  'lock' | 'semaphore'
+-- ARGV[2]  claim_ms given to woken waiters
+-- ARGV[3]  the waiters' channel prefix
+-- ARGV[4]  'tombstone' for a lock without fencing tokens (redlock), or absent
+-- Returns the number of holders removed; an error (NOPERM) when the user may not break.
+-- Needs UNLINK on the key, a command dlock's tenants are not granted (see docs/backends/redis.md,
+-- "Listing and breaking locks"), and for a tombstone SET too: refused with NOPERM before any
+-- write - from Redis 7.0 by the ACL guard at the top (redis.acl_check_cmd, both commands: a
+-- script's writes are not rolled back, so UNLINK done and SET refused would leave the name free
+-- beside the broken holder), before it by the UNLINK itself, which every branch runs before it
+-- writes to the key (a tenant without it may only run the waiter queue's upkeep, drop_lapsed, as
+-- its own acquires do).
+-- Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
+-- holder's token.
+-- 'tombstone' (redlock, no tokens): fenced by time instead. The holders' key becomes the string
+-- 'dlock:broken' (redis_common.hpp break_tombstone), expiring when the longest-lived holder's lease
+-- would have (the exclusive key's PTTL; a shared set's highest live score), so every acquire
+-- script finds the name held until then and its waiters sleep on that PTTL, as on a holder's;
+-- renewals and releases find their value or member gone. Nothing is published and nobody is
+-- woken: nothing is free before the tombstone expires. A tombstone is no holder, and a break
+-- leaves one as it is (count 0).
+-- Includes: includes/queue.lua, includes/shared.lua, includes/semaphore.lua
 --!include "includes/queue.lua"
 --!include "includes/shared.lua"
 --!include "includes/semaphore.lua"

@@ -1,3 +1,11 @@
+-- holders: every live holder of a lock or of a semaphore, read only.
+-- KEYS[1]  the lock key, or the semaphore's permits key
+-- KEYS[2]  the fence key
+-- ARGV[1]  'lock' | 'semaphore'
+-- Returns a flat list, five elements per holder: kind ('x' exclusive, 's' shared, 'p' permit),
+-- owner, fencing token, ms left, limit (a semaphore's; 0 for a lock); {} when nobody holds it.
+-- A break's tombstone at a lock key ('dlock:broken') is listed as an 'x' holder: the caller skips it.
+-- Includes: includes/queue.lua (server_time)
 --!include "includes/queue.lua"
 local now = server_time()
 local kind = 'p'

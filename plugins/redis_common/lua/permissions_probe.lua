@@ -1,3 +1,15 @@
+-- permissions_probe: each command dlock runs, with sample arguments on the probe keys, that the
+-- current user may not run (Redis 7 ACLs). Run by EVAL at open (scripts.cpp check_permissions) on
+-- the keys of the name "", which no lock has. Writes nothing.
+-- KEYS[1]  the probe's lock key
+-- KEYS[2]  the probe's fence key
+-- KEYS[3]  the probe's channel
+-- KEYS[4]  the probe's waiter queue
+-- ARGV[1]  '1' when the waiter queue's sorted-set commands are needed too, else '0'
+-- Returns a list of what is denied ("SUBSCRIBE <channel>", "GET <key>", ...; empty when nothing
+-- is), or false on a server without redis.acl_check_cmd (before Redis 7), where there is nothing
+-- to ask.
+-- Includes: none
 if not redis.acl_check_cmd then return false end
 local denied = {}
 local function need(what, ...)

@@ -1,3 +1,28 @@
+-- permit_acquire: one permit of a semaphore.
+-- KEYS[1]  the semaphore's permits key (sorted set: permits and "limit:<N>", see includes/semaphore.lua)
+-- KEYS[2]  the fence key
+-- KEYS[3]  the waiter queue
+-- KEYS[4]  the queue's lapses
+-- ARGV[1]  owner token (its member is "<owner>:<token>")
+-- ARGV[2]  ttl in ms
+-- ARGV[3]  mode, as queue_acquire.lua (0 barging, 1 fair try, 2 fair wait)
+-- ARGV[4]  entry_grace_ms
+-- ARGV[5]  the limit N
+-- ARGV[6]  claim_ms
+-- ARGV[7]  the waiters' channel prefix
+-- Granted while fewer than N permits are live and (mode 0) or fewer waiters than free permits
+-- queue, or this one is among the first `free` of the queue. A fair waiter refused while permits
+-- are free wakes those of the first `free` waiters nobody woke (and their standby), and waits
+-- until the soonest of their claims lapses. A stored limit that nobody holds or waits under any
+-- more (its permits expired, its waiters' entries lapsed or left) is no limit: the set is then
+-- dropped and this acquire's N stored.
+-- Returns
+--   {1, token}       granted
+--   {0, wait_ms, 1}  all permits held: wait_ms until the soonest one ends
+--   {0, wait_ms, 0}  free ones go to waiters queued first: wait_ms until the soonest of their claims lapses
+--   {-1, stored}     another limit stands: the stored limit
+--   an error         a fence key that holds no token (as acquire.lua)
+-- Includes: includes/grant.lua, includes/queue.lua, includes/shared.lua, includes/semaphore.lua
 --!include "includes/grant.lua"
 --!include "includes/queue.lua"
 --!include "includes/shared.lua"

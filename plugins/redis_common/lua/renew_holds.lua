@@ -1,3 +1,16 @@
+-- renew_holds: renews leases of every kind in one call.
+-- KEYS[i]          each lease's key (a lock's or a semaphore's)
+-- ARGV[3i-2]       lease i's kind: 'x' exclusive (the owner token is the key's value), 's' shared
+--                  or 'p' permit (the member is in the key's sorted set)
+-- ARGV[3i-1]       lease i's owner token or member (for 's' and 'p' an owner without ':' stands
+--                  for its member, whatever its token on this server: redlock's case)
+-- ARGV[3i]         lease i's ttl in ms
+-- Returns {r1, r2, ...}: 1 renewed, 0 the lease ended (expired, broken, taken); an expired member
+-- of ours is removed.
+-- The keys of one call belong to many names, so many hash slots: a Redis Cluster refuses such a
+-- script (CROSSSLOT). dlock has no cluster mode yet (issue 30): on a cluster the batch would have
+-- to be split by slot, one call per slot (docs/backends/redis.md, "Server requirements").
+-- Includes: none
 local now
 local result = {}
 for i, key in ipairs(KEYS) do

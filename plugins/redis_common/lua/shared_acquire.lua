@@ -1,3 +1,29 @@
+-- shared_acquire: a shared hold of a lock (its member joins the sorted set at the lock key).
+-- KEYS[1]  the lock key
+-- KEYS[2]  the fence key
+-- KEYS[3]  the waiter queue
+-- KEYS[4]  the queue's lapses
+-- ARGV[1]  owner token (queued as "s:<owner>"; its member is "<owner>:<token>")
+-- ARGV[2]  ttl in ms
+-- ARGV[3]  mode, as queue_acquire.lua (0 barging, 1 fair try, 2 fair wait)
+-- ARGV[4]  entry_grace_ms
+-- ARGV[5]  claim_ms; on redlock the time a reader shortens writers' marks to (shorten_marks)
+-- ARGV[6]  the waiters' channel prefix ("" on redlock: no waiter channels)
+-- ARGV[7]  'untokened' (redlock: the member's token is 0 and the fence key is not touched), or absent
+-- Granted when nobody holds the lock exclusively and (mode 0) or no exclusive waiter queues before
+-- this one (FIFO between shared and exclusive waiters: a queued writer stops new readers; readers
+-- in a row are admitted together, each granted one waking the next). A fair waiter refused while
+-- the lock is free, or held shared with a reader first, wakes the first waiter if nobody did
+-- (wake_sleeping_head; not on redlock, whose prefix is "": its queue holds only writers' marks;
+-- there a reader refused by marks while the lock is free shortens them, shorten_marks, and waits
+-- until the first one lapses).
+-- Returns
+--   {1, token}       granted (token 0 when 'untokened')
+--   {0, wait_ms, 1}  held exclusively, or shared with a writer queued before us: wait_ms until
+--                    the lock key expires
+--   {0, wait_ms, 0}  free but others queue first: wait_ms until the first waiter's entry lapses
+--   an error         a fence key that holds no token (as acquire.lua)
+-- Includes: includes/grant.lua, includes/queue.lua, includes/shared.lua
 --!include "includes/grant.lua"
 --!include "includes/queue.lua"
 --!include "includes/shared.lua"

@@ -1,3 +1,42 @@
+-- Include: the waiter queue of a lock or a semaphore. Includes no other file.
+-- Uses KEYS[3] the queue: a sorted set mapping each waiting owner token (or queue entry) to its
+-- arrival (server time, us); KEYS[4] the queue's lapses: each entry to the server time (ms) at
+-- which it lapses unless its waiter renews it by retrying. A waiter's channel is prefix .. entry.
+--
+-- server_time() -> now (ms), now_us (us): the server's TIME.
+-- drop_lapsed(now) -> true when it removed lapsed entries (a waiter that died or gave up without
+--   leaving): at most 100 per call, so a script's cost stays bounded.
+-- wake_member(member, arrival_us, now, now_us, claim_ms, prefix) -> kept, heard.
+-- wake_standby(rank, prefix, caller): hints the waiter at `rank` (the message 'standby').
+-- wake_next(now, now_us, claim_ms, prefix, caller): publishes on the first waiter's channel and
+--   gives it claim_ms to take the lock before its entry lapses. A first waiter nobody hears on its
+--   channel (its client died and its connection with it) is dropped and the next one woken
+--   instead, up to 10 in one call - unless it queued less than claim_ms ago: a waiter subscribes
+--   only after its first attempt queued it, and retries once it has, so it is kept.
+--   A first waiter that is heard may still never come (a paused process keeps its connection, and
+--   redlock's per-thread channel stays subscribed after its wait), so the waiter after it, the
+--   standby, is told too (the message 'standby', redis_common.hpp standby_message): it retries
+--   when the first one's claim lapses unless woken before, and then takes over, its retry dropping
+--   the lapsed entry. (A live waiter dropped, its pub/sub connection being restored, queues again
+--   at the back with its next retry, which follows the restored subscription at once.) `caller`
+--   (or nil) is the waiter whose own script runs this: it is awake, and never published to.
+-- queue_member(member, score, keep, now, keep_earlier_score), enqueue(member, now, now_us,
+--   wait_ms, grace_ms): queue an entry (see each function).
+-- soonest_lapse_in(count, now), first_lapses_in(now), last_lapse_in(now): ms until entries lapse.
+-- nudge_member(member, now, claim_ms, prefix): wakes `member` and gives it claim_ms, heard or not.
+-- wake_first(n, now, now_us, claim_ms, prefix, caller, only_unwoken): does what wake_next does for
+--   the first n waiters (a semaphore's free permits; a reader at the head): each is woken with its
+--   claim, one nobody hears and older than a claim is dropped (at most 10), and the waiter after
+--   them is woken as their standby. With `only_unwoken` (a waiter's retry that found the first
+--   ones still asleep) it wakes only those whose entries lapse later than a claim from now -
+--   nobody woke them since they last retried - giving each its claim whether heard or not (a retry
+--   drops nobody: an entry nobody hears lapses after its claim), and wakes the standby only when
+--   it woke one.
+-- wake_sleeping_head(now, now_us, claim_ms, prefix, caller): called by a waiter's retry that found
+--   the lock free to others queued first; wakes the first waiter with its claim (and hints its
+--   standby) unless it was woken and has not retried since (its entry lapses within a claim). It
+--   was made first without being woken: the entry before it lapsed, shared holders left (a shared
+--   release on redlock wakes nobody by name), or the holder's key expired.
 local function server_time()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -98,7 +137,8 @@ local function wake_first(n, now, now_us, claim_ms, prefix, caller, only_unwoken
   end
   if woke or not only_unwoken then wake_standby(rank, prefix, caller) end
 end
-local function wake_sleeping_head(now, now_us, claim_ms, prefix, caller)
+-- (now_us unused: it takes the arguments the other wake functions take.)
+local function wake_sleeping_head(now, now_us, claim_ms, prefix, caller)  -- luacheck: ignore 212/now_us
   local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not first or first == caller then return end
   local lapses = tonumber(redis.call('ZSCORE', KEYS[4], first))

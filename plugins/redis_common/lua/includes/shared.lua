@@ -1,3 +1,25 @@
+-- Include: shared holders of a lock. Needs includes/queue.lua before it (wake_first).
+-- The lock key KEYS[1] holds the exclusive holder's owner token (a string), or the shared holders
+-- (a sorted set of "<owner>:<fencing token>" scored by the server time, ms, each lease ends); the
+-- key expires with its longest-lived holder. A shared holder is queued (KEYS[3]) as "s:<owner>".
+-- GET on the set fails with WRONGTYPE: the exclusive scripts read the key with pcall, so the check
+-- they always made finds it held, at no extra command.
+-- A token goes into a member through string.format('%d'): Lua's own number-to-text keeps only 14
+-- significant digits, and tokens (seeded with the server time in us) have 16.
+--
+-- lock_holder(now) -> the owner token, true when live shared holders exist, false when free (a set
+--   of expired holders only is deleted).
+-- writer_ahead(member) -> true when an exclusive waiter queues before `member` (anywhere in the
+--   queue when `member` is not queued). It reads the entries before `member` from the head, 100 at
+--   a time, and at most 1 000 of them (a script's cost stays bounded): when 1 000 or more are
+--   before it, it answers true, so a reader that far back waits as if behind a writer until the
+--   queue before it is shorter - never overtaking one. (Entries of `member`'s own score that sort
+--   before it, by member, are before it too.)
+-- wake_reader_at_head(now, now_us, claim_ms, prefix): a shared waiter first in the queue is woken
+--   (it can join the holders).
+-- drop_expired_members(now): removes up to 100 members of KEYS[1] whose lease ended.
+-- expire_with_members(now, floor_ms): KEYS[1] lives as long as its longest-lived member, and at
+--   least floor_ms; deleted when nothing is left.
 local function lock_holder(now)
   local v = redis.pcall('GET', KEYS[1])
   if type(v) ~= 'table' then return v end
