@@ -58,10 +58,10 @@ const script break_script(lua::break_lua);
 
 // The scripts that write or recognise a break's tombstone spell it as break_tombstone does.
 #define DLOCK_TOMBSTONE_IN_LUA "'" DLOCK_REDIS_BREAK_TOMBSTONE "'"
-static_assert(contains(lua::break_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/break.lua: tombstone differs from break_tombstone");
-static_assert(contains(lua::queue_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/queue_release.lua: tombstone differs");
-static_assert(contains(lua::redlock_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/redlock_release.lua: tombstone differs");
-static_assert(contains(lua::shared_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/shared_release.lua: tombstone differs");
+static_assert(contains(lua::break_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/break.lua: not break_tombstone");
+static_assert(contains(lua::queue_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/queue_release.lua: not break_tombstone");
+static_assert(contains(lua::redlock_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/redlock_release.lua: not break_tombstone");
+static_assert(contains(lua::shared_release_lua, DLOCK_TOMBSTONE_IN_LUA), "lua/shared_release.lua: not break_tombstone");
 #undef DLOCK_TOMBSTONE_IN_LUA
 
 std::vector<std::string> script_command(const script& s, bool by_source, const std::vector<std::string>& keys,

@@ -19,7 +19,7 @@
 -- Fenced by construction: every grant INCRs the fence key, so the next one is above every broken
 -- holder's token.
 -- 'tombstone' (redlock, no tokens): fenced by time instead. The holders' key becomes the string
--- 'dlock:broken' (redis_common.hpp break_tombstone), expiring when the longest-lived holder's lease
+-- break_tombstone (redis_common.hpp), expiring when the longest-lived holder's lease
 -- would have (the exclusive key's PTTL; a shared set's highest live score), so every acquire
 -- script finds the name held until then and its waiters sleep on that PTTL, as on a holder's;
 -- renewals and releases find their value or member gone. Nothing is published and nobody is

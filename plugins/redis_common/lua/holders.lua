@@ -4,7 +4,7 @@
 -- ARGV[1]  'lock' | 'semaphore'
 -- Returns a flat list, five elements per holder: kind ('x' exclusive, 's' shared, 'p' permit),
 -- owner, fencing token, ms left, limit (a semaphore's; 0 for a lock); {} when nobody holds it.
--- A break's tombstone at a lock key ('dlock:broken') is listed as an 'x' holder: the caller skips it.
+-- A break's tombstone at a lock key (break_tombstone) is listed as an 'x' holder: the caller skips it.
 -- Includes: includes/queue.lua (server_time)
 --!include "includes/queue.lua"
 local now = server_time()

@@ -9,7 +9,7 @@
 -- ARGV[2]  claim_ms given to the woken waiter
 -- ARGV[3]  the waiters' channel prefix
 -- Returns 1 released | 0 gone (no key) | -1 another holder's (a value, a set of shared holders) |
--- -3 a break's tombstone ('dlock:broken', redis_common.hpp break_tombstone). A retry of a release
+-- -3 a break's tombstone (redis_common.hpp break_tombstone). A retry of a release
 -- whose answer was lost says RELEASED for 0 and -1 (the lost attempt may have deleted the key, and
 -- a waiter it woke taken the name); -3 proves the lost attempt did not run (a break found our key,
 -- or a later holder's).
