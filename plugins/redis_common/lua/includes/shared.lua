@@ -19,7 +19,7 @@
 --   (it can join the holders).
 -- drop_expired_members(now): removes up to 100 members of KEYS[1] whose lease ended.
 -- expire_with_members(now, floor_ms): KEYS[1] lives as long as its longest-lived member, and at
---   least floor_ms; deleted when nothing is left.
+--   least floor_ms; deleted when neither keeps it (nothing left, or no time left).
 local function lock_holder(now)
   local v = redis.pcall('GET', KEYS[1])
   if type(v) ~= 'table' then return v end
