@@ -11,6 +11,11 @@ quick=0
 
 scripts/install-deps.sh
 
+# The Redis Lua scripts (plugins/redis_common/lua), checked before anything is built: luacheck,
+# configured by .luacheckrc.
+echo "== luacheck: the Redis Lua scripts"
+luacheck --no-color plugins/redis_common/lua
+
 run_ctest() {  # run_ctest BUILD_DIR [ctest args...]
   local dir=$1; shift
   ctest --test-dir "$dir" --output-on-failure --timeout 600 "$@"

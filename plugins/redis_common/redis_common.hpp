@@ -229,8 +229,9 @@ private:
     mutable std::atomic<bool> sha1_known_{false};
 };
 
-// The scripts both plugins run. KEYS[1] lock key, KEYS[2] fence key, KEYS[3] channel (as a key so
-// it shares the slot).
+// The Lua scripts: <name>_script runs lua/<name>.lua, whose header is its full contract (a summary
+// follows). The scripts both plugins run. KEYS[1] lock key, KEYS[2] fence key, KEYS[3] channel (as
+// a key so it shares the slot).
 extern const script acquire_script;  // ARGV owner, ttl_ms -> {1, fence} | {0, pttl} | {0, pttl, 1} (shared holders)
 extern const script release_script;  // ARGV owner -> 1 released | 0 not ours
 extern const script inspect_script;  // -> {owner|false, pttl, fence|false}
@@ -249,7 +250,7 @@ extern const script queue_release_script;
 extern const script leave_queue_script;
 
 // Redlock's exclusive holds with a waiter queue whose order every node agrees on (the client picks
-// each waiter's score once; layout and contract in scripts.cpp).
+// each waiter's score once; layout and contract in lua/redlock_acquire.lua, lua/redlock_release.lua).
 // redlock_acquire_script: KEYS lock, fence (not touched: no tokens), queue, queue_lapses; ARGV value,
 //   ttl_ms, member, score, mode (0 barging try, 1 fair try, 2 fair wait, 3 barging wait),
 //   entry_grace_ms -> {1, 0} | {0, ms to wait at most, 1 held shared | 0, 1 held | 0}.
@@ -260,7 +261,8 @@ extern const script leave_queue_script;
 extern const script redlock_acquire_script;
 extern const script redlock_release_script;
 
-// Semaphores and shared locks (the layout is described in scripts.cpp and docs/backends/redis.md).
+// Semaphores and shared locks (the layout is described in lua/includes/shared.lua,
+// lua/includes/semaphore.lua and docs/backends/redis.md).
 // A shared hold or a permit is the member "<owner>:<fencing token>" of a sorted set scored by the
 // server time its lease ends: for a shared hold the set is at the lock key itself (so the
 // exclusive scripts find the lock held), for a permit at the semaphore's key.
@@ -268,11 +270,13 @@ extern const script redlock_release_script;
 //   entry_grace_ms, claim_ms, waiter_channel_prefix[, 'untokened': token 0, no INCR (redlock)]
 //   -> as queue_acquire_script (a shared waiter's queue entry and channel suffix is "s:<owner>").
 // permit_acquire_script: KEYS permits, fence, queue, queue_lapses; ARGV owner, ttl_ms, mode,
-//   entry_grace_ms, limit -> as queue_acquire_script, or {-1, stored limit} when it differs.
+//   entry_grace_ms, limit, claim_ms, waiter_channel_prefix -> as queue_acquire_script, or
+//   {-1, stored limit} when it differs.
 // shared_release_script, permit_release_script: KEYS key, fence, queue, queue_lapses, channel;
 //   ARGV owner, claim_ms, waiter_channel_prefix, fencing token ("" when unknown) -> 1 released |
-//   0 gone (no key, no member of ours) | -1 not ours (a string at the key; our member expired,
-//   then removed). Only "gone" lets a release retried after UNKNOWN answer RELEASED.
+//   0 gone (no key, no member of ours) | -1 not ours (a string at the key) | -2 our member
+//   expired (then removed) | -3 a break's tombstone (shared only). Their headers say which answers
+//   let a release retried after UNKNOWN answer RELEASED.
 // renew_holds_script: KEYS the leases' keys; ARGV kind ('x', 's', 'p'), owner or member, ttl_ms
 //   per lease -> {1|0 ...}.
 // holders_script: KEYS key, fence; ARGV 'lock' | 'semaphore' -> flat {kind, owner, fence, ms left, limit}...
@@ -387,7 +391,7 @@ std::vector<std::string> hazard_warnings(connection& c);
 // wait_change, interrupt). A channel is SUBSCRIBEd while it has watchers; its messages, the
 // confirmations of its subscription and a lost connection wake its waiters as the waker describes.
 // The message the queue scripts publish to a queue's second waiter, the standby of the first one
-// (scripts.cpp, wake_standby): a hint (plugin_kit::waker::hinted), not a wake-up — the standby
+// (lua/includes/queue.lua, wake_standby): a hint (plugin_kit::waker::hinted), not a wake-up — the standby
 // retries when the first waiter's claim lapses, unless a wake-up comes first.
 inline constexpr std::string_view standby_message = "standby";
 
