@@ -31,8 +31,10 @@
 // waiter queue (FIFO; readers and writers in one queue). holders, list (SCAN) and break (UNLINK:
 // an administrator's right) read and clear those keys. Layout and guarantees:
 // docs/backends/redis.md, "Semaphores and shared locks" and "Listing and breaking locks".
+#include "queue_mode.hpp"
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
+#include <dlock/plugin_kit/scope_exit.hpp>
 
 #include <fmt/format.h>
 
@@ -49,9 +51,6 @@ using namespace dlock::redis_common;
 namespace {
 
 constexpr int64_t ms_ns = 1'000'000;
-
-// How a try treats the waiter queue (queue_acquire_script's mode).
-enum class queue_mode { barging = 0, fair_try = 1, fair_wait = 2 };
 
 }  // namespace
 
@@ -126,9 +125,9 @@ struct dlock_hold {
     std::string queue_entry() const { return kind == DLOCK_HOLD_SHARED ? "s:" + owner : owner; }
     std::vector<std::string> acquire_keys() const { return {keys->lock, keys->fence, keys->queue, keys->queue_lapses}; }
     // The acquire script's keys and arguments (referring to this hold's strings and the backend's).
-    script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, int mode) const {
+    script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, queue_mode mode) const {
         call.key(keys->lock).key(keys->fence).key(keys->queue).key(keys->queue_lapses);
-        call.arg(owner).arg(ttl_ms).arg(mode).arg(b->entry_grace_ms());
+        call.arg(owner).arg(ttl_ms).arg(script_arg(mode)).arg(b->entry_grace_ms());
         if (kind == DLOCK_HOLD_PERMIT) call.arg(int64_t(permits));
         return call.arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
     }
@@ -238,7 +237,7 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue
         a.sent_ns = now_ns();
         try {
             script_call call;
-            r = run_script(**c, h.acquire_script(), h.acquire_call(call, b, ttl_ms, int(mode)));
+            r = run_script(**c, h.acquire_script(), h.acquire_call(call, b, ttl_ms, mode));
         } catch (const failure& f) {
             if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
             if (f.status != DLOCK_UNKNOWN) throw;
@@ -354,22 +353,18 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
         // timeout, an error): best effort, as its entry lapses anyway. Not when the client is
         // closing, which must not wait on the server: its subscription goes with it, and a release
         // drops a waiter nobody hears.
-        struct leave_guard {
-            dlock_backend* b;
-            const dlock_hold* h;
-            ~leave_guard() {
-                if (!h || b->interrupted) return;
-                try {
-                    auto c = b->connections->borrow();
-                    run_script(*c, leave_queue_script, h->acquire_keys(), h->leave_args(b));
-                } catch (...) {  // a destructor: nothing may escape
-                }
+        auto leave = dlock::plugin_kit::scope_exit([b, queued = mode == queue_mode::fair_wait ? h.get() : nullptr] {
+            if (!queued || b->interrupted) return;
+            try {
+                auto c = b->connections->borrow();
+                run_script(*c, leave_queue_script, queued->acquire_keys(), queued->leave_args(b));
+            } catch (...) {  // a destructor: nothing may escape
             }
-        } leave{b, mode == queue_mode::fair_wait ? h.get() : nullptr};
+        });
 
         attempt a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
         if (a.acquired) {
-            leave.h = nullptr;
+            leave.release();
             return finish(a);
         }
         if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
@@ -391,7 +386,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             uint64_t seen_hints = waker.hints(channel);
             a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
             if (a.acquired) {
-                leave.h = nullptr;
+                leave.release();
                 return finish(a);
             }
             const int64_t now = now_ns();
