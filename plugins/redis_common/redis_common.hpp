@@ -406,23 +406,6 @@ private:
     std::thread thread_;
 };
 
-// Redlock's waiter queues order the waiters by a score every node agrees on, its arrival time on
-// the nodes' clock: the client's CLOCK_MONOTONIC plus an offset it measures (docs/backends/redis.md,
-// "Waiting, FIFO and wake-ups on `redlock`"). measured_score_offset_us: the offset a round's replies
-// show, the median over the nodes of each node's TIME (µs) minus the round's midpoint on
-// CLOCK_MONOTONIC (sent_ns … received_ns); nullopt without a reply. score_offset_moved: whether a
-// score chosen with offset `used_us` differs from one chosen with `measured_us` by more than such
-// a measurement can tell (half the round it came from, plus 2 ms).
-inline std::optional<int64_t> measured_score_offset_us(std::vector<int64_t> server_us, int64_t sent_ns, int64_t received_ns) {
-    if (server_us.empty()) return std::nullopt;
-    std::nth_element(server_us.begin(), server_us.begin() + server_us.size() / 2, server_us.end());
-    return server_us[server_us.size() / 2] - (sent_ns / 2 + received_ns / 2) / 1000;
-}
-inline bool score_offset_moved(int64_t used_us, int64_t measured_us, int64_t round_ns) {
-    const int64_t moved = used_us > measured_us ? used_us - measured_us : measured_us - used_us;
-    return moved > round_ns / 2000 + 2000;
-}
-
 // Sends one command to several servers at once and collects the replies: appends on every
 // connection, flushes, then polls all sockets until each replied, `enough(replies)` says the
 // replies so far decide the outcome, or `deadline_ns` passes. Replies are null for servers that
