@@ -35,6 +35,7 @@
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
 #include <dlock/plugin_kit/scope_exit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <fmt/format.h>
 
@@ -59,18 +60,19 @@ struct dlock_backend {
     settings config;
     dlock_plugin_host host{};
     std::unique_ptr<pool> connections;
-    std::unique_ptr<subscriber> waker;  // started by the first wait
+    std::unique_ptr<subscriber> waker DLOCK_GUARDED_BY(waker_mutex);  // started by the first wait
     // The keys of the names locked lately, each built once (keys_for formats six strings): at most
     // keys_cache_limit names per kind, forgotten all at once when full.
     static constexpr size_t keys_cache_limit = 1024;
-    std::mutex keys_mutex;
-    std::unordered_map<std::string, std::shared_ptr<const lock_keys>> lock_keys_cache, semaphore_keys_cache;
-    std::mutex waker_mutex;
+    dlock::plugin_kit::mutex keys_mutex;
+    std::unordered_map<std::string, std::shared_ptr<const lock_keys>> lock_keys_cache DLOCK_GUARDED_BY(keys_mutex),
+        semaphore_keys_cache DLOCK_GUARDED_BY(keys_mutex);
+    dlock::plugin_kit::mutex waker_mutex;
     std::condition_variable interrupted_changed;  // with waker_mutex
     std::atomic<bool> interrupted{false};
 
     subscriber& subscriber_for_waits() {
-        std::lock_guard<std::mutex> lock(waker_mutex);
+        dlock::plugin_kit::lock_guard lock(waker_mutex);
         if (!waker) waker = std::make_unique<subscriber>(where, config);
         return *waker;
     }
@@ -80,7 +82,7 @@ struct dlock_backend {
     // How long a queue entry outlives the latest time its waiter retries by.
     int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
     std::shared_ptr<const lock_keys> keys_of(const char* name, bool semaphore) {
-        std::lock_guard<std::mutex> lock(keys_mutex);
+        dlock::plugin_kit::lock_guard lock(keys_mutex);
         auto& cache = semaphore ? semaphore_keys_cache : lock_keys_cache;
         auto found = cache.find(name);
         if (found != cache.end()) return found->second;
@@ -92,8 +94,8 @@ struct dlock_backend {
     }
     // Sleeps until `until_ns` or interrupt.
     void sleep_until(int64_t until_ns) {
-        std::unique_lock<std::mutex> lock(waker_mutex);
-        interrupted_changed.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
+        dlock::plugin_kit::unique_lock lock(waker_mutex);
+        interrupted_changed.wait_until(lock.std(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
                                        [&] { return interrupted.load(); });
     }
 };
@@ -192,7 +194,7 @@ uint64_t redis_capabilities(dlock_backend*) {
 }
 
 void redis_interrupt(dlock_backend* b) {
-    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    dlock::plugin_kit::lock_guard lock(b->waker_mutex);
     b->interrupted = true;
     b->interrupted_changed.notify_all();
     if (b->waker) b->waker->interrupt();

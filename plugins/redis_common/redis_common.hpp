@@ -203,12 +203,12 @@ private:
 
     endpoint where_;
     settings settings_;
-    std::mutex mutex_;
-    std::condition_variable available_;
-    std::vector<std::unique_ptr<connection>> idle_;
-    size_t open_ = 0;
-    int64_t retry_after_ns_ = 0;
-    int64_t backoff_ms_ = 0;
+    plugin_kit::mutex mutex_;
+    std::condition_variable available_;  // with mutex_
+    std::vector<std::unique_ptr<connection>> idle_ DLOCK_GUARDED_BY(mutex_);
+    size_t open_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t retry_after_ns_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t backoff_ms_ DLOCK_GUARDED_BY(mutex_) = 0;
 };
 
 // A Lua script run by EVALSHA, falling back to EVAL (which also caches it) on NOSCRIPT. Its SHA1

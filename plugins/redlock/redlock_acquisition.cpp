@@ -34,12 +34,12 @@ using waker_set = std::vector<std::unique_ptr<subscriber>>;
 // its key was, a quorum while the lease held; a waiter listening on a quorum therefore hears it on
 // at least one node, whichever minority of nodes is down, paused or lost its key.
 const waker_set& wakers_for(dlock_backend* b) {
-    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    plugin_kit::lock_guard lock(b->waker_mutex);
     if (b->wakers.empty()) {
         waker_set made;
         for (const auto& nd : b->nodes)
             made.push_back(std::make_unique<subscriber>(nd.where, b->config, [b] {
-                std::lock_guard<std::mutex> wake(b->sleep_mutex);
+                plugin_kit::lock_guard wake(b->sleep_mutex);
                 for (auto* s : b->sleepers)
                     if (!s->fired && s->ready()) {
                         s->fired = true;
@@ -71,14 +71,14 @@ size_t listening(const waker_set& wakers, const std::string& channel) {
 // condition that records something when it turns true ends the wait once.
 template <typename Done>
 void wait_for_wakers(dlock_backend* b, int64_t until_ns, Done&& done) {
-    std::unique_lock<std::mutex> lock(b->sleep_mutex);
+    plugin_kit::unique_lock lock(b->sleep_mutex);
     if (b->interrupted.load() || done()) return;
     dlock_backend::sleeper me;
     me.ready = [&] { return done(); };
     b->sleepers.insert(&me);
     const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns));
     while (!me.fired && !b->interrupted.load())
-        if (me.cv.wait_until(lock, until) == std::cv_status::timeout) break;
+        if (me.cv.wait_until(lock.std(), until) == std::cv_status::timeout) break;
     b->sleepers.erase(&me);
 }
 
@@ -215,7 +215,7 @@ void acquisition::listen_before_first_round() {
         wakers_ = &wakers_for(b_);
         bool fresh = false;
         {
-            std::lock_guard<std::mutex> lock(b_->waker_mutex);
+            plugin_kit::lock_guard lock(b_->waker_mutex);
             fresh = b_->waiter_channels.insert(own_channel_).second;
             if (fresh)
                 for (const auto& s : *wakers_) s->watch(own_channel_);
@@ -224,7 +224,7 @@ void acquisition::listen_before_first_round() {
             wait_for_wakers(b_, std::min(req_->deadline_ns, now_ns() + command_timeout_ns(b_)),
                             [&] { return listening(*wakers_, *channel_) >= b_->quorum; });
     } else if (!h_->shared) {
-        std::lock_guard<std::mutex> lock(b_->waker_mutex);
+        plugin_kit::lock_guard lock(b_->waker_mutex);
         if (b_->waiter_channels.count(own_channel_)) wakers_ = &b_->wakers;
     }
 }
@@ -292,7 +292,7 @@ void acquisition::start_listening() {
     if (h_->shared) {
         watch_broadcast();
     } else {
-        std::lock_guard<std::mutex> lock(b_->waker_mutex);
+        plugin_kit::lock_guard lock(b_->waker_mutex);
         if (b_->waiter_channels.insert(own_channel_).second)
             for (const auto& s : *wakers_) s->watch(own_channel_);
     }

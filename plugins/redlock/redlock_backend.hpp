@@ -8,6 +8,7 @@
 #include "queue_mode.hpp"
 #include "redis_common.hpp"
 #include "redlock_logic.hpp"
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -47,20 +48,22 @@ struct dlock_backend {
     // waker's thread and wakes only the threads whose condition it made true (and interrupt()
     // wakes all): with many threads waiting on one client, a message for one of them wakes that
     // one, not all of them (each to find it was not for it).
+    // Its members are read and written under sleep_mutex (`ready` is called under it).
     struct sleeper {
         std::condition_variable cv;
         std::function<bool()> ready;
         bool fired = false;  // `ready` was found true: the wait is over
     };
-    std::mutex sleep_mutex;
-    std::set<sleeper*> sleepers;  // guarded by sleep_mutex
-    // One subscriber per node, made on the first wait, then never changed until destruction.
+    dlock::plugin_kit::mutex sleep_mutex;
+    std::set<sleeper*> sleepers DLOCK_GUARDED_BY(sleep_mutex);
+    // One subscriber per node, made on the first wait, then never changed until destruction: the
+    // vector is read under waker_mutex, the subscribers it holds by any thread once it is made.
     // Declared after sleep_mutex/sleepers, which their callbacks use: destroyed before them.
-    std::mutex waker_mutex;
-    std::vector<std::unique_ptr<dlock::redis_common::subscriber>> wakers;
+    dlock::plugin_kit::mutex waker_mutex;
+    std::vector<std::unique_ptr<dlock::redis_common::subscriber>> wakers DLOCK_GUARDED_BY(waker_mutex);
     // The waiting threads' channels the wakers watch: each stays watched for the client's lifetime,
     // so a thread's later waits cost no SUBSCRIBE and start listening.
-    std::set<std::string> waiter_channels;
+    std::set<std::string> waiter_channels DLOCK_GUARDED_BY(waker_mutex);
 
     // How long a woken first waiter has to take the lock before it loses its place; how long a
     // queue entry outlives the latest time its waiter retries by (as the redis backend's).

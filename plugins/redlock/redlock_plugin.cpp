@@ -182,11 +182,11 @@ uint64_t redlock_capabilities(dlock_backend*) {
 
 void redlock_interrupt(dlock_backend* b) {
     {
-        std::lock_guard<std::mutex> lock(b->sleep_mutex);
+        dlock::plugin_kit::lock_guard lock(b->sleep_mutex);
         b->interrupted = true;
         for (auto* s : b->sleepers) s->cv.notify_one();
     }
-    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    dlock::plugin_kit::lock_guard lock(b->waker_mutex);
     for (const auto& s : b->wakers) s->interrupt();
 }
 
