@@ -37,4 +37,12 @@ constexpr bool queues(queue_mode m) noexcept { return m == queue_mode::fair_wait
 // The script argument: the mode's number.
 constexpr int64_t script_arg(queue_mode m) noexcept { return static_cast<int64_t>(m); }
 
+// The numbers the scripts compare against, pinned: a change here must change the scripts too.
+static_assert(script_arg(queue_mode::barging) == 0 && script_arg(queue_mode::fair_try) == 1 &&
+                  script_arg(queue_mode::fair_wait) == 2 && script_arg(queue_mode::barging_wait) == 3,
+              "the Lua scripts receive these numbers");
+static_assert(queues(queue_mode::fair_wait) && queues(queue_mode::barging_wait) && !queues(queue_mode::fair_try) &&
+                  !queues(queue_mode::barging),
+              "the scripts queue a refused acquirer when mode >= 2");
+
 }  // namespace dlock::redis_common
