@@ -498,13 +498,6 @@ int redis_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlo
     });
 }
 
-// A reply element that is a string or an integer, as text.
-std::string element_text(const redisReply* e) {
-    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
-    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
-    return std::string();
-}
-
 // Visits every live holder of the lock or semaphore `name`; false when the visitor asked to stop.
 bool visit_holders(dlock_backend* b, connection& c, const std::string& name, bool semaphore, dlock_holder_visitor visit,
                    void* user_data) {
@@ -539,23 +532,12 @@ int redis_holders(dlock_backend* b, const char* name, int semaphore, dlock_holde
     });
 }
 
-// `text` as a SCAN MATCH pattern that matches only itself.
-std::string glob_literal(const std::string& text) {
-    std::string out;
-    for (char ch : text) {
-        if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') out += '\\';
-        out += ch;
-    }
-    return out;
-}
-
 // SCAN MATCH over the keys of names that start with `prefix` (never KEYS, which blocks the server
 // for the whole keyspace), then each name's holders. Key names carry the dlock name (%XX-escaped),
 // so every name is recovered from its key.
 int redis_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
-        const std::string lock_key = keys_for(b->config.key_prefix, prefix).lock;  // <key_prefix>{<tag>}:lock
-        const std::string pattern = glob_literal(lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) + "*";
+        const std::string pattern = scan_pattern_for(b->config.key_prefix, prefix);
         auto c = b->connections->borrow();
         std::set<std::pair<std::string, bool>> found;  // (name, semaphore); SCAN may return a key twice
         std::string cursor = "0";

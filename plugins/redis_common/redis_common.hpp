@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
+#include <cstring>
 #include <list>
 #include <map>
 #include <memory>
@@ -359,6 +360,23 @@ lock_keys semaphore_keys_for(const std::string& prefix, const std::string& name)
 // The dlock name a lock key (`<prefix>{<tag>}:lock`) or semaphore key (`...:permits`) belongs to,
 // and whether it is a semaphore's; nullopt for any other key.
 std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefix, const std::string& key);
+// The SCAN MATCH pattern of the keys of every name that starts with `name_prefix` (its lock key up to
+// the name, glob-escaped so that it matches only itself, then `*`): both plugins' list.
+inline std::string scan_pattern_for(const std::string& key_prefix, const std::string& name_prefix) {
+    const std::string lock_key = keys_for(key_prefix, name_prefix).lock;  // <key_prefix>{<tag>}:lock
+    std::string pattern;
+    for (char ch : lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) {
+        if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern += '\\';
+        pattern += ch;
+    }
+    return pattern + '*';
+}
+// A reply element that is a string or an integer, as text ("" for any other type).
+inline std::string element_text(const redisReply* e) {
+    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
+    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
+    return std::string();
+}
 
 // Checks that the connection's user may run everything dlock does on keys and channels under
 // `prefix` (Redis 7 ACLs: `~<prefix>*` keys, `&<prefix>*` channels, and the commands), by asking

@@ -14,11 +14,11 @@ namespace dlock::redlock {
 
 namespace {
 
-// A reply element that is a string or an integer, as text.
-std::string element_text(const redisReply* e) {
-    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
-    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
-    return std::string();
+// An admin read that fewer than a quorum of nodes answered shows nothing the majority agrees on.
+void require_quorum_answered(const dlock_backend* b, size_t answered) {
+    if (answered < b->quorum)
+        fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
+                                            b->nodes.size(), b->quorum));
 }
 
 // The majority view of the lock `name`'s holders: a hold counts when a quorum of nodes holds its
@@ -46,9 +46,7 @@ bool visit_majority_holders(dlock_backend* b, const std::string& name, dlock_hol
             ++v.nodes;
         }
     }
-    if (answered < b->quorum)
-        fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
-                                            b->nodes.size(), b->quorum));
+    require_quorum_answered(b, answered);
     for (const auto& [value, where] : values) {
         if (where.nodes < b->quorum || value == break_tombstone) continue;  // a break's tombstone is no holder
         dlock_holder_info info{};
@@ -80,9 +78,7 @@ int redlock_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, d
             entry.second = entry.first == 0 ? pttl : std::min(entry.second, pttl);
             ++entry.first;
         }
-        if (answered < b->quorum)
-            fail(DLOCK_UNAVAILABLE, fmt::format("redlock: only {} of {} nodes answered; a quorum of {} is needed", answered,
-                                                b->nodes.size(), b->quorum));
+        require_quorum_answered(b, answered);
         for (const auto& [value, seen] : values) {
             if (seen.first < b->quorum) continue;  // held means one round's value on a quorum
             info->held = 1;  // a break's tombstone too: the name is not free, its holder not known
@@ -104,13 +100,7 @@ int redlock_holders(dlock_backend* b, const char* name, int semaphore, dlock_hol
 // The names with a lock key on any node (SCAN MATCH on each), then each one's majority view.
 int redlock_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
     return guarded(error, "redlock", [&] {
-        const std::string lock_key = keys_for(b->config.key_prefix, prefix).lock;
-        std::string pattern;
-        for (char ch : lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) {
-            if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern += '\\';
-            pattern += ch;
-        }
-        pattern += '*';
+        const std::string pattern = scan_pattern_for(b->config.key_prefix, prefix);
         std::set<std::string> names;
         size_t scanned = 0;
         for (auto& nd : b->nodes) {

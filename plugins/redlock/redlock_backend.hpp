@@ -129,13 +129,6 @@ lock_keys fifo_keys(const lock_keys& lock);
 // A server that lacks them later (restarted) answers NOSCRIPT, and the round falls back to EVAL.
 void learn_redlock_scripts(connection& c);
 
-// The value a round of an acquisition writes: every round its own, so that a failed round's release,
-// executed late by a node that was slow to answer, can never delete the key a later round of the
-// same acquisition set there. The owner token is 32 hex digits; the value is "<owner>.<round>".
-inline std::string round_value(const std::string& owner, uint64_t round) { return owner + "." + std::to_string(round); }
-// The owner token a round's value was written for: what precedes the first '.' (all of a value without one).
-inline std::string owner_of(const std::string& value) { return value.substr(0, value.find('.')); }
-
 inline int64_t command_timeout_ns(const dlock_backend* b) { return b->config.command_timeout_ms * 1'000'000; }
 
 struct node_replies {

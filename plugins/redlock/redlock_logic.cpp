@@ -32,6 +32,10 @@ int renewal_status(size_t confirmed, size_t refused, int64_t elapsed_ns, int64_t
     return DLOCK_UNAVAILABLE;
 }
 
+std::string round_value(const std::string& owner, uint64_t round) { return owner + "." + std::to_string(round); }
+
+std::string owner_of(const std::string& value) { return value.substr(0, value.find('.')); }
+
 std::optional<int64_t> measured_score_offset_us(std::vector<int64_t> server_us, int64_t sent_ns, int64_t received_ns) {
     if (server_us.empty()) return std::nullopt;
     std::nth_element(server_us.begin(), server_us.begin() + server_us.size() / 2, server_us.end());

@@ -1,6 +1,6 @@
 // redlock_logic.hpp — the arithmetic of the `redlock` backend that needs no server: quorums,
 // validity and clock drift, the decisions a round's, a release's and a renewal's tallies lead to,
-// and the waiters' queue scores. Compiled into dlock_redlock_logic, which the plugin and the unit
+// the values a round writes, and the waiters' queue scores. Compiled into dlock_redlock_logic, which the plugin and the unit
 // tests (tests/unit/redlock_logic_test.cpp, redlock_scores_test.cpp) link.
 //
 // Times: *_ns on CLOCK_MONOTONIC (plugin_kit::now_ns), *_us the nodes' server time (TIME) in µs.
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace dlock::redlock {
@@ -72,6 +73,13 @@ bool lost_on_quorum(const release_tally& t, bool in_doubt, size_t nodes, size_t 
 // when a quorum confirmed it with validity left; LOST when so many refused that a quorum can never
 // confirm it again; UNAVAILABLE otherwise.
 int renewal_status(size_t confirmed, size_t refused, int64_t elapsed_ns, int64_t ttl_ms, size_t nodes, size_t quorum) noexcept;
+
+// The value a round of an acquisition writes: every round its own, so that a failed round's release,
+// executed late by a node that was slow to answer, can never delete the key a later round of the
+// same acquisition set there. The owner token is 32 hex digits; the value is "<owner>.<round>".
+std::string round_value(const std::string& owner, uint64_t round);
+// The owner token a round's value was written for: what precedes the first '.' (all of a value without one).
+std::string owner_of(const std::string& value);
 
 // Redlock's waiter queues order the waiters by a score every node agrees on, its arrival time on
 // the nodes' clock: the client's CLOCK_MONOTONIC plus an offset it measures (docs/backends/redis.md,

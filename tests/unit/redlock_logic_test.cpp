@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 
 namespace rl = dlock::redlock;
 
@@ -103,6 +105,15 @@ TEST(RedlockLogic, ARenewalIsConfirmedByAQuorumWithinTheValidity) {
     EXPECT_EQ(rl::renewal_status(5, 0, 988 * ms_ns, 1000, 5, 3), DLOCK_UNAVAILABLE) << "confirmed too late";
     EXPECT_EQ(rl::renewal_status(2, 3, 5 * ms_ns, 1000, 5, 3), DLOCK_LOST) << "a quorum can never confirm it again";
     EXPECT_EQ(rl::renewal_status(2, 2, 5 * ms_ns, 1000, 5, 3), DLOCK_UNAVAILABLE) << "the fifth node did not answer";
+}
+
+// Every round writes its own value, from which the owner is read back (inspect, holders).
+TEST(RedlockLogic, EachRoundWritesItsOwnValueOfTheOwner) {
+    const std::string owner = "0123456789abcdef0123456789abcdef";
+    EXPECT_EQ(rl::round_value(owner, 1), owner + ".1");
+    EXPECT_NE(rl::round_value(owner, 1), rl::round_value(owner, 2));
+    EXPECT_EQ(rl::owner_of(rl::round_value(owner, 42)), owner);
+    EXPECT_EQ(rl::owner_of(owner), owner) << "a value without a round is all owner";
 }
 
 }  // namespace
