@@ -31,8 +31,11 @@
 // waiter queue (FIFO; readers and writers in one queue). holders, list (SCAN) and break (UNLINK:
 // an administrator's right) read and clear those keys. Layout and guarantees:
 // docs/backends/redis.md, "Semaphores and shared locks" and "Listing and breaking locks".
+#include "queue_mode.hpp"
 #include "redis_common.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
+#include <dlock/plugin_kit/scope_exit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <fmt/format.h>
 
@@ -50,9 +53,6 @@ namespace {
 
 constexpr int64_t ms_ns = 1'000'000;
 
-// How a try treats the waiter queue (queue_acquire_script's mode).
-enum class queue_mode { barging = 0, fair_try = 1, fair_wait = 2 };
-
 }  // namespace
 
 struct dlock_backend {
@@ -60,18 +60,19 @@ struct dlock_backend {
     settings config;
     dlock_plugin_host host{};
     std::unique_ptr<pool> connections;
-    std::unique_ptr<subscriber> waker;  // started by the first wait
+    std::unique_ptr<subscriber> waker DLOCK_GUARDED_BY(waker_mutex);  // started by the first wait
     // The keys of the names locked lately, each built once (keys_for formats six strings): at most
     // keys_cache_limit names per kind, forgotten all at once when full.
     static constexpr size_t keys_cache_limit = 1024;
-    std::mutex keys_mutex;
-    std::unordered_map<std::string, std::shared_ptr<const lock_keys>> lock_keys_cache, semaphore_keys_cache;
-    std::mutex waker_mutex;
+    dlock::plugin_kit::mutex keys_mutex;
+    std::unordered_map<std::string, std::shared_ptr<const lock_keys>> lock_keys_cache DLOCK_GUARDED_BY(keys_mutex),
+        semaphore_keys_cache DLOCK_GUARDED_BY(keys_mutex);
+    dlock::plugin_kit::mutex waker_mutex;
     std::condition_variable interrupted_changed;  // with waker_mutex
     std::atomic<bool> interrupted{false};
 
     subscriber& subscriber_for_waits() {
-        std::lock_guard<std::mutex> lock(waker_mutex);
+        dlock::plugin_kit::lock_guard lock(waker_mutex);
         if (!waker) waker = std::make_unique<subscriber>(where, config);
         return *waker;
     }
@@ -81,7 +82,7 @@ struct dlock_backend {
     // How long a queue entry outlives the latest time its waiter retries by.
     int64_t entry_grace_ms() const { return std::max<int64_t>(1000, 2 * config.command_timeout_ms); }
     std::shared_ptr<const lock_keys> keys_of(const char* name, bool semaphore) {
-        std::lock_guard<std::mutex> lock(keys_mutex);
+        dlock::plugin_kit::lock_guard lock(keys_mutex);
         auto& cache = semaphore ? semaphore_keys_cache : lock_keys_cache;
         auto found = cache.find(name);
         if (found != cache.end()) return found->second;
@@ -93,8 +94,8 @@ struct dlock_backend {
     }
     // Sleeps until `until_ns` or interrupt.
     void sleep_until(int64_t until_ns) {
-        std::unique_lock<std::mutex> lock(waker_mutex);
-        interrupted_changed.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
+        dlock::plugin_kit::unique_lock lock(waker_mutex);
+        interrupted_changed.wait_until(lock.std(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns)),
                                        [&] { return interrupted.load(); });
     }
 };
@@ -126,9 +127,9 @@ struct dlock_hold {
     std::string queue_entry() const { return kind == DLOCK_HOLD_SHARED ? "s:" + owner : owner; }
     std::vector<std::string> acquire_keys() const { return {keys->lock, keys->fence, keys->queue, keys->queue_lapses}; }
     // The acquire script's keys and arguments (referring to this hold's strings and the backend's).
-    script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, int mode) const {
+    script_call& acquire_call(script_call& call, const dlock_backend* b, int64_t ttl_ms, queue_mode mode) const {
         call.key(keys->lock).key(keys->fence).key(keys->queue).key(keys->queue_lapses);
-        call.arg(owner).arg(ttl_ms).arg(mode).arg(b->entry_grace_ms());
+        call.arg(owner).arg(ttl_ms).arg(script_arg(mode)).arg(b->entry_grace_ms());
         if (kind == DLOCK_HOLD_PERMIT) call.arg(int64_t(permits));
         return call.arg(b->claim_ms()).arg(keys->waiter_channel_prefix);
     }
@@ -193,7 +194,7 @@ uint64_t redis_capabilities(dlock_backend*) {
 }
 
 void redis_interrupt(dlock_backend* b) {
-    std::lock_guard<std::mutex> lock(b->waker_mutex);
+    dlock::plugin_kit::lock_guard lock(b->waker_mutex);
     b->interrupted = true;
     b->interrupted_changed.notify_all();
     if (b->waker) b->waker->interrupt();
@@ -238,7 +239,7 @@ attempt try_acquire(dlock_backend* b, const dlock_hold& h, int64_t ttl_ms, queue
         a.sent_ns = now_ns();
         try {
             script_call call;
-            r = run_script(**c, h.acquire_script(), h.acquire_call(call, b, ttl_ms, int(mode)));
+            r = run_script(**c, h.acquire_script(), h.acquire_call(call, b, ttl_ms, mode));
         } catch (const failure& f) {
             if (f.status == DLOCK_UNAVAILABLE) throw settled_failure{f, false};  // e.g. LOADING: nothing ran
             if (f.status != DLOCK_UNKNOWN) throw;
@@ -354,22 +355,18 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
         // timeout, an error): best effort, as its entry lapses anyway. Not when the client is
         // closing, which must not wait on the server: its subscription goes with it, and a release
         // drops a waiter nobody hears.
-        struct leave_guard {
-            dlock_backend* b;
-            const dlock_hold* h;
-            ~leave_guard() {
-                if (!h || b->interrupted) return;
-                try {
-                    auto c = b->connections->borrow();
-                    run_script(*c, leave_queue_script, h->acquire_keys(), h->leave_args(b));
-                } catch (...) {  // a destructor: nothing may escape
-                }
+        auto leave = dlock::plugin_kit::scope_exit([b, queued = mode == queue_mode::fair_wait ? h.get() : nullptr] {
+            if (!queued || b->interrupted) return;
+            try {
+                auto c = b->connections->borrow();
+                run_script(*c, leave_queue_script, queued->acquire_keys(), queued->leave_args(b));
+            } catch (...) {  // a destructor: nothing may escape
             }
-        } leave{b, mode == queue_mode::fair_wait ? h.get() : nullptr};
+        });
 
         attempt a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
         if (a.acquired) {
-            leave.h = nullptr;
+            leave.release();
             return finish(a);
         }
         if (req->deadline_ns == 0 || now_ns() >= req->deadline_ns) fail(DLOCK_TIMEOUT, held_message(a));
@@ -391,7 +388,7 @@ int redis_acquire(dlock_backend* b, const dlock_acquire_request* req, dlock_hold
             uint64_t seen_hints = waker.hints(channel);
             a = acquire_retrying(b, *h, req->ttl_ms, mode, req->deadline_ns);
             if (a.acquired) {
-                leave.h = nullptr;
+                leave.release();
                 return finish(a);
             }
             const int64_t now = now_ns();
@@ -501,13 +498,6 @@ int redis_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlo
     });
 }
 
-// A reply element that is a string or an integer, as text.
-std::string element_text(const redisReply* e) {
-    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
-    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
-    return std::string();
-}
-
 // Visits every live holder of the lock or semaphore `name`; false when the visitor asked to stop.
 bool visit_holders(dlock_backend* b, connection& c, const std::string& name, bool semaphore, dlock_holder_visitor visit,
                    void* user_data) {
@@ -542,23 +532,12 @@ int redis_holders(dlock_backend* b, const char* name, int semaphore, dlock_holde
     });
 }
 
-// `text` as a SCAN MATCH pattern that matches only itself.
-std::string glob_literal(const std::string& text) {
-    std::string out;
-    for (char ch : text) {
-        if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') out += '\\';
-        out += ch;
-    }
-    return out;
-}
-
 // SCAN MATCH over the keys of names that start with `prefix` (never KEYS, which blocks the server
 // for the whole keyspace), then each name's holders. Key names carry the dlock name (%XX-escaped),
 // so every name is recovered from its key.
 int redis_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error) {
     return guarded(error, "redis", [&] {
-        const std::string lock_key = keys_for(b->config.key_prefix, prefix).lock;  // <key_prefix>{<tag>}:lock
-        const std::string pattern = glob_literal(lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) + "*";
+        const std::string pattern = scan_pattern_for(b->config.key_prefix, prefix);
         auto c = b->connections->borrow();
         std::set<std::pair<std::string, bool>> found;  // (name, semaphore); SCAN may return a key twice
         std::string cursor = "0";

@@ -19,7 +19,7 @@ pool::borrowed pool::borrow() {
 }
 
 pool::borrowed pool::borrow(int64_t deadline_ns) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     const size_t limit = std::max<size_t>(settings_.pool_size, 1);
     for (;;) {
         if (!idle_.empty()) {
@@ -30,7 +30,7 @@ pool::borrowed pool::borrow(int64_t deadline_ns) {
             continue;
         }
         if (open_ < limit) break;
-        if (available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns))) ==
+        if (available_.wait_until(lock.std(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns))) ==
                 std::cv_status::timeout &&
             idle_.empty() && open_ >= limit)
             fail(DLOCK_UNAVAILABLE, fmt::format("redis {}: all {} connections of the pool stayed busy; raise `pool_size`",
@@ -59,7 +59,7 @@ pool::borrowed pool::borrow(int64_t deadline_ns) {
 }
 
 void pool::give_back(std::unique_ptr<connection> c) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     if (c->broken()) {
         --open_;
     } else {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
+#include <cstring>
 #include <list>
 #include <map>
 #include <memory>
@@ -203,12 +204,12 @@ private:
 
     endpoint where_;
     settings settings_;
-    std::mutex mutex_;
-    std::condition_variable available_;
-    std::vector<std::unique_ptr<connection>> idle_;
-    size_t open_ = 0;
-    int64_t retry_after_ns_ = 0;
-    int64_t backoff_ms_ = 0;
+    plugin_kit::mutex mutex_;
+    std::condition_variable available_;  // with mutex_
+    std::vector<std::unique_ptr<connection>> idle_ DLOCK_GUARDED_BY(mutex_);
+    size_t open_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t retry_after_ns_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t backoff_ms_ DLOCK_GUARDED_BY(mutex_) = 0;
 };
 
 // A Lua script run by EVALSHA, falling back to EVAL (which also caches it) on NOSCRIPT. Its SHA1
@@ -363,6 +364,23 @@ lock_keys semaphore_keys_for(const std::string& prefix, const std::string& name)
 // The dlock name a lock key (`<prefix>{<tag>}:lock`) or semaphore key (`...:permits`) belongs to,
 // and whether it is a semaphore's; nullopt for any other key.
 std::optional<std::pair<std::string, bool>> name_of_key(const std::string& prefix, const std::string& key);
+// The SCAN MATCH pattern of the keys of every name that starts with `name_prefix` (its lock key up to
+// the name, glob-escaped so that it matches only itself, then `*`): both plugins' list.
+inline std::string scan_pattern_for(const std::string& key_prefix, const std::string& name_prefix) {
+    const std::string lock_key = keys_for(key_prefix, name_prefix).lock;  // <key_prefix>{<tag>}:lock
+    std::string pattern;
+    for (char ch : lock_key.substr(0, lock_key.size() - std::strlen("}:lock"))) {
+        if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern += '\\';
+        pattern += ch;
+    }
+    return pattern + '*';
+}
+// A reply element that is a string or an integer, as text ("" for any other type).
+inline std::string element_text(const redisReply* e) {
+    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
+    if (e->type == REDIS_REPLY_INTEGER) return std::to_string(e->integer);
+    return std::string();
+}
 
 // Checks that the connection's user may run everything dlock does on keys and channels under
 // `prefix` (Redis 7 ACLs: `~<prefix>*` keys, `&<prefix>*` channels, and the commands), by asking
@@ -409,23 +427,6 @@ private:
     std::atomic<bool> stopping_{false};
     std::thread thread_;
 };
-
-// Redlock's waiter queues order the waiters by a score every node agrees on, its arrival time on
-// the nodes' clock: the client's CLOCK_MONOTONIC plus an offset it measures (docs/backends/redis.md,
-// "Waiting, FIFO and wake-ups on `redlock`"). measured_score_offset_us: the offset a round's replies
-// show, the median over the nodes of each node's TIME (µs) minus the round's midpoint on
-// CLOCK_MONOTONIC (sent_ns … received_ns); nullopt without a reply. score_offset_moved: whether a
-// score chosen with offset `used_us` differs from one chosen with `measured_us` by more than such
-// a measurement can tell (half the round it came from, plus 2 ms).
-inline std::optional<int64_t> measured_score_offset_us(std::vector<int64_t> server_us, int64_t sent_ns, int64_t received_ns) {
-    if (server_us.empty()) return std::nullopt;
-    std::nth_element(server_us.begin(), server_us.begin() + server_us.size() / 2, server_us.end());
-    return server_us[server_us.size() / 2] - (sent_ns / 2 + received_ns / 2) / 1000;
-}
-inline bool score_offset_moved(int64_t used_us, int64_t measured_us, int64_t round_ns) {
-    const int64_t moved = used_us > measured_us ? used_us - measured_us : measured_us - used_us;
-    return moved > round_ns / 2000 + 2000;
-}
 
 // Sends one command to several servers at once and collects the replies: appends on every
 // connection, flushes, then polls all sockets until each replied, `enough(replies)` says the

@@ -1,16 +1,16 @@
 // Redlock's queue scores (issue 28): a waiter's score is its arrival on the nodes' clock,
 // CLOCK_MONOTONIC plus an offset the client measures from the nodes' TIME; a refused round measures
-// it again, and a score chosen with an offset that moved is chosen again (redlock_plugin.cpp). The
+// it again, and a score chosen with an offset that moved is chosen again (redlock_acquisition.cpp). The
 // arithmetic of that measurement and of the decision, without a server.
-#include "redis_common.hpp"
+#include "redlock_logic.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-using dlock::redis_common::measured_score_offset_us;
-using dlock::redis_common::score_offset_moved;
+using dlock::redlock::measured_score_offset_us;
+using dlock::redlock::score_offset_moved;
 
 namespace {
 
