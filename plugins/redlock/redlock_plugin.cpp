@@ -143,7 +143,8 @@ int redlock_create(const dlock_option_value* values, size_t count, const dlock_p
                 learn_redlock_scripts(*c);
                 const int64_t sent = now_ns();
                 reply_ptr t = c->command({"TIME"});
-                if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->type == REDIS_REPLY_STRING) {
+                if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->type == REDIS_REPLY_STRING &&
+                    t->element[1]->type == REDIS_REPLY_STRING) {  // a server answering otherwise is left out of the median
                     const int64_t server_us = std::strtoll(t->element[0]->str, nullptr, 10) * 1'000'000 +
                                               std::strtoll(t->element[1]->str, nullptr, 10);
                     offsets_us.push_back(server_us - (sent + now_ns()) / 2 / 1000);  // the reply's midpoint
