@@ -8,6 +8,7 @@
 
 #include <dlock/plugin.h>
 #include <dlock/plugin_kit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <atomic>
 #include <csignal>
@@ -128,14 +129,14 @@ struct dlock_backend {
     // contains, then the name) under the mutex. idle_count counts those in `idle`: at most
     // idle_limit - 1, so with `recent` at most idle_limit descriptions are kept.
     std::atomic<dlock_hold*> recent{nullptr};
-    std::mutex mutex;
-    std::unordered_map<std::string, std::vector<dlock_hold*>> idle;
-    size_t idle_count = 0;
-    std::set<pid_t> waiting_threads;
+    dlock::plugin_kit::mutex mutex;
+    std::unordered_map<std::string, std::vector<dlock_hold*>> idle DLOCK_GUARDED_BY(mutex);
+    size_t idle_count DLOCK_GUARDED_BY(mutex) = 0;
+    std::set<pid_t> waiting_threads DLOCK_GUARDED_BY(mutex);  // threads in a sleeper: interrupt() signals them
     std::atomic<bool> interrupted{false};
     // inotify instances of past semaphore waits, kept for the next ones: closing one waits for an
     // RCU grace period (milliseconds), which a waiter that just got its permit should not pay.
-    std::vector<int> idle_doorbells;
+    std::vector<int> idle_doorbells DLOCK_GUARDED_BY(mutex);
 
     ~dlock_backend();
 
@@ -167,8 +168,8 @@ struct dlock_backend {
     // Returns an unlocked description to the pool (or closes it when the pool is full).
     void give_back(dlock_hold* d);
 
-    // Puts an unlocked description into `idle` (or closes it when that is full). Needs the mutex.
-    void park_locked(dlock_hold* d);
+    // Puts an unlocked description into `idle` (or closes it when that is full).
+    void park_locked(dlock_hold* d) DLOCK_REQUIRES(mutex);
 };
 
 namespace dlock::file_backend {

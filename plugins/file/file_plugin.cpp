@@ -153,7 +153,7 @@ void file_interrupt(dlock_backend* backend) {
     // thread enters fcntl is lost, hence the repetition; each round is one millisecond apart.
     for (int round = 0; round < 10'000; ++round) {
         {
-            std::lock_guard<std::mutex> lock(backend->mutex);
+            dlock::plugin_kit::lock_guard lock(backend->mutex);
             if (backend->waiting_threads.empty()) return;
             for (pid_t tid : backend->waiting_threads) syscall(SYS_tgkill, getpid(), tid, backend->wake_signal);
         }

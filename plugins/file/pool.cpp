@@ -31,7 +31,7 @@ dlock_hold* dlock_backend::take(std::string_view name, bool semaphore, const cha
         return d;
     }
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         if (d) park_locked(d);  // another name's: into the pool with the rest
         d = nullptr;
         // Entries stay when emptied: the next acquisition of the name reuses them without
@@ -132,7 +132,7 @@ void dlock_backend::give_back(dlock_hold* d) {
     }
     dlock_hold* previous = recent.exchange(d);
     if (!previous) return;
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     park_locked(previous);
 }
 

@@ -82,7 +82,7 @@ sleeper::sleeper(dlock_backend& backend, int64_t deadline_ns) : backend_(backend
     sigaddset(&wake_only, backend.wake_signal);
     pthread_sigmask(SIG_UNBLOCK, &wake_only, &previous_mask_);
     {
-        std::lock_guard<std::mutex> lock(backend.mutex);
+        dlock::plugin_kit::lock_guard lock(backend.mutex);
         if (backend.interrupted) {
             pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
             fail(DLOCK_CANCELLED, "file backend: client is closing");
@@ -135,7 +135,7 @@ void sleeper::check(const std::string& busy) const {
 void sleeper::leave() noexcept {
     timer_.reset();
     {
-        std::lock_guard<std::mutex> lock(backend_.mutex);
+        dlock::plugin_kit::lock_guard lock(backend_.mutex);
         backend_.waiting_threads.erase(tid_);
     }
     pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
@@ -143,7 +143,7 @@ void sleeper::leave() noexcept {
 
 doorbell::doorbell(dlock_backend& backend, const descriptor* d) : backend_(backend) {
     {
-        std::lock_guard<std::mutex> lock(backend.mutex);
+        dlock::plugin_kit::lock_guard lock(backend.mutex);
         if (!backend.idle_doorbells.empty()) {
             fd_ = backend.idle_doorbells.back();
             backend.idle_doorbells.pop_back();
@@ -189,7 +189,7 @@ void doorbell::drain() const {
 
 void doorbell::give_back() const {
     {
-        std::lock_guard<std::mutex> lock(backend_.mutex);
+        dlock::plugin_kit::lock_guard lock(backend_.mutex);
         if (backend_.idle_doorbells.size() < 16) {
             backend_.idle_doorbells.push_back(fd_);
             return;
