@@ -1,10 +1,15 @@
 // etcd_backend.hpp — the state of one etcd client (dlock_backend) and of one acquisition, shared by
 // the files of the plugin:
 //   etcd_plugin.cpp  the plugin entry points: options, create/destroy, the C table, negotiation
-//   lock_queue.cpp   the queue algorithm: enqueue, wait for the predecessor, hold, release, renew,
-//                    inspect, and the session events that end holds and waits
+//   lock_queue.cpp   the acquisition: enqueue, wait for the predecessor, become the holder, abandon
+//   holds.cpp        release, hold_destroy, renew, inspect, and the session events that end holds
+//                    and waits
+//   keys.cpp         what the others build on: directories of names, key suffixes, retire_key,
+//                    push (hold states to the host), the own-key watch, the permit's touch
+//                    (keys.hpp: request building blocks; names.hpp: name escaping, a library of its own)
 //   janitor.cpp      the janitor thread: expired holds, keys left behind, own-key watches
 //   admin.cpp        holders, list, break_lock, and forgetting an idle semaphore's limit
+// Calls between them go one way: lock_queue → janitor → keys, holds → admin → keys.
 //
 // The `etcd` backend: etcd v3 over gRPC, with the algorithm of etcd's own concurrency mutex.
 //

@@ -81,6 +81,57 @@ void watcher::stop() {
     if (reader_.joinable()) reader_.join();
 }
 
+void watcher::take_answer_locked(const pb::WatchResponse& response, grpc::ClientContext& context, answers& out) {
+    if (response.created() && !response.canceled()) {
+        // etcd answers a create before it sends any event of that watch.
+        auto it = watches_.find(response.watch_id());
+        if (it != watches_.end()) {
+            watch& w = it->second;
+            // Created again on a new stream, it must go on from where it starts now.
+            if (w.start_revision == 0) w.start_revision = response.header().revision() + 1;
+            out.created = std::move(w.on_created);
+            w.on_created = nullptr;
+            w.awaiting_progress = bool(w.on_progress);
+        }
+    } else if (response.watch_id() == -1 && !response.canceled() && response.events_size() == 0) {
+        // A progress answer. etcd handles a stream's requests in order and answers its creates
+        // and progress requests in that order: this revision was read after every watch whose
+        // created answer came before it had been registered.
+        for (auto& [id, w] : watches_)
+            if (w.awaiting_progress) {
+                w.awaiting_progress = false;
+                out.progressed.push_back(std::move(w.on_progress));
+                w.on_progress = nullptr;
+            }
+    } else if (response.canceled()) {
+        // The server ended the watch: history compacted, or the create was refused. Our own
+        // cancel requests erased theirs already.
+        auto it = watches_.find(response.watch_id());
+        if (it != watches_.end()) {
+            out.due.emplace_back(std::move(it->second.on_event), watch_event::reset);
+            watches_.erase(it);
+        }
+        // A refusal for the stream's credentials (an expired token): reopen with the current one.
+        if (contains(response.cancel_reason(), "permission denied") || contains(response.cancel_reason(), "auth"))
+            context.TryCancel();
+    } else {
+        for (const auto& event : response.events()) {
+            const bool deleted = event.type() == mvccpb::Event::DELETE;
+            auto it = watches_.find(response.watch_id());
+            if (!deleted && (it == watches_.end() || !it->second.with_puts)) continue;
+            if (it != watches_.end()) {
+                out.due.emplace_back(std::move(it->second.on_event), deleted ? watch_event::deleted : watch_event::put);
+                watches_.erase(it);
+                // One event is all we wait for: end the watch on the server too, or it would
+                // stay there until the stream closes; after the callbacks, which a woken
+                // waiter should not wait for.
+                out.fired.push_back(response.watch_id());
+            }
+            break;
+        }
+    }
+}
+
 void watcher::reader_loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -115,76 +166,26 @@ void watcher::reader_loop() {
         lock.unlock();
 
         pb::WatchResponse response;
-        std::vector<std::pair<callback, watch_event>> due;
-        created_callback created;
-        std::vector<progress_callback> progressed;
-        std::vector<int64_t> fired;  // watches whose event came: cancelled on the server once told
+        answers out;
         while (stream->Read(&response)) {
             lock.lock();
-            if (response.created() && !response.canceled()) {
-                // etcd answers a create before it sends any event of that watch.
-                auto it = watches_.find(response.watch_id());
-                if (it != watches_.end()) {
-                    watch& w = it->second;
-                    // Created again on a new stream, it must go on from where it starts now.
-                    if (w.start_revision == 0) w.start_revision = response.header().revision() + 1;
-                    created = std::move(w.on_created);
-                    w.on_created = nullptr;
-                    w.awaiting_progress = bool(w.on_progress);
-                }
-            } else if (response.watch_id() == -1 && !response.canceled() && response.events_size() == 0) {
-                // A progress answer. etcd handles a stream's requests in order and answers its creates
-                // and progress requests in that order: this revision was read after every watch whose
-                // created answer came before it had been registered.
-                for (auto& [id, w] : watches_)
-                    if (w.awaiting_progress) {
-                        w.awaiting_progress = false;
-                        progressed.push_back(std::move(w.on_progress));
-                        w.on_progress = nullptr;
-                    }
-            } else if (response.canceled()) {
-                // The server ended the watch: history compacted, or the create was refused. Our own
-                // cancel requests erased theirs already.
-                auto it = watches_.find(response.watch_id());
-                if (it != watches_.end()) {
-                    due.emplace_back(std::move(it->second.on_event), watch_event::reset);
-                    watches_.erase(it);
-                }
-                // A refusal for the stream's credentials (an expired token): reopen with the current one.
-                if (contains(response.cancel_reason(), "permission denied") || contains(response.cancel_reason(), "auth"))
-                    context.TryCancel();
-            } else {
-                for (const auto& event : response.events()) {
-                    const bool deleted = event.type() == mvccpb::Event::DELETE;
-                    auto it = watches_.find(response.watch_id());
-                    if (!deleted && (it == watches_.end() || !it->second.with_puts)) continue;
-                    if (it != watches_.end()) {
-                        due.emplace_back(std::move(it->second.on_event), deleted ? watch_event::deleted : watch_event::put);
-                        watches_.erase(it);
-                        // One event is all we wait for: end the watch on the server too, or it would
-                        // stay there until the stream closes; after the callbacks, which a woken
-                        // waiter should not wait for.
-                        fired.push_back(response.watch_id());
-                    }
-                    break;
-                }
-            }
+            take_answer_locked(response, context, out);
             lock.unlock();
-            if (created) created(response.header().revision());
-            created = nullptr;
-            for (auto& on_progress : progressed) on_progress(response.header().revision());
-            progressed.clear();
-            for (auto& [on_event, what] : due) on_event(what);
-            due.clear();
-            if (!fired.empty()) {
+            if (out.created) out.created(response.header().revision());
+            out.created = nullptr;
+            for (auto& on_progress : out.progressed) on_progress(response.header().revision());
+            out.progressed.clear();
+            for (auto& [on_event, what] : out.due) on_event(what);
+            out.due.clear();
+            if (!out.fired.empty()) {
                 lock.lock();
-                for (const int64_t id : fired) {
+                for (const int64_t id : out.fired) {
                     pb::WatchRequest cancel;
                     cancel.mutable_cancel_request()->set_watch_id(id);
                     stream->Write(cancel);
                 }
                 lock.unlock();
-                fired.clear();
+                out.fired.clear();
             }
         }
 

@@ -35,6 +35,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace dlock::etcd {
 
@@ -89,7 +91,17 @@ private:
         progress_callback on_progress;
         bool awaiting_progress = false;  // created on this stream; the next progress answer is for it
     };
+    // What one answer on the stream leaves to do once mutex_ is released: callbacks to call, and
+    // watches to cancel on the server.
+    struct answers {
+        std::vector<std::pair<callback, watch_event>> due;
+        created_callback created;
+        std::vector<progress_callback> progressed;
+        std::vector<int64_t> fired;  // watches whose event came: cancelled on the server once told
+    };
     void reader_loop();
+    // Applies one answer of the stream to the watches (under mutex_), collecting what to do after.
+    void take_answer_locked(const pb::WatchResponse& response, grpc::ClientContext& context, answers& out);
     void send_create_locked(int64_t id, const watch& w);
 
     connection& conn_;
