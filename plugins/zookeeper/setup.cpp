@@ -32,7 +32,7 @@ void dlock_backend::start() {
 
     auto fresh = open_session();
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         current_ = fresh;
     }
     std::shared_ptr<session> s;

@@ -21,6 +21,7 @@
 
 #include <dlock/plugin.h>
 #include <dlock/plugin_kit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include "names.hpp"
 
@@ -260,18 +261,19 @@ private:
         dlock::zk::call_ptr call;
     };
     template <typename Pred>
-    bool wait_until(std::unique_lock<std::mutex>& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done);
+    bool wait_until(dlock::plugin_kit::unique_lock& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done)
+        DLOCK_REQUIRES(mutex);
     std::shared_ptr<dlock::zk::session> open_session();
     void check_base_path(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void detect_ensemble(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void monitor_loop();
     void tend_orphans(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void tend_node_watches(const std::shared_ptr<dlock::zk::session>& s, bool connected, std::vector<node_watch_request>& requests);
-    void wake_monitor_locked();
+    void wake_monitor_locked() DLOCK_REQUIRES(mutex);
     bool probe(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     size_t holds_of(uint64_t generation);
     void report(uint64_t generation, int state, int64_t valid_until_ns);
-    void kick_monitor_locked();
+    void kick_monitor_locked() DLOCK_REQUIRES(mutex);
 
     dlock::zk::settings config_;
     dlock_plugin_host host_{};
@@ -280,27 +282,30 @@ private:
     ::ACL acl_entries_[2]{};
     ACL_vector acl_{0, nullptr};
 
-    mutable std::mutex mutex;
-    std::shared_ptr<dlock::zk::session> current_;
-    uint64_t last_generation_ = 0;
-    std::set<dlock::zk::waiter*> waiters_;
-    uint64_t events_ = 0;      // bumped on each session event, new orphan and first hold (wakes the monitor)
-    dlock::zk::waiter* monitor_waiter_ = nullptr;
-    bool monitor_timer_armed_ = false;  // the monitor will wake by itself for the heartbeat
-    size_t waiting_acquires_ = 0;
-    bool auth_failed_ = false;
+    // What else this mutex guards (fields of sessions, waiters and calls, see the top of this
+    // file) belongs to other objects, which the annotations cannot name.
+    mutable dlock::plugin_kit::mutex mutex;
+    std::shared_ptr<dlock::zk::session> current_ DLOCK_GUARDED_BY(mutex);
+    uint64_t last_generation_ DLOCK_GUARDED_BY(mutex) = 0;
+    std::set<dlock::zk::waiter*> waiters_ DLOCK_GUARDED_BY(mutex);
+    // Bumped on each session event, new orphan and first hold (wakes the monitor).
+    uint64_t events_ DLOCK_GUARDED_BY(mutex) = 0;
+    dlock::zk::waiter* monitor_waiter_ DLOCK_GUARDED_BY(mutex) = nullptr;
+    bool monitor_timer_armed_ DLOCK_GUARDED_BY(mutex) = false;  // the monitor will wake by itself for the heartbeat
+    size_t waiting_acquires_ DLOCK_GUARDED_BY(mutex) = 0;
+    bool auth_failed_ DLOCK_GUARDED_BY(mutex) = false;
     std::atomic<bool> relayed_{false};
-    bool stopping_ = false;
-    std::vector<orphan> orphans_;
+    bool stopping_ DLOCK_GUARDED_BY(mutex) = false;
+    std::vector<orphan> orphans_ DLOCK_GUARDED_BY(mutex);
     std::thread monitor_;
 
-    std::set<dlock_hold*> watched_holds_;  // every registered hold, for watch events (under `mutex`)
+    std::set<dlock_hold*> watched_holds_ DLOCK_GUARDED_BY(mutex);  // every registered hold, for watch events
     // Replies and watch events handled so far, in the order the completion thread handled them,
     // which is the order they arrived in (the client library queues both in one list).
-    uint64_t handled_ = 0;
+    uint64_t handled_ DLOCK_GUARDED_BY(mutex) = 0;
 
-    std::mutex holds_mutex;
-    std::set<dlock_hold*> holds_;
+    dlock::plugin_kit::mutex holds_mutex;
+    std::set<dlock_hold*> holds_ DLOCK_GUARDED_BY(holds_mutex);
 };
 
 namespace dlock::zk {
@@ -367,8 +372,8 @@ private:
     std::atomic<int64_t> confirmed_send_ns_{0};  // any answered request
     std::atomic<int64_t> relayed_send_ns_{0};    // relayed answered requests
     std::atomic<int64_t> anchor_ns_{0};
-    std::mutex candidates_mutex_;
-    std::vector<int64_t> candidates_;  // relayed send times not yet anchored, ascending
+    dlock::plugin_kit::mutex candidates_mutex_;
+    std::vector<int64_t> candidates_ DLOCK_GUARDED_BY(candidates_mutex_);  // relayed send times not yet anchored, ascending
     std::atomic<int64_t> id_{0};
 };
 
