@@ -10,7 +10,7 @@
 #include <cstring>
 
 std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> dlock_backend::holds_of(const std::shared_ptr<session>& s) {
-    std::lock_guard<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::lock_guard lock(state_mutex);
     std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> out;
     for (const auto& a : holds)
         if (a->s == s && !a->gone) out.emplace_back(a, a->valid_until_ns);
@@ -30,7 +30,7 @@ void dlock_backend::session_healthy(const std::shared_ptr<session>& s) {
 void dlock_backend::session_dead(const std::shared_ptr<session>& s, int status, const std::string& why) {
     std::vector<std::shared_ptr<acquisition>> lost;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         for (const auto& a : holds)
             if (a->s == s && !a->gone) {
                 a->gone = true;
@@ -38,7 +38,7 @@ void dlock_backend::session_dead(const std::shared_ptr<session>& s, int status, 
             }
         for (const auto& a : queued)
             if (a->s == s) {
-                std::lock_guard<std::mutex> signal(a->m);
+                dlock::plugin_kit::lock_guard signal(a->m);
                 a->session_ended = true;
                 a->session_status = status;
                 a->session_reason = why;
@@ -54,7 +54,7 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
     const std::shared_ptr<acquisition>& a = h->a;
     int64_t valid_until = 0, unanswered_before = 0;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         if (a->gone && a->released_unanswered) return DLOCK_OK;
         if (a->gone) {
             copy_message(error, fmt::format("etcd: lock `{}` had been lost (its key `{}` expired or was deleted)", a->name, a->key));
@@ -73,14 +73,14 @@ int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
                              call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered},
                              a->kind == DLOCK_HOLD_PERMIT ? &after : nullptr);
     } catch (const failure& f) {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         if (a->release_unanswered_ns == 0) a->release_unanswered_ns = unanswered;  // for the host's retry
         a->releasing = false;
         copy_message(error, fmt::format("{}; the outcome is unknown: the release is safe to retry", f.message));
         return DLOCK_UNKNOWN;
     }
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         a->gone = true;
         // No cancel request: the deletion's event reaches the own-key watch, if there is one, and
         // the watcher ends it on the server then (one message either way, off the release path).
@@ -109,8 +109,8 @@ void dlock_backend::hold_destroy(dlock_hold* h) {
     delete h;
     int64_t own = 0;
     {
-        std::lock_guard<std::mutex> notifying(notify_mutex);
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard notifying(notify_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         a->registered = false;
         holds.erase(a);
         own = a->own_watch;
@@ -130,7 +130,7 @@ void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count)
     pb::TxnRequest read;
     std::vector<std::shared_ptr<acquisition>> checked;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         for (size_t i = 0; i < count; ++i) {
             const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
             if (a->gone || a->releasing) continue;
@@ -155,7 +155,7 @@ void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count)
     }
     std::vector<std::shared_ptr<acquisition>> lost;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         for (size_t i = 0; i < checked.size() && int(i) < response.responses_size(); ++i) {
             const auto& a = checked[i];
             const auto& kvs = response.responses(int(i)).response_range().kvs();
@@ -181,7 +181,7 @@ int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
     for (size_t i = 0; i < count; ++i) {
         const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
         {
-            std::lock_guard<std::mutex> lock(state_mutex);
+            dlock::plugin_kit::lock_guard lock(state_mutex);
             if (a->gone) {
                 renewals[i].status = DLOCK_LOST;
                 continue;
@@ -200,7 +200,7 @@ int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
             renewals[i].status = it->status;
             continue;
         }
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         if (a->gone) {
             renewals[i].status = DLOCK_LOST;
             continue;

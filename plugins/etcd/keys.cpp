@@ -41,7 +41,7 @@ std::string dlock_backend::semaphore_dir_of(const char* name) const {
 std::string dlock_backend::escape(const char* name) { return escape_name(name); }
 
 uint64_t dlock_backend::take_suffix(const std::string& stem) {
-    std::lock_guard<std::mutex> lock(suffixes_mutex);
+    dlock::plugin_kit::lock_guard lock(suffixes_mutex);
     auto it = free_suffixes.find(stem);
     if (it == free_suffixes.end() || it->second.empty()) return ++suffixes_made;
     const uint64_t suffix = it->second.back();
@@ -50,15 +50,15 @@ uint64_t dlock_backend::take_suffix(const std::string& stem) {
 }
 
 void dlock_backend::give_back_suffix(const acquisition& a) {
-    std::lock_guard<std::mutex> lock(suffixes_mutex);
+    dlock::plugin_kit::lock_guard lock(suffixes_mutex);
     if (free_suffixes.size() >= max_free_stems && free_suffixes.find(a.stem) == free_suffixes.end()) free_suffixes.clear();
     free_suffixes[a.stem].push_back(a.suffix);
 }
 
 void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
-    std::lock_guard<std::mutex> notifying(notify_mutex);
+    dlock::plugin_kit::lock_guard notifying(notify_mutex);
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         if (!a->registered) return;
         if (state != DLOCK_LEASE_LOST && a->gone) return;
     }
@@ -110,7 +110,7 @@ void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_
     if (!a) return;
     bool lost = false;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         a->own_watch = 0;  // fired: nothing to cancel
         if (a->held) {
             if (a->releasing || a->gone) return;
@@ -124,7 +124,7 @@ void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_
                 janitor_wake.notify_all();
             }
         } else {
-            std::lock_guard<std::mutex> signal(a->m);
+            dlock::plugin_kit::lock_guard signal(a->m);
             (event == watch_event::deleted ? a->own_gone : a->own_reset) = true;
             a->cv.notify_all();
         }
@@ -141,7 +141,7 @@ int64_t dlock_backend::watch_own_key(const std::shared_ptr<acquisition>& a, int6
     std::weak_ptr<acquisition> weak = a;
     const int64_t id =
         watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); }, std::move(on_created));
-    std::lock_guard<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::lock_guard lock(state_mutex);
     a->own_watch = id;
     return id;
 }

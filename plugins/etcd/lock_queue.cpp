@@ -13,7 +13,7 @@
 void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch, bool in_background) {
     int64_t own = 0;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         queued.erase(a);
         own = a->own_watch;
         a->own_watch = 0;
@@ -203,7 +203,7 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
         // acquire by design have deleted it already; the rest are failed calls.
         bool abandoned;
         {
-            std::lock_guard<std::mutex> lock(state_mutex);
+            dlock::plugin_kit::lock_guard lock(state_mutex);
             abandoned = a->gone;
         }
         if (!abandoned) abandon(a, 0, true);
@@ -252,11 +252,11 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
     }
     // The own-key watch is made by wait_in_queue, right after the first watch on the predecessor.
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         queued.insert(a);
     }
     if (!sessions->alive(*a->s)) {
-        std::lock_guard<std::mutex> signal(a->m);
+        dlock::plugin_kit::lock_guard signal(a->m);
         a->session_ended = true;
         a->session_status = DLOCK_UNAVAILABLE;
         a->session_reason = "it ended before the wait began";
@@ -291,7 +291,7 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                                          bool and_own_key) {
     uint64_t on, number;
     {
-        std::lock_guard<std::mutex> signal(a->m);
+        dlock::plugin_kit::lock_guard signal(a->m);
         if (!another) {
             ++a->predecessor_number;
             a->predecessor_gone = a->predecessor_reset = false;
@@ -301,10 +301,12 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
         a->watch_created = a->watch_progress = false;
     }
     // A watch cancelled while its callback runs may still signal: the numbers tell it apart.
+    // tell_waiter calls `set` with the acquisition's `m` held (the setters below opt out of the
+    // analysis, which cannot name a lambda parameter's mutex at the call through `set`).
     std::weak_ptr<acquisition> weak = a;
     auto tell_waiter = [weak, on, number](bool newest_only, auto set) {
         if (auto locked = weak.lock()) {
-            std::lock_guard<std::mutex> guard(locked->m);
+            dlock::plugin_kit::lock_guard guard(locked->m);
             if (locked->predecessor_number != on || (newest_only && locked->newest_watch != number)) return;
             set(*locked);
             locked->cv.notify_all();
@@ -316,7 +318,7 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
     const std::string range_end = permit && predecessor == a->dir ? prefix_end(a->dir) : std::string();
     const bool with_puts = permit && predecessor != a->dir;
     auto on_progress = [tell_waiter](int64_t revision) {
-        tell_waiter(true, [revision](acquisition& w) {
+        tell_waiter(true, [revision](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS {
             w.watch_progress = true;
             w.watch_progress_at = revision;
         });
@@ -324,10 +326,10 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
     const int64_t id = watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
-            tell_waiter(false, [e](acquisition& w) { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
+            tell_waiter(false, [e](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
         },
         [tell_waiter](int64_t revision) {
-            tell_waiter(true, [revision](acquisition& w) {
+            tell_waiter(true, [revision](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS {
                 w.watch_created = true;
                 w.watch_created_at = revision;
             });
@@ -361,13 +363,13 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
             }
             bool rewatch_own = false, watch_fired = false;
             {
-                std::unique_lock<std::mutex> lock(a->m);
-                auto woken = [&] {
+                dlock::plugin_kit::unique_lock lock(a->m);
+                auto woken = [&]() DLOCK_REQUIRES(a->m) {
                     return a->signalled() || (!watch_covers && a->watch_created) ||
                            (watch_covers && !watch_settled && a->watch_progress);
                 };
-                if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
-                else a->cv.wait_until(lock, steady_time(request.deadline_ns), woken);
+                if (request.deadline_ns == forever_ns) a->cv.wait(lock.std(), woken);
+                else a->cv.wait_until(lock.std(), steady_time(request.deadline_ns), woken);
                 if (a->cancelled) {
                     lock.unlock();
                     abandon(a, 0);
@@ -448,7 +450,7 @@ void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
         // acquire's deadline, until it is done or the key is no longer ours.
         log(1, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken yet ({}); "
                            "retrying in the background", a->name, f.message));
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         touches.push_back(a);
         janitor_wake.notify_all();
     }
@@ -459,9 +461,9 @@ int dlock_backend::become_holder(const std::shared_ptr<acquisition>& a, dlock_ho
     const bool alive = sessions->alive(*a->s) && valid_until > now_ns();
     bool key_gone = false;
     if (alive) {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         {
-            std::lock_guard<std::mutex> signal(a->m);
+            dlock::plugin_kit::lock_guard signal(a->m);
             key_gone = a->own_gone;
         }
         if (!key_gone) {

@@ -39,7 +39,7 @@ void watcher::send_create_locked(int64_t id, const watch& w) {
 
 int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, callback on_event, created_callback on_created,
                                 progress_callback on_progress, const std::string& range_end, bool with_puts) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     const int64_t id = next_id_++;
     const watch& w =
         watches_.emplace(id, watch{key, range_end, with_puts, start_revision, std::move(on_event), std::move(on_created), std::move(on_progress)}).first->second;
@@ -53,7 +53,7 @@ int64_t watcher::watch_deletion(const std::string& key, int64_t start_revision, 
 }
 
 void watcher::cancel(int64_t id) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     if (watches_.erase(id) == 0) return;
     if (stream_) {
         pb::WatchRequest request;
@@ -64,18 +64,18 @@ void watcher::cancel(int64_t id) {
 
 void watcher::member_failed(size_t failed) {
     // Not under mutex_: a writer blocked on a silent member holds it, and this cancel unblocks it.
-    std::lock_guard<std::mutex> lock(context_mutex_);
+    plugin_kit::lock_guard lock(context_mutex_);
     if (stream_context_ && stream_member_ == failed) stream_context_->TryCancel();
 }
 
 void watcher::stop() {
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         stopping_ = true;
         changed_.notify_all();
     }
     {
-        std::lock_guard<std::mutex> lock(context_mutex_);
+        plugin_kit::lock_guard lock(context_mutex_);
         if (stream_context_) stream_context_->TryCancel();
     }
     if (reader_.joinable()) reader_.join();
@@ -133,9 +133,9 @@ void watcher::take_answer_locked(const pb::WatchResponse& response, grpc::Client
 }
 
 void watcher::reader_loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     for (;;) {
-        changed_.wait(lock, [&] { return stopping_ || !watches_.empty(); });
+        changed_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) { return stopping_ || !watches_.empty(); });
         if (stopping_) return;
         const size_t index = conn_.current();
         member& m = conn_.at(index);
@@ -143,7 +143,7 @@ void watcher::reader_loop() {
         if (!conn_.wait_connected(index)) {
             conn_.fail_over(index);
             lock.lock();
-            changed_.wait_for(lock, reconnect_pause, [&] { return stopping_; });
+            changed_.wait_for(lock.std(), reconnect_pause, [&]() DLOCK_REQUIRES(mutex_) { return stopping_; });
             continue;
         }
         grpc::ClientContext context;
@@ -151,7 +151,7 @@ void watcher::reader_loop() {
         std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream = m.watch->Watch(&context);
         lock.lock();
         {
-            std::lock_guard<std::mutex> guard(context_mutex_);
+            plugin_kit::lock_guard guard(context_mutex_);
             stream_context_ = &context;
             stream_member_ = index;
             if (stopping_) context.TryCancel();
@@ -192,7 +192,7 @@ void watcher::reader_loop() {
         lock.lock();
         stream_ = nullptr;
         {
-            std::lock_guard<std::mutex> guard(context_mutex_);
+            plugin_kit::lock_guard guard(context_mutex_);
             stream_context_ = nullptr;
         }
         const bool stopping = stopping_;
@@ -202,7 +202,7 @@ void watcher::reader_loop() {
         // CANCELLED: we moved on ourselves (member_failed, or a token to renew).
         if (status.error_code() != grpc::StatusCode::CANCELLED) conn_.fail_over(index);
         lock.lock();
-        changed_.wait_for(lock, reconnect_pause, [&] { return stopping_; });
+        changed_.wait_for(lock.std(), reconnect_pause, [&]() DLOCK_REQUIRES(mutex_) { return stopping_; });
     }
 }
 

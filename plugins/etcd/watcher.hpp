@@ -27,6 +27,8 @@
 
 #include "connection.hpp"
 
+#include <dlock/plugin_kit/thread_safety.hpp>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -101,21 +103,22 @@ private:
     };
     void reader_loop();
     // Applies one answer of the stream to the watches (under mutex_), collecting what to do after.
-    void take_answer_locked(const pb::WatchResponse& response, grpc::ClientContext& context, answers& out);
-    void send_create_locked(int64_t id, const watch& w);
+    void take_answer_locked(const pb::WatchResponse& response, grpc::ClientContext& context, answers& out) DLOCK_REQUIRES(mutex_);
+    void send_create_locked(int64_t id, const watch& w) DLOCK_REQUIRES(mutex_);
 
     connection& conn_;
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable changed_;
-    std::map<int64_t, watch> watches_;  // (mutex_) live, not yet fired
-    int64_t next_id_ = 1;               // (mutex_)
-    bool stopping_ = false;             // (mutex_)
-    bool started_ = false;              // (mutex_)
-    grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* stream_ = nullptr;  // (mutex_) writes under mutex_
+    std::map<int64_t, watch> watches_ DLOCK_GUARDED_BY(mutex_);  // live, not yet fired
+    int64_t next_id_ DLOCK_GUARDED_BY(mutex_) = 1;
+    bool stopping_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool started_ DLOCK_GUARDED_BY(mutex_) = false;
+    // Written under mutex_.
+    grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* stream_ DLOCK_GUARDED_BY(mutex_) = nullptr;
     // The stream's context, for cancelling it without mutex_ (which a blocked writer may hold).
-    std::mutex context_mutex_;
-    grpc::ClientContext* stream_context_ = nullptr;  // (context_mutex_)
-    size_t stream_member_ = 0;                       // (context_mutex_)
+    plugin_kit::mutex context_mutex_;
+    grpc::ClientContext* stream_context_ DLOCK_GUARDED_BY(context_mutex_) = nullptr;
+    size_t stream_member_ DLOCK_GUARDED_BY(context_mutex_) = 0;
     std::thread reader_;
 };
 
