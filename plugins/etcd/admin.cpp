@@ -2,6 +2,7 @@
 // semaphore, every holder under a name prefix, an administrator's break, and forgetting the limit
 // of a semaphore nobody uses any more.
 #include "etcd_backend.hpp"
+#include "names.hpp"
 
 #include <fmt/format.h>
 
@@ -11,28 +12,6 @@
 #include <map>
 
 namespace {
-
-// The inverse of escape_name: `%XX` back to its byte. False for a text escape_name cannot make.
-bool unescape_name(const std::string& escaped, std::string& name) {
-    name.clear();
-    for (size_t i = 0; i < escaped.size(); ++i) {
-        if (escaped[i] != '%') {
-            name += escaped[i];
-            continue;
-        }
-        if (i + 2 >= escaped.size()) return false;
-        int value = 0;
-        for (size_t j = i + 1; j <= i + 2; ++j) {
-            const char c = escaped[j];
-            if (c >= '0' && c <= '9') value = value * 16 + (c - '0');
-            else if (c >= 'A' && c <= 'F') value = value * 16 + (c - 'A' + 10);
-            else return false;
-        }
-        name += char(value);
-        i += 2;
-    }
-    return !name.empty();
-}
 
 bool is_hex(const std::string& text, size_t from, size_t to) {
     if (from >= to) return false;

@@ -106,7 +106,7 @@ bool connection::wait_connected(size_t index) {
 }
 
 std::string connection::token() const {
-    std::lock_guard<std::mutex> lock(token_mutex_);
+    plugin_kit::lock_guard lock(token_mutex_);
     return token_;
 }
 
@@ -222,7 +222,7 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
             grpc::ClientContext context;
             prepare(context, attempt_ms);
             if (options.cancel_on_interrupt) {
-                std::lock_guard<std::mutex> lock(in_flight_mutex_);
+                plugin_kit::lock_guard lock(in_flight_mutex_);
                 if (interrupted_) fail(DLOCK_CANCELLED, "etcd: the client is closing");
                 in_flight_.insert(&context);
             }
@@ -234,7 +234,7 @@ void connection::call(const char* what, const rpc_function& rpc, call_options op
             if (status.error_code() == grpc::StatusCode::UNKNOWN && contains(status.error_message(), "context deadline exceeded"))
                 status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, status.error_message());
             if (options.cancel_on_interrupt) {
-                std::lock_guard<std::mutex> lock(in_flight_mutex_);
+                plugin_kit::lock_guard lock(in_flight_mutex_);
                 in_flight_.erase(&context);
             }
             if (status.ok()) {
@@ -293,13 +293,13 @@ void connection::authenticate() {
         pb::AuthenticateResponse response;
         const grpc::Status status = m.auth->Authenticate(&context, request, &response);
         if (status.ok()) {
-            std::lock_guard<std::mutex> lock(token_mutex_);
+            plugin_kit::lock_guard lock(token_mutex_);
             token_ = response.token();
             ++token_generation_;
             return;
         }
         if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && contains(status.error_message(), "not enabled")) {
-            std::lock_guard<std::mutex> lock(token_mutex_);
+            plugin_kit::lock_guard lock(token_mutex_);
             token_.clear();  // authentication is off on this cluster: calls go without a token
             return;
         }
@@ -331,7 +331,7 @@ void connection::check_reachable() {
 }
 
 void connection::interrupt() {
-    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    plugin_kit::lock_guard lock(in_flight_mutex_);
     interrupted_ = true;
     for (grpc::ClientContext* context : in_flight_) context->TryCancel();
 }

@@ -11,6 +11,7 @@
 
 #include <dlock/plugin.h>
 #include <dlock/plugin_kit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <grpcpp/grpcpp.h>
 
@@ -138,11 +139,11 @@ private:
     settings config_;
     std::vector<std::unique_ptr<member>> members_;
     std::atomic<size_t> current_{0};
-    mutable std::mutex token_mutex_;
-    std::string token_;          // (token_mutex_) empty: none
-    uint64_t token_generation_ = 0;  // (token_mutex_) bumped by each authenticate()
-    std::mutex in_flight_mutex_;
-    std::set<grpc::ClientContext*> in_flight_;  // (in_flight_mutex_) cancellable calls running
+    mutable plugin_kit::mutex token_mutex_;
+    std::string token_ DLOCK_GUARDED_BY(token_mutex_);  // empty: none
+    uint64_t token_generation_ DLOCK_GUARDED_BY(token_mutex_) = 0;  // bumped by each authenticate()
+    plugin_kit::mutex in_flight_mutex_;
+    std::set<grpc::ClientContext*> in_flight_ DLOCK_GUARDED_BY(in_flight_mutex_);  // cancellable calls running
     std::atomic<bool> interrupted_{false};
     // absl's one-off measurement of the CPU clock, when this connection started it (connection.cpp,
     // measure_cpu_clock_once); joined at destruction.

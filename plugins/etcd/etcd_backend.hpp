@@ -1,10 +1,15 @@
 // etcd_backend.hpp — the state of one etcd client (dlock_backend) and of one acquisition, shared by
 // the files of the plugin:
 //   etcd_plugin.cpp  the plugin entry points: options, create/destroy, the C table, negotiation
-//   lock_queue.cpp   the queue algorithm: enqueue, wait for the predecessor, hold, release, renew,
-//                    inspect, and the session events that end holds and waits
+//   lock_queue.cpp   the acquisition: enqueue, wait for the predecessor, become the holder, abandon
+//   holds.cpp        release, hold_destroy, renew, inspect, and the session events that end holds
+//                    and waits
+//   keys.cpp         what the others build on: directories of names, key suffixes, retire_key,
+//                    push (hold states to the host), the own-key watch, the permit's touch
+//                    (keys.hpp: request building blocks; names.hpp: name escaping, a library of its own)
 //   janitor.cpp      the janitor thread: expired holds, keys left behind, own-key watches
 //   admin.cpp        holders, list, break_lock, and forgetting an idle semaphore's limit
+// Calls between them go one way: lock_queue → janitor → keys, holds → admin → keys.
 //
 // The `etcd` backend: etcd v3 over gRPC, with the algorithm of etcd's own concurrency mutex.
 //
@@ -138,27 +143,28 @@ struct acquisition {
     int64_t calls_end_ns = forever_ns;
     int out_of_time_status = DLOCK_TIMEOUT;
 
-    // Signals to the waiting thread (guarded by m).
-    std::mutex m;
+    // Signals to the waiting thread.
+    dlock::plugin_kit::mutex m;
     std::condition_variable cv;
     // The watches on the key before ours (wait_in_queue): signals of watches on an earlier
     // predecessor are ignored, and the created and progress answers count for the newest watch only.
-    uint64_t predecessor_number = 0;
-    uint64_t newest_watch = 0;
-    bool watch_created = false;
-    int64_t watch_created_at = 0;   // the newest watch delivers every deletion after this revision
-    bool watch_progress = false;
-    int64_t watch_progress_at = 0;  // the server's revision after the newest watch was registered
-    bool predecessor_gone = false;
-    bool predecessor_reset = false;
-    bool own_gone = false;
-    bool own_reset = false;
-    bool session_ended = false;
-    int session_status = DLOCK_OK;
-    std::string session_reason;
-    bool cancelled = false;
+    uint64_t predecessor_number DLOCK_GUARDED_BY(m) = 0;
+    uint64_t newest_watch DLOCK_GUARDED_BY(m) = 0;
+    bool watch_created DLOCK_GUARDED_BY(m) = false;
+    int64_t watch_created_at DLOCK_GUARDED_BY(m) = 0;   // the newest watch delivers every deletion after this revision
+    bool watch_progress DLOCK_GUARDED_BY(m) = false;
+    int64_t watch_progress_at DLOCK_GUARDED_BY(m) = 0;  // the server's revision after the newest watch was registered
+    bool predecessor_gone DLOCK_GUARDED_BY(m) = false;
+    bool predecessor_reset DLOCK_GUARDED_BY(m) = false;
+    bool own_gone DLOCK_GUARDED_BY(m) = false;
+    bool own_reset DLOCK_GUARDED_BY(m) = false;
+    bool session_ended DLOCK_GUARDED_BY(m) = false;
+    int session_status DLOCK_GUARDED_BY(m) = DLOCK_OK;
+    std::string session_reason DLOCK_GUARDED_BY(m);
+    bool cancelled DLOCK_GUARDED_BY(m) = false;
 
-    // Hold phase (guarded by the backend's state_mutex).
+    // Hold phase (guarded by the backend's state_mutex: another object's, which the annotations
+    // cannot name here).
     int64_t own_watch = 0;    // watch on our own key; 0: none
     int64_t own_watch_due_ns = 0;  // when the janitor gives a holder its own-key watch; 0: not needed
     bool held = false;
@@ -169,7 +175,7 @@ struct acquisition {
     bool released_unanswered = false;   // the key went while such an attempt was in doubt: released by it
     int64_t valid_until_ns = 0;  // what the host was last told (grant or renew)
 
-    bool signalled() const {
+    bool signalled() const DLOCK_REQUIRES(m) {
         return predecessor_gone || predecessor_reset || own_gone || own_reset || session_ended || cancelled;
     }
 };
@@ -193,9 +199,9 @@ struct dlock_backend final : session_listener {
     // Key suffixes: fresh ones from `suffixes_made`, and those free for reuse by stem (see the Keys
     // paragraph above). The map forgets everything past max_free_stems stems (a client of many names,
     // or of many sessions over time): a suffix not reused only costs etcd one more deleted key.
-    std::mutex suffixes_mutex;
-    uint64_t suffixes_made = 0;
-    std::unordered_map<std::string, std::vector<uint64_t>> free_suffixes;
+    dlock::plugin_kit::mutex suffixes_mutex;
+    uint64_t suffixes_made DLOCK_GUARDED_BY(suffixes_mutex) = 0;
+    std::unordered_map<std::string, std::vector<uint64_t>> free_suffixes DLOCK_GUARDED_BY(suffixes_mutex);
     static constexpr size_t max_free_stems = 4096;
     // A suffix for a new key under `stem`: a free one, else a fresh one.
     uint64_t take_suffix(const std::string& stem);
@@ -206,23 +212,25 @@ struct dlock_backend final : session_listener {
     std::atomic<bool> interrupted{false};
 
     // Guards the hold-phase fields of acquisitions and the sets below. Never held while calling the host.
-    std::mutex state_mutex;
+    dlock::plugin_kit::mutex state_mutex;
     std::condition_variable janitor_wake;
-    std::set<std::shared_ptr<acquisition>> holds;   // registered holds
-    std::set<std::shared_ptr<acquisition>> queued;  // acquisitions waiting in a queue
+    std::set<std::shared_ptr<acquisition>> holds DLOCK_GUARDED_BY(state_mutex);   // registered holds
+    std::set<std::shared_ptr<acquisition>> queued DLOCK_GUARDED_BY(state_mutex);  // acquisitions waiting in a queue
     struct orphan {
         std::string key;
         int64_t revision;       // delete only if still this revision; 0: the key is ours alone, delete it
         std::string tombstone;  // non-empty: a put of `key` may still land (see retire_key)
         int64_t lease;          // the session lease the tombstone goes on
     };
-    std::vector<orphan> orphans;                     // keys to delete that a failed call left behind
-    std::vector<std::shared_ptr<acquisition>> rechecks;  // holds whose own-key watch was reset
-    std::vector<std::shared_ptr<acquisition>> touches;   // admitted permits whose touch failed (see touch_own_key)
-    bool janitor_started = false;
-    bool janitor_stop = false;
-    int64_t janitor_wakes_at = INT64_MIN;  // INT64_MIN: awake, will rescan
-    uint64_t holds_made = 0;               // bumped by every new hold: keeps the janitor ticking while locks come and go
+    std::vector<orphan> orphans DLOCK_GUARDED_BY(state_mutex);  // keys to delete that a failed call left behind
+    std::vector<std::shared_ptr<acquisition>> rechecks DLOCK_GUARDED_BY(state_mutex);  // holds whose own-key watch was reset
+    // Admitted permits whose touch failed (see touch_own_key).
+    std::vector<std::shared_ptr<acquisition>> touches DLOCK_GUARDED_BY(state_mutex);
+    bool janitor_started DLOCK_GUARDED_BY(state_mutex) = false;
+    bool janitor_stop DLOCK_GUARDED_BY(state_mutex) = false;
+    int64_t janitor_wakes_at DLOCK_GUARDED_BY(state_mutex) = INT64_MIN;  // INT64_MIN: awake, will rescan
+    // Bumped by every new hold: keeps the janitor ticking while locks come and go.
+    uint64_t holds_made DLOCK_GUARDED_BY(state_mutex) = 0;
     std::thread janitor;
 
     // The longest a holder that never waited goes without its own-key watch (LOST detection is
@@ -231,7 +239,7 @@ struct dlock_backend final : session_listener {
 
     // Held while telling the host about a hold, and by hold_destroy: after hold_destroy returns, no
     // call about that hold is in progress or will start. release and renew never take it.
-    std::mutex notify_mutex;
+    dlock::plugin_kit::mutex notify_mutex;
 
     // The host prefixes log lines with the backend's name; messages that name it already lose it here.
     void log(int level, const std::string& message) {

@@ -14,9 +14,9 @@
 void dlock_backend::interrupt() {
     interrupted = true;
     conn->interrupt();
-    std::lock_guard<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::lock_guard lock(state_mutex);
     for (const auto& a : queued) {
-        std::lock_guard<std::mutex> signal(a->m);
+        dlock::plugin_kit::lock_guard signal(a->m);
         a->cancelled = true;
         a->cv.notify_all();
     }
@@ -24,7 +24,7 @@ void dlock_backend::interrupt() {
 
 void dlock_backend::shut_down() {
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         janitor_stop = true;
         janitor_wake.notify_all();
     }

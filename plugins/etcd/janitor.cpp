@@ -9,20 +9,20 @@
 #include <algorithm>
 
 void dlock_backend::start_janitor() {
-    std::lock_guard<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::lock_guard lock(state_mutex);
     if (janitor_started) return;
     janitor_started = true;
     janitor = std::thread([this] { janitor_loop(); });
 }
 
 void dlock_backend::add_orphan(orphan o) {
-    std::lock_guard<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::lock_guard lock(state_mutex);
     orphans.push_back(std::move(o));
     janitor_wake.notify_all();
 }
 
 void dlock_backend::janitor_loop() {
-    std::unique_lock<std::mutex> lock(state_mutex);
+    dlock::plugin_kit::unique_lock lock(state_mutex);
     int64_t orphan_retry_at = 0;
     int64_t touch_retry_at = 0;
     // A failed touch is repeated soon: a waiter behind it is parked beside a free permit meanwhile.
@@ -67,8 +67,8 @@ void dlock_backend::janitor_loop() {
         }
         if (expired.empty() && to_delete.empty() && to_check.empty() && to_watch.empty() && to_touch.empty()) {
             janitor_wakes_at = next;
-            if (next == forever_ns) janitor_wake.wait(lock);
-            else janitor_wake.wait_until(lock, steady_time(next));
+            if (next == forever_ns) janitor_wake.wait(lock.std());
+            else janitor_wake.wait_until(lock.std(), steady_time(next));
             janitor_wakes_at = INT64_MIN;
             continue;
         }
@@ -76,7 +76,7 @@ void dlock_backend::janitor_loop() {
         for (const auto& a : expired) {
             int64_t own = 0;
             {
-                std::lock_guard<std::mutex> guard(state_mutex);
+                dlock::plugin_kit::lock_guard guard(state_mutex);
                 own = a->own_watch;
                 a->own_watch = 0;
             }
@@ -102,7 +102,7 @@ void dlock_backend::janitor_loop() {
         std::vector<std::shared_ptr<acquisition>> untouched;
         for (const auto& a : to_touch) {
             {
-                std::lock_guard<std::mutex> guard(state_mutex);
+                dlock::plugin_kit::lock_guard guard(state_mutex);
                 if (a->gone) continue;  // released, lost or abandoned: nobody waits for its touch
             }
             try {
@@ -134,14 +134,14 @@ void dlock_backend::recheck_own_key(const std::shared_ptr<acquisition>& a) {
     try {
         conn->call("check a held key", [&](member& m, grpc::ClientContext& context) { return m.kv->Range(&context, range, &response); });
     } catch (const failure&) {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         rechecks.push_back(a);  // try again with the next wake-up
         return;
     }
     const bool ours = response.kvs_size() == 1 && response.kvs(0).create_revision() == a->revision;
     bool lost = false;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         if (a->gone || a->releasing || !a->registered) return;
         if (!ours) {
             a->gone = true;

@@ -1,6 +1,8 @@
-// The etcd backend's queue algorithm (see etcd_backend.hpp): enqueue, wait for the predecessor's
-// deletion, hold, release, renew, inspect, and the session events that end holds and waits.
+// The etcd backend's acquisition (see etcd_backend.hpp): enqueue, wait for the predecessor's
+// deletion, become the holder, or abandon the queue. Release, renew, inspect and the session
+// events are in holds.cpp; the keys' building blocks in keys.cpp.
 #include "etcd_backend.hpp"
+#include "keys.hpp"
 
 #include <fmt/format.h>
 
@@ -8,124 +10,10 @@
 #include <chrono>
 #include <cstring>
 
-namespace {
-
-// `%`, `/` and control bytes become %XX; every other byte stays (UTF-8 stays readable in etcdctl).
-// Injective, and the result holds no `/`.
-std::string escape_name(const char* name) {
-    static const char hex[] = "0123456789ABCDEF";
-    std::string out;
-    for (const unsigned char* p = reinterpret_cast<const unsigned char*>(name); *p; ++p) {
-        if (*p == '%' || *p == '/' || *p < 0x20 || *p == 0x7f) {
-            out += '%';
-            out += hex[*p >> 4];
-            out += hex[*p & 15];
-        } else {
-            out += char(*p);
-        }
-    }
-    return out;
-}
-
-// The keys [dir, end) created before `revision` (all of them with 0), newest first, keys only.
-void fill_queue_range(pb::RangeRequest& range, const std::string& dir, const std::string& end, int64_t before_revision,
-                      int64_t limit) {
-    range.set_key(dir);
-    range.set_range_end(end);
-    range.set_sort_target(pb::RangeRequest::CREATE);
-    range.set_sort_order(pb::RangeRequest::DESCEND);
-    range.set_limit(limit);
-    range.set_keys_only(true);
-    if (before_revision > 0) range.set_max_create_revision(before_revision - 1);
-}
-
-void compare_create_revision(pb::TxnRequest& txn, const std::string& key, int64_t revision) {
-    pb::Compare* c = txn.add_compare();
-    c->set_result(pb::Compare::EQUAL);
-    c->set_target(pb::Compare::CREATE);
-    c->set_key(key);
-    c->set_create_revision(revision);
-}
-
-}  // namespace
-
-std::string dlock_backend::dir_of(const char* name) const { return config.key_prefix + escape_name(name) + "/"; }
-
-std::string dlock_backend::semaphore_dir_of(const char* name) const {
-    return config.key_prefix + semaphores_part + escape_name(name) + "/";
-}
-
-std::string dlock_backend::escape(const char* name) { return escape_name(name); }
-
-uint64_t dlock_backend::take_suffix(const std::string& stem) {
-    std::lock_guard<std::mutex> lock(suffixes_mutex);
-    auto it = free_suffixes.find(stem);
-    if (it == free_suffixes.end() || it->second.empty()) return ++suffixes_made;
-    const uint64_t suffix = it->second.back();
-    it->second.pop_back();
-    return suffix;
-}
-
-void dlock_backend::give_back_suffix(const acquisition& a) {
-    std::lock_guard<std::mutex> lock(suffixes_mutex);
-    if (free_suffixes.size() >= max_free_stems && free_suffixes.find(a.stem) == free_suffixes.end()) free_suffixes.clear();
-    free_suffixes[a.stem].push_back(a.suffix);
-}
-
-void dlock_backend::push(const std::shared_ptr<acquisition>& a, int state, int64_t valid_until_ns) {
-    std::lock_guard<std::mutex> notifying(notify_mutex);
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        if (!a->registered) return;
-        if (state != DLOCK_LEASE_LOST && a->gone) return;
-    }
-    if (host.hold_state_changed) host.hold_state_changed(host.context, a->host_lease, state, valid_until_ns);
-}
-
-bool dlock_backend::retire_key(const std::string& key, int64_t revision, const std::string& tombstone, int64_t lease, const char* what,
-                call_options options, semaphore_after* after) {
-    pb::TxnRequest txn;
-    if (revision > 0) compare_create_revision(txn, key, revision);
-    txn.add_success()->mutable_request_delete_range()->set_key(key);
-    if (!tombstone.empty()) {
-        for (pb::RequestOp* op : {txn.add_success(), txn.add_failure()}) {
-            pb::PutRequest* put = op->mutable_request_put();
-            put->set_key(tombstone);
-            put->set_value(key);
-            put->set_lease(lease);
-        }
-    }
-    if (after) {
-        // After the delete, in the same Txn: whether any permit key is left, and the limit.
-        const std::string dir = key.substr(0, key.rfind('/') + 1);
-        pb::RangeRequest* left = txn.add_success()->mutable_request_range();
-        left->set_key(dir);
-        left->set_range_end(prefix_end(dir));
-        left->set_count_only(true);
-        txn.add_success()->mutable_request_range()->set_key(dir.substr(0, dir.size() - 1));
-    }
-    pb::TxnResponse response;
-    try {
-        conn->call(what, [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, txn, &response); }, options);
-    } catch (const failure& f) {
-        if (!tombstone.empty() && f.message.find("requested lease not found") != std::string::npos) return false;
-        throw;
-    }
-    const bool deleted = response.succeeded() && response.responses_size() >= 1 &&
-                         response.responses(0).response_delete_range().deleted() == 1;
-    if (after && response.succeeded() && response.responses_size() >= 2) {
-        const int n = response.responses_size();
-        const auto& limit = response.responses(n - 1).response_range().kvs();
-        after->idle = response.responses(n - 2).response_range().count() == 0;
-        after->limit_mod_revision = limit.empty() ? 0 : limit[0].mod_revision();
-    }
-    return deleted;
-}
-
 void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t predecessor_watch, bool in_background) {
     int64_t own = 0;
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         queued.erase(a);
         own = a->own_watch;
         a->own_watch = 0;
@@ -146,88 +34,6 @@ void dlock_backend::abandon(const std::shared_ptr<acquisition>& a, int64_t prede
         }
     }
     add_orphan(std::move(o));
-}
-
-void dlock_backend::own_key_event(const std::weak_ptr<acquisition>& weak, watch_event event) {
-    const std::shared_ptr<acquisition> a = weak.lock();
-    if (!a) return;
-    bool lost = false;
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        a->own_watch = 0;  // fired: nothing to cancel
-        if (a->held) {
-            if (a->releasing || a->gone) return;
-            if (event == watch_event::deleted) {
-                a->gone = true;
-                // A release attempt that got no answer, sent while the lock was ours, deleted it.
-                a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
-                lost = !a->released_unanswered;
-            } else {
-                rechecks.push_back(a);
-                janitor_wake.notify_all();
-            }
-        } else {
-            std::lock_guard<std::mutex> signal(a->m);
-            (event == watch_event::deleted ? a->own_gone : a->own_reset) = true;
-            a->cv.notify_all();
-        }
-    }
-    if (lost) {
-        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` was deleted (session lease revoked or expired on "
-                           "the server, or deleted by someone else)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock",
-                           a->name, a->key));
-        push(a, DLOCK_LEASE_LOST, 0);
-    }
-}
-
-int64_t dlock_backend::watch_own_key(const std::shared_ptr<acquisition>& a, int64_t from_revision, watcher::created_callback on_created) {
-    std::weak_ptr<acquisition> weak = a;
-    const int64_t id =
-        watches->watch_deletion(a->key, from_revision, [this, weak](watch_event e) { own_key_event(weak, e); }, std::move(on_created));
-    std::lock_guard<std::mutex> lock(state_mutex);
-    a->own_watch = id;
-    return id;
-}
-
-std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> dlock_backend::holds_of(const std::shared_ptr<session>& s) {
-    std::lock_guard<std::mutex> lock(state_mutex);
-    std::vector<std::pair<std::shared_ptr<acquisition>, int64_t>> out;
-    for (const auto& a : holds)
-        if (a->s == s && !a->gone) out.emplace_back(a, a->valid_until_ns);
-    return out;
-}
-
-void dlock_backend::session_suspect(const std::shared_ptr<session>& s, const std::string& why) {
-    log(2, fmt::format("etcd: session lease {} unconfirmed: {}", lease_hex(s->id), why));
-    for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_SUSPECT, valid_until);
-}
-
-void dlock_backend::session_healthy(const std::shared_ptr<session>& s) {
-    log(1, fmt::format("etcd: session lease {} confirmed again", lease_hex(s->id)));
-    for (const auto& [a, valid_until] : holds_of(s)) push(a, DLOCK_LEASE_HELD, valid_until);
-}
-
-void dlock_backend::session_dead(const std::shared_ptr<session>& s, int status, const std::string& why) {
-    std::vector<std::shared_ptr<acquisition>> lost;
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        for (const auto& a : holds)
-            if (a->s == s && !a->gone) {
-                a->gone = true;
-                lost.push_back(a);
-            }
-        for (const auto& a : queued)
-            if (a->s == s) {
-                std::lock_guard<std::mutex> signal(a->m);
-                a->session_ended = true;
-                a->session_status = status;
-                a->session_reason = why;
-                a->cv.notify_all();
-            }
-    }
-    log(lost.empty() ? 1 : 2, fmt::format("etcd: session lease {} ended: {}; {} held lock(s) lost", lease_hex(s->id),
-                                          why, lost.size()));
-    for (const auto& a : lost) push(a, DLOCK_LEASE_LOST, 0);
 }
 
 int dlock_backend::acquire(const dlock_acquire_request& request, dlock_hold** out_hold, dlock_grant* grant) {
@@ -397,7 +203,7 @@ int dlock_backend::acquire_with(const std::shared_ptr<acquisition>& a, const dlo
         // acquire by design have deleted it already; the rest are failed calls.
         bool abandoned;
         {
-            std::lock_guard<std::mutex> lock(state_mutex);
+            dlock::plugin_kit::lock_guard lock(state_mutex);
             abandoned = a->gone;
         }
         if (!abandoned) abandon(a, 0, true);
@@ -446,11 +252,11 @@ int dlock_backend::queue_and_wait(const std::shared_ptr<acquisition>& a, const d
     }
     // The own-key watch is made by wait_in_queue, right after the first watch on the predecessor.
     {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         queued.insert(a);
     }
     if (!sessions->alive(*a->s)) {
-        std::lock_guard<std::mutex> signal(a->m);
+        dlock::plugin_kit::lock_guard signal(a->m);
         a->session_ended = true;
         a->session_status = DLOCK_UNAVAILABLE;
         a->session_reason = "it ended before the wait began";
@@ -485,7 +291,7 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
                                          bool and_own_key) {
     uint64_t on, number;
     {
-        std::lock_guard<std::mutex> signal(a->m);
+        dlock::plugin_kit::lock_guard signal(a->m);
         if (!another) {
             ++a->predecessor_number;
             a->predecessor_gone = a->predecessor_reset = false;
@@ -495,10 +301,12 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
         a->watch_created = a->watch_progress = false;
     }
     // A watch cancelled while its callback runs may still signal: the numbers tell it apart.
+    // tell_waiter calls `set` with the acquisition's `m` held (the setters below opt out of the
+    // analysis, which cannot name a lambda parameter's mutex at the call through `set`).
     std::weak_ptr<acquisition> weak = a;
     auto tell_waiter = [weak, on, number](bool newest_only, auto set) {
         if (auto locked = weak.lock()) {
-            std::lock_guard<std::mutex> guard(locked->m);
+            dlock::plugin_kit::lock_guard guard(locked->m);
             if (locked->predecessor_number != on || (newest_only && locked->newest_watch != number)) return;
             set(*locked);
             locked->cv.notify_all();
@@ -510,7 +318,7 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
     const std::string range_end = permit && predecessor == a->dir ? prefix_end(a->dir) : std::string();
     const bool with_puts = permit && predecessor != a->dir;
     auto on_progress = [tell_waiter](int64_t revision) {
-        tell_waiter(true, [revision](acquisition& w) {
+        tell_waiter(true, [revision](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS {
             w.watch_progress = true;
             w.watch_progress_at = revision;
         });
@@ -518,10 +326,10 @@ int64_t dlock_backend::watch_predecessor(const std::shared_ptr<acquisition>& a, 
     const int64_t id = watches->watch_deletion(
         predecessor, 0,
         [tell_waiter](watch_event e) {
-            tell_waiter(false, [e](acquisition& w) { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
+            tell_waiter(false, [e](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS { (e == watch_event::reset ? w.predecessor_reset : w.predecessor_gone) = true; });
         },
         [tell_waiter](int64_t revision) {
-            tell_waiter(true, [revision](acquisition& w) {
+            tell_waiter(true, [revision](acquisition& w) DLOCK_NO_THREAD_SAFETY_ANALYSIS {
                 w.watch_created = true;
                 w.watch_created_at = revision;
             });
@@ -555,13 +363,13 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
             }
             bool rewatch_own = false, watch_fired = false;
             {
-                std::unique_lock<std::mutex> lock(a->m);
-                auto woken = [&] {
+                dlock::plugin_kit::unique_lock lock(a->m);
+                auto woken = [&]() DLOCK_REQUIRES(a->m) {
                     return a->signalled() || (!watch_covers && a->watch_created) ||
                            (watch_covers && !watch_settled && a->watch_progress);
                 };
-                if (request.deadline_ns == forever_ns) a->cv.wait(lock, woken);
-                else a->cv.wait_until(lock, steady_time(request.deadline_ns), woken);
+                if (request.deadline_ns == forever_ns) a->cv.wait(lock.std(), woken);
+                else a->cv.wait_until(lock.std(), steady_time(request.deadline_ns), woken);
                 if (a->cancelled) {
                     lock.unlock();
                     abandon(a, 0);
@@ -633,17 +441,6 @@ int dlock_backend::wait_in_queue(const std::shared_ptr<acquisition>& a, const dl
     }
 }
 
-void dlock_backend::touch_key(const acquisition& a, call_options options) {
-    pb::TxnRequest touch;
-    compare_create_revision(touch, a.key, a.revision);
-    pb::PutRequest* put = touch.add_success()->mutable_request_put();
-    put->set_key(a.key);
-    put->set_value(a.owner);
-    put->set_lease(a.s->id);
-    pb::TxnResponse response;
-    conn->call("wake the next permit waiter", [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, touch, &response); },
-               options);
-}
 
 void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
     try {
@@ -653,7 +450,7 @@ void dlock_backend::touch_own_key(const std::shared_ptr<acquisition>& a) {
         // acquire's deadline, until it is done or the key is no longer ours.
         log(1, fmt::format("etcd: permit of semaphore `{}` held, but the next waiter could not be woken yet ({}); "
                            "retrying in the background", a->name, f.message));
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         touches.push_back(a);
         janitor_wake.notify_all();
     }
@@ -664,9 +461,9 @@ int dlock_backend::become_holder(const std::shared_ptr<acquisition>& a, dlock_ho
     const bool alive = sessions->alive(*a->s) && valid_until > now_ns();
     bool key_gone = false;
     if (alive) {
-        std::lock_guard<std::mutex> lock(state_mutex);
+        dlock::plugin_kit::lock_guard lock(state_mutex);
         {
-            std::lock_guard<std::mutex> signal(a->m);
+            dlock::plugin_kit::lock_guard signal(a->m);
             key_gone = a->own_gone;
         }
         if (!key_gone) {
@@ -698,196 +495,5 @@ int dlock_backend::become_holder(const std::shared_ptr<acquisition>& a, dlock_ho
     grant->valid_until_ns = valid_until;
     grant->ttl_ms = a->s->ttl_s * 1000;
     *out_hold = new dlock_hold{a};
-    return DLOCK_OK;
-}
-
-int dlock_backend::release(dlock_hold* h, dlock_plugin_error* error) {
-    const std::shared_ptr<acquisition>& a = h->a;
-    int64_t valid_until = 0, unanswered_before = 0;
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        if (a->gone && a->released_unanswered) return DLOCK_OK;
-        if (a->gone) {
-            copy_message(error, fmt::format("etcd: lock `{}` had been lost (its key `{}` expired or was deleted)", a->name, a->key));
-            return DLOCK_LOST;
-        }
-        a->releasing = true;
-        valid_until = a->valid_until_ns;
-        unanswered_before = a->release_unanswered_ns;
-    }
-    bool deleted = false;
-    int64_t unanswered = 0;
-    semaphore_after after;
-    try {
-        const orphan o = orphan_of(*a, a->revision);
-        deleted = retire_key(o.key, o.revision, o.tombstone, o.lease, "release",
-                             call_options{false, 0, forever_ns, DLOCK_TIMEOUT, &unanswered},
-                             a->kind == DLOCK_HOLD_PERMIT ? &after : nullptr);
-    } catch (const failure& f) {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        if (a->release_unanswered_ns == 0) a->release_unanswered_ns = unanswered;  // for the host's retry
-        a->releasing = false;
-        copy_message(error, fmt::format("{}; the outcome is unknown: the release is safe to retry", f.message));
-        return DLOCK_UNKNOWN;
-    }
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        a->gone = true;
-        // No cancel request: the deletion's event reaches the own-key watch, if there is one, and
-        // the watcher ends it on the server then (one message either way, off the release path).
-        a->own_watch = 0;
-    }
-    if (deleted) {
-        if (unanswered == 0 && unanswered_before == 0 && !a->put_in_doubt) give_back_suffix(*a);
-        if (after.idle && after.limit_mod_revision != 0) forget_limit(a->limit_key, after.limit_mod_revision);
-        return DLOCK_OK;
-    }
-    const int64_t first_unanswered = unanswered_before != 0 ? unanswered_before : unanswered;
-    if (first_unanswered != 0 && first_unanswered < valid_until) {
-        // An attempt that got no answer (in this call, or in an earlier one that returned
-        // UNKNOWN) was sent while the lock was ours: that attempt deleted the key, and a later
-        // one found it gone.
-        log(1, fmt::format("etcd: lock `{}` released by an attempt that got no answer; the retry found its key gone", a->name));
-        return DLOCK_OK;
-    }
-    copy_message(error, fmt::format("etcd: lock `{}` had been lost: key `{}` with create_revision {} no longer exists",
-                                    a->name, a->key, a->revision));
-    return DLOCK_LOST;
-}
-
-void dlock_backend::hold_destroy(dlock_hold* h) {
-    const std::shared_ptr<acquisition> a = std::move(h->a);
-    delete h;
-    int64_t own = 0;
-    {
-        std::lock_guard<std::mutex> notifying(notify_mutex);
-        std::lock_guard<std::mutex> lock(state_mutex);
-        a->registered = false;
-        holds.erase(a);
-        own = a->own_watch;
-        a->own_watch = 0;
-        if (!a->gone) {
-            // The host gave up on a release it could not confirm: the key would otherwise live as
-            // long as the session lease. Deleted in the background, only if still ours.
-            a->gone = true;
-            orphans.push_back(orphan_of(*a, a->revision));
-            janitor_wake.notify_all();
-        }
-    }
-    if (own) watches->cancel(own);
-}
-
-void dlock_backend::check_keys_still_ours(dlock_renewal* renewals, size_t count) {
-    pb::TxnRequest read;
-    std::vector<std::shared_ptr<acquisition>> checked;
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        for (size_t i = 0; i < count; ++i) {
-            const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
-            if (a->gone || a->releasing) continue;
-            pb::RangeRequest* range = read.add_success()->mutable_request_range();
-            range->set_key(a->key);
-            range->set_keys_only(true);
-            checked.push_back(a);
-        }
-    }
-    if (checked.empty()) return;
-    pb::TxnResponse response;
-    try {
-        // One request_timeout in all, whatever the members do: the session's confirmation that
-        // follows has its own bound, and a renewal must not stall the keeper for longer.
-        conn->call("check that the renewed holds' keys exist",
-                   [&](member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, read, &response); },
-                   call_options{false, 0, now_ns() + config.request_timeout_ms * ns_per_ms, DLOCK_UNAVAILABLE});
-    } catch (const failure& f) {
-        // Unconfirmed, not lost: the session's confirmation below decides the status.
-        log(2, fmt::format("etcd: {}", f.message));
-        return;
-    }
-    std::vector<std::shared_ptr<acquisition>> lost;
-    {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        for (size_t i = 0; i < checked.size() && int(i) < response.responses_size(); ++i) {
-            const auto& a = checked[i];
-            const auto& kvs = response.responses(int(i)).response_range().kvs();
-            if (a->gone || a->releasing || (!kvs.empty() && kvs[0].create_revision() == a->revision)) continue;
-            a->gone = true;
-            a->released_unanswered = a->release_unanswered_ns != 0 && a->release_unanswered_ns < a->valid_until_ns;
-            if (!a->released_unanswered) lost.push_back(a);
-        }
-    }
-    for (const auto& a : lost)
-        log(2, fmt::format("etcd: {} `{}` lost: its key `{}` is gone (deleted by a break or an operator, or its "
-                           "session lease ended)", a->kind == DLOCK_HOLD_PERMIT ? "semaphore" : "lock", a->name, a->key));
-}
-
-int dlock_backend::renew(dlock_renewal* renewals, size_t count) {
-    struct confirmed {
-        std::shared_ptr<session> s;
-        int status;
-        int64_t deadline;
-    };
-    std::vector<confirmed> done;  // one confirmation per session in the batch
-    check_keys_still_ours(renewals, count);
-    for (size_t i = 0; i < count; ++i) {
-        const std::shared_ptr<acquisition>& a = renewals[i].hold->a;
-        {
-            std::lock_guard<std::mutex> lock(state_mutex);
-            if (a->gone) {
-                renewals[i].status = DLOCK_LOST;
-                continue;
-            }
-        }
-        auto it = std::find_if(done.begin(), done.end(), [&](const confirmed& c) { return c.s == a->s; });
-        if (it == done.end()) {
-            int64_t deadline = 0;
-            std::string why;
-            const int status = sessions->confirm(a->s, deadline, why);
-            if (status != DLOCK_OK) log(2, why);
-            done.push_back({a->s, status, deadline});
-            it = done.end() - 1;
-        }
-        if (it->status != DLOCK_OK) {
-            renewals[i].status = it->status;
-            continue;
-        }
-        std::lock_guard<std::mutex> lock(state_mutex);
-        if (a->gone) {
-            renewals[i].status = DLOCK_LOST;
-            continue;
-        }
-        a->valid_until_ns = std::max(a->valid_until_ns, it->deadline);
-        renewals[i].status = DLOCK_OK;
-        renewals[i].valid_until_ns = a->valid_until_ns;
-    }
-    return DLOCK_OK;
-}
-
-int dlock_backend::inspect(const char* name, dlock_lock_info* info) {
-    const std::string dir = dir_of(name);
-    pb::RangeRequest range;
-    range.set_key(dir);
-    range.set_range_end(prefix_end(dir));
-    range.set_sort_target(pb::RangeRequest::CREATE);
-    range.set_sort_order(pb::RangeRequest::ASCEND);
-    range.set_limit(1);
-    pb::RangeResponse response;
-    conn->call("inspect", [&](member& m, grpc::ClientContext& context) { return m.kv->Range(&context, range, &response); });
-    info->held = response.kvs_size() > 0 ? 1 : 0;
-    if (!info->held) return DLOCK_OK;
-    const mvccpb::KeyValue& holder = response.kvs(0);
-    const size_t n = std::min(holder.value().size(), sizeof info->holder - 1);
-    std::memcpy(info->holder, holder.value().data(), n);
-    info->holder[n] = '\0';
-    info->fencing_token = uint64_t(holder.create_revision());
-    info->ttl_left_ms = -1;
-    if (holder.lease() != 0) {
-        pb::LeaseTimeToLiveRequest ttl;
-        ttl.set_id(holder.lease());
-        pb::LeaseTimeToLiveResponse left;
-        conn->call("inspect the holder's lease",
-                   [&](member& m, grpc::ClientContext& context) { return m.lease->LeaseTimeToLive(&context, ttl, &left); });
-        if (left.ttl() >= 0) info->ttl_left_ms = left.ttl() * 1000;  // etcd answers in whole seconds
-    }
     return DLOCK_OK;
 }

@@ -31,12 +31,12 @@ int64_t session_keeper::stall_ns() const {
 
 std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms, call_options options) {
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         if (current_) return current_;
     }
     std::lock_guard<std::mutex> granting(grant_mutex_);
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         if (current_) return current_;  // granted by another thread meanwhile
         if (stopping_) fail(DLOCK_CANCELLED, "etcd: the client is closing");
     }
@@ -58,7 +58,7 @@ std::shared_ptr<session> session_keeper::obtain(int64_t ttl_ms, call_options opt
     s->ttl_s = response.ttl();  // the server may have raised it to its minimum
     s->confirmed_send_ns = sent;
     s->deadline_ns = sent + s->ttl_s * 1'000'000'000 - drift_ns(s->ttl_s * 1000);
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     if (stopping_) fail(DLOCK_CANCELLED, "etcd: the client is closing");  // the lease expires by itself
     current_ = s;
     last_send_ns_ = sent;
@@ -89,29 +89,29 @@ std::shared_ptr<session> session_keeper::kill_locked(int status, std::string why
 void session_keeper::forget(const std::shared_ptr<session>& s, int status, const std::string& why) {
     std::shared_ptr<session> died;
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         if (current_ == s) died = kill_locked(status, why);
     }
     if (died) listener_.session_dead(died, died->dead_status, died->dead_reason);
 }
 
 int64_t session_keeper::deadline(const session& s) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     return s.deadline_ns;
 }
 
 bool session_keeper::alive(const session& s) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     return s.state != session::health::dead;
 }
 
 session::health session_keeper::health(const session& s) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     return s.state;
 }
 
 int session_keeper::confirm(const std::shared_ptr<session>& s, int64_t& deadline_ns, std::string& why) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     const int64_t ttl_ns = s->ttl_s * 1'000'000'000;
     const int64_t now = now_ns();
     if (s->state == session::health::dead) {
@@ -126,7 +126,7 @@ int session_keeper::confirm(const std::shared_ptr<session>& s, int64_t& deadline
     kick_ = true;
     changed_.notify_all();
     const int64_t wait_until = std::min(s->deadline_ns, now + conn_.config().request_timeout_ms * ns_per_ms);
-    changed_.wait_until(lock, steady_time(wait_until), [&] {
+    changed_.wait_until(lock.std(), steady_time(wait_until), [&]() DLOCK_REQUIRES(mutex_) {
         return stopping_ || s->state == session::health::dead || s->confirmed_send_ns >= now;
     });
     if (s->state == session::health::dead) {
@@ -143,9 +143,9 @@ int session_keeper::confirm(const std::shared_ptr<session>& s, int64_t& deadline
 }
 
 void session_keeper::reader_loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     for (;;) {
-        changed_.wait(lock, [&] { return stopping_ || current_ != nullptr; });
+        changed_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) { return stopping_ || current_ != nullptr; });
         if (stopping_) return;
         const size_t index = conn_.current();
         member& m = conn_.at(index);
@@ -164,7 +164,7 @@ void session_keeper::reader_loop() {
             listener_.member_failed(index);
             if (suspect) listener_.session_suspect(suspect, fmt::format("cannot connect to {}", m.address));
             lock.lock();
-            changed_.wait_until(lock, steady_time(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
+            changed_.wait_until(lock.std(), steady_time(now_ns() + reconnect_pause_ns), [&]() DLOCK_REQUIRES(mutex_) { return stopping_; });
             continue;
         }
         grpc::ClientContext context;
@@ -242,12 +242,12 @@ void session_keeper::reader_loop() {
             listener_.member_failed(index);
         }
         lock.lock();
-        changed_.wait_until(lock, steady_time(now_ns() + reconnect_pause_ns), [&] { return stopping_; });
+        changed_.wait_until(lock.std(), steady_time(now_ns() + reconnect_pause_ns), [&]() DLOCK_REQUIRES(mutex_) { return stopping_; });
     }
 }
 
 void session_keeper::timer_loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     while (!stopping_) {
         const int64_t now = now_ns();
         int64_t wake = forever_ns;
@@ -304,15 +304,15 @@ void session_keeper::timer_loop() {
         // A kick matters only while a session lives: without one it would never be consumed and the
         // loop would spin holding the mutex (stop() then waits forever).
         if (kick_ && stream_ && current_) continue;
-        if (wake == forever_ns) changed_.wait(lock);
-        else changed_.wait_until(lock, steady_time(wake));
+        if (wake == forever_ns) changed_.wait(lock.std());
+        else changed_.wait_until(lock.std(), steady_time(wake));
     }
 }
 
 void session_keeper::stop() {
     std::shared_ptr<session> live;
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         if (stopping_ && !threads_started_) return;
         live = current_;
     }
@@ -330,7 +330,7 @@ void session_keeper::stop() {
         }
     }
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         stopping_ = true;
         current_.reset();
         if (stream_context_) stream_context_->TryCancel();
@@ -338,7 +338,7 @@ void session_keeper::stop() {
     }
     if (reader_.joinable()) reader_.join();
     if (timer_.joinable()) timer_.join();
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     threads_started_ = false;
 }
 

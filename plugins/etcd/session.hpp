@@ -19,6 +19,8 @@
 
 #include "connection.hpp"
 
+#include <dlock/plugin_kit/thread_safety.hpp>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -89,30 +91,30 @@ private:
         int64_t sent_ns;
     };
 
-    void start_threads_locked();
+    void start_threads_locked() DLOCK_REQUIRES(mutex_);
     void reader_loop();
     void timer_loop();
     // Marks the current session dead (under mutex_); the caller notifies the listener afterwards.
-    std::shared_ptr<session> kill_locked(int status, std::string why);
-    int64_t stall_ns() const;  // mutex_ held
+    std::shared_ptr<session> kill_locked(int status, std::string why) DLOCK_REQUIRES(mutex_);
+    int64_t stall_ns() const DLOCK_REQUIRES(mutex_);
 
     connection& conn_;
     session_listener& listener_;
     std::mutex grant_mutex_;  // one grant at a time
 
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable changed_;  // timer wake-ups, confirmations, stop
-    std::shared_ptr<session> current_;  // (mutex_) the live session, or null
-    bool stopping_ = false;             // (mutex_)
-    bool threads_started_ = false;      // (mutex_)
-    bool kick_ = false;                 // (mutex_) the timer should send a keepalive now
-    int64_t last_send_ns_ = 0;          // (mutex_)
-    uint64_t confirmations_ = 0;        // (mutex_) responses processed, for confirm()'s wait
+    std::shared_ptr<session> current_ DLOCK_GUARDED_BY(mutex_);  // the live session, or null
+    bool stopping_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool threads_started_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool kick_ DLOCK_GUARDED_BY(mutex_) = false;  // the timer should send a keepalive now
+    int64_t last_send_ns_ DLOCK_GUARDED_BY(mutex_) = 0;
+    uint64_t confirmations_ DLOCK_GUARDED_BY(mutex_) = 0;  // responses processed, for confirm()'s wait
     // The stream: owned by the reader; written by the timer under mutex_.
-    grpc::ClientContext* stream_context_ = nullptr;  // (mutex_)
-    grpc::ClientReaderWriter<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse>* stream_ = nullptr;  // (mutex_)
-    size_t stream_member_ = 0;           // (mutex_)
-    std::deque<pending_send> pending_;   // (mutex_) sent on the current stream, not yet answered
+    grpc::ClientContext* stream_context_ DLOCK_GUARDED_BY(mutex_) = nullptr;
+    grpc::ClientReaderWriter<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse>* stream_ DLOCK_GUARDED_BY(mutex_) = nullptr;
+    size_t stream_member_ DLOCK_GUARDED_BY(mutex_) = 0;
+    std::deque<pending_send> pending_ DLOCK_GUARDED_BY(mutex_);  // sent on the current stream, not yet answered
     std::thread reader_, timer_;
 };
 

@@ -27,6 +27,8 @@
 
 #include "connection.hpp"
 
+#include <dlock/plugin_kit/thread_safety.hpp>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,6 +37,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace dlock::etcd {
 
@@ -89,21 +93,32 @@ private:
         progress_callback on_progress;
         bool awaiting_progress = false;  // created on this stream; the next progress answer is for it
     };
+    // What one answer on the stream leaves to do once mutex_ is released: callbacks to call, and
+    // watches to cancel on the server.
+    struct answers {
+        std::vector<std::pair<callback, watch_event>> due;
+        created_callback created;
+        std::vector<progress_callback> progressed;
+        std::vector<int64_t> fired;  // watches whose event came: cancelled on the server once told
+    };
     void reader_loop();
-    void send_create_locked(int64_t id, const watch& w);
+    // Applies one answer of the stream to the watches (under mutex_), collecting what to do after.
+    void take_answer_locked(const pb::WatchResponse& response, grpc::ClientContext& context, answers& out) DLOCK_REQUIRES(mutex_);
+    void send_create_locked(int64_t id, const watch& w) DLOCK_REQUIRES(mutex_);
 
     connection& conn_;
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable changed_;
-    std::map<int64_t, watch> watches_;  // (mutex_) live, not yet fired
-    int64_t next_id_ = 1;               // (mutex_)
-    bool stopping_ = false;             // (mutex_)
-    bool started_ = false;              // (mutex_)
-    grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* stream_ = nullptr;  // (mutex_) writes under mutex_
+    std::map<int64_t, watch> watches_ DLOCK_GUARDED_BY(mutex_);  // live, not yet fired
+    int64_t next_id_ DLOCK_GUARDED_BY(mutex_) = 1;
+    bool stopping_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool started_ DLOCK_GUARDED_BY(mutex_) = false;
+    // Written under mutex_.
+    grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* stream_ DLOCK_GUARDED_BY(mutex_) = nullptr;
     // The stream's context, for cancelling it without mutex_ (which a blocked writer may hold).
-    std::mutex context_mutex_;
-    grpc::ClientContext* stream_context_ = nullptr;  // (context_mutex_)
-    size_t stream_member_ = 0;                       // (context_mutex_)
+    plugin_kit::mutex context_mutex_;
+    grpc::ClientContext* stream_context_ DLOCK_GUARDED_BY(context_mutex_) = nullptr;
+    size_t stream_member_ DLOCK_GUARDED_BY(context_mutex_) = 0;
     std::thread reader_;
 };
 

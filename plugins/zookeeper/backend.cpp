@@ -23,6 +23,7 @@
 // request per hold at most, and only when the lock is contended.
 #include "zookeeper_backend.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
+#include <dlock/plugin_kit/scope_exit.hpp>
 
 #include <fmt/format.h>
 
@@ -147,16 +148,6 @@ call_ptr issue(dlock_backend& b, session& s, bool relayed, Start&& start, bool w
     return c;
 }
 
-std::string perms_text(int perms) {
-    std::string out;
-    if (perms & ZOO_PERM_CREATE) out += 'c';
-    if (perms & ZOO_PERM_DELETE) out += 'd';
-    if (perms & ZOO_PERM_READ) out += 'r';
-    if (perms & ZOO_PERM_WRITE) out += 'w';
-    if (perms & ZOO_PERM_ADMIN) out += 'a';
-    return out.empty() ? "none" : out;
-}
-
 }  // namespace
 
 // ---- session --------------------------------------------------------------------------------------
@@ -210,7 +201,7 @@ void session::confirm(int64_t sent_ns, bool relayed) {
     // this one as a candidate unless one sent less than 1/32 of the timeout earlier stands for it
     // (which bounds the list and costs the anchor at most that much).
     const int64_t spacing = timeout_ms() * ns_per_ms / 4;
-    std::lock_guard<std::mutex> lock(candidates_mutex_);
+    dlock::plugin_kit::lock_guard lock(candidates_mutex_);
     auto qualified = std::upper_bound(candidates_.begin(), candidates_.end(), sent_ns - spacing);
     if (qualified != candidates_.begin()) {
         raise_to(anchor_ns_, *(qualified - 1));
@@ -255,14 +246,14 @@ dlock_backend::dlock_backend(settings s, const dlock_plugin_host* h) : config_(s
 
 dlock_backend::~dlock_backend() {
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         stopping_ = true;
         for (waiter* w : waiters_) w->cv.notify_one();
     }
     if (monitor_.joinable()) monitor_.join();
     std::shared_ptr<session> last;
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         last = std::move(current_);
     }
     last.reset();  // closes the session outside the mutex: its completions and watcher take it
@@ -286,7 +277,7 @@ std::string dlock_backend::where(const session* s) const {
 std::shared_ptr<session> dlock_backend::open_session() {
     uint64_t generation;
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         generation = ++last_generation_;
     }
     auto s = std::make_shared<session>(*this, generation);
@@ -295,151 +286,22 @@ std::shared_ptr<session> dlock_backend::open_session() {
 }
 
 void dlock_backend::enlist(waiter& w) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     waiters_.insert(&w);
 }
 
 void dlock_backend::dismiss(waiter& w) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     waiters_.erase(&w);
 }
 
-void dlock_backend::start() {
-    scoped_waiter w(*this);
-
-    auto fresh = open_session();
-    {
-        std::lock_guard<std::mutex> lock(mutex);
-        current_ = fresh;
-    }
-    std::shared_ptr<session> s;
-    try {
-        s = connected_session(w, now_ns() + config_.connect_timeout_ms * ns_per_ms, false);
-    } catch (const failure& f) {
-        if (f.status != DLOCK_UNAVAILABLE) throw;
-        fail(DLOCK_UNAVAILABLE, fmt::format("zookeeper {}: no server accepted a session within {} ms; is the ensemble running "
-                                            "and reachable from here?",
-                                            config_.hosts, config_.connect_timeout_ms));
-    }
-    log(1, fmt::format("{}: session 0x{:x} connected; negotiated session timeout {} ms (asked {} ms)", where(s.get()),
-                       s->id(), s->timeout_ms(), config_.session_timeout_ms));
-
-    // A missing chroot is an operator's mistake to report, not a node to create.
-    auto root = exists(*s, "/");
-    if (!await(w, {root.get()}, now_ns() + config_.connect_timeout_ms * ns_per_ms, false))
-        fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer to `exists /` within {} ms", where(s.get()), config_.connect_timeout_ms));
-    if (root->rc == ZNONODE)
-        fail(DLOCK_CONFIG, fmt::format("{}: the chroot `{}` does not exist; create it (zkCli.sh: `create {}`) or fix "
-                                       "`connect`/`chroot`",
-                                       where(s.get()), config_.chroot, config_.chroot));
-    if (root->rc != ZOK)
-        fail(DLOCK_UNAVAILABLE, fmt::format("{}: `exists /` failed: {}", where(s.get()), zerror(root->rc)));
-    detect_ensemble(w, s);
-    check_base_path(w, s);
-    monitor_ = std::thread([this] { monitor_loop(); });
-}
-
-// A standalone server has an empty /zookeeper/config; an ensemble lists its members there, one
-// `server.N=` line each. When it cannot be read (a chroot hides it from the C client, or an old
-// server has none), the servers are taken for an ensemble: the cautious bound.
-void dlock_backend::detect_ensemble(waiter& w, const std::shared_ptr<session>& s) {
-    auto c = get_config(*s);
-    const bool answered = await(w, {c.get()}, now_ns() + config_.connect_timeout_ms * ns_per_ms, false);
-    size_t members = 0;
-    if (answered && c->rc == ZOK && !c->names.empty())
-        for (size_t at = c->names[0].find("server."); at != std::string::npos; at = c->names[0].find("server.", at + 1)) ++members;
-    relayed_ = !(answered && c->rc == ZOK && members <= 1);
-    log(1, fmt::format("{}: {}", where(s.get()),
-                       relayed_ ? "an ensemble (or its configuration is unreadable): held locks are bounded from relayed confirmations"
-                                : "a standalone server"));
-}
-
-// Creates the base path if missing (with dlock's ACL), then checks from its ACL that this client's
-// identity may create lock nodes in it, so a wrong password is a clear error at open rather than a
-// permission error at the first acquire. ACL entries of schemes dlock cannot evaluate (ip, sasl,
-// x509) leave the decision to the server.
-void dlock_backend::check_base_path(waiter& w, const std::shared_ptr<session>& s) {
-    const int64_t until = now_ns() + config_.connect_timeout_ms * ns_per_ms;
-    const std::string& base = config_.base_path;
-    if (base != "/") {
-        for (size_t slash = base.find('/', 1);; slash = base.find('/', slash + 1)) {
-            const std::string prefix = base.substr(0, slash);
-            auto c = create(*s, prefix, ZOO_PERSISTENT);
-            if (!await(w, {c.get()}, until, false)) fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer creating `{}`", where(s.get()), prefix));
-            if (c->rc == ZNOAUTH) {
-                // ZooKeeper checks the parent's ACL before it looks for the node: a path an
-                // administrator made for this client under a parent closed to it is refused too.
-                auto existing = get_acl(*s, prefix);
-                if (!await(w, {existing.get()}, until, false))
-                    fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer reading `{}`", where(s.get()), prefix));
-                if (existing->rc == ZOK) {
-                    if (slash == std::string::npos) break;
-                    continue;
-                }
-                if (existing->rc == ZNOAUTH)
-                    fail(DLOCK_PERMISSION, fmt::format("{}: `{}` exists but its ACL does not let this client ({}) read it: it belongs "
-                                                       "to another identity, or `password` is wrong (a digest is never refused "
-                                                       "at login); check `user`/`password` or choose another `base_path`",
-                                                       where(s.get()), prefix,
-                                                       config_.user.empty() ? "unauthenticated" : "digest user `" + config_.user + "`"));
-            }
-            if (c->rc == ZNOAUTH)
-                fail(DLOCK_PERMISSION, fmt::format("{}: permission denied creating the base path `{}`: the ACL of its parent does not let "
-                                               "this client create nodes; check `user`/`password` or choose another `base_path`",
-                                               where(s.get()), prefix));
-            if (c->rc != ZOK && c->rc != ZNODEEXISTS)
-                fail(c->rc == ZNONODE ? DLOCK_BACKEND : DLOCK_UNAVAILABLE,
-                     fmt::format("{}: cannot create the base path `{}`: {}", where(s.get()), prefix, zerror(c->rc)));
-            if (slash == std::string::npos) break;
-        }
-    }
-    auto acl = get_acl(*s, base);
-    if (!await(w, {acl.get()}, until, false)) fail(DLOCK_UNAVAILABLE, fmt::format("{}: no answer reading the ACL of `{}`", where(s.get()), base));
-    if (acl->rc != ZOK) fail(DLOCK_UNAVAILABLE, fmt::format("{}: cannot read the ACL of `{}`: {}", where(s.get()), base, zerror(acl->rc)));
-
-    const std::string own_user = config_.user;
-    int granted = 0;
-    bool undecidable = false, same_user_other_password = false;
-    std::vector<std::string> shown;
-    for (const auto& entry : acl->names) {  // "scheme:id perms"
-        const size_t space = entry.rfind(' ');
-        const std::string who = entry.substr(0, space);
-        const int perms = std::atoi(entry.c_str() + space + 1);
-        const size_t colon = who.find(':');
-        const std::string scheme = who.substr(0, colon), id = who.substr(colon + 1);
-        if (scheme == "world" && id == "anyone") {
-            granted |= perms;
-        } else if (scheme == "digest") {
-            const std::string user = id.substr(0, id.find(':'));
-            if (!acl_identity_.empty() && id == acl_identity_) granted |= perms;
-            else if (!own_user.empty() && user == own_user) same_user_other_password = true;
-            shown.push_back(fmt::format("digest:{} ({})", user, perms_text(perms)));
-            continue;
-        } else {
-            undecidable = true;
-        }
-        shown.push_back(fmt::format("{} ({})", who, perms_text(perms)));
-    }
-    if (undecidable || (granted & ZOO_PERM_CREATE)) return;
-    std::string acl_text;
-    for (const auto& e : shown) acl_text += (acl_text.empty() ? "" : ", ") + e;
-    if (same_user_other_password)
-        fail(DLOCK_CONFIG, fmt::format("{}: authentication failed for the base path `{}`: its nodes belong to user `{}` with another "
-                                       "password (ACL: {}); check `password`",
-                                       where(s.get()), base, own_user, acl_text));
-    fail(DLOCK_PERMISSION, fmt::format("{}: this client ({}) may not create lock nodes under `{}` (ACL: {}); set `user`/`password` "
-                                   "to an identity the ACL grants, or choose another `base_path`",
-                                   where(s.get()), own_user.empty() ? "unauthenticated" : "digest user `" + own_user + "`", base,
-                                   acl_text));
-}
-
 bool dlock_backend::alive(const session& s) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     return current_.get() == &s && s.state != ZOO_EXPIRED_SESSION_STATE && s.state != ZOO_AUTH_FAILED_STATE;
 }
 
 std::shared_ptr<session> dlock_backend::session_of(uint64_t generation) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     if (!current_ || current_->generation != generation || current_->state == ZOO_EXPIRED_SESSION_STATE ||
         current_->state == ZOO_AUTH_FAILED_STATE)
         return nullptr;
@@ -447,8 +309,8 @@ std::shared_ptr<session> dlock_backend::session_of(uint64_t generation) {
 }
 
 std::shared_ptr<session> dlock_backend::connected_session(waiter& w, int64_t until_ns, bool interruptible) {
-    std::unique_lock<std::mutex> lock(mutex);
-    const bool connected = wait_until(lock, w, until_ns, interruptible, [&] {
+    dlock::plugin_kit::unique_lock lock(mutex);
+    const bool connected = wait_until(lock, w, until_ns, interruptible, [&]() DLOCK_REQUIRES(mutex) {
         return auth_failed_ || (current_ && current_->state == ZOO_CONNECTED_STATE);
     });
     if (auth_failed_)
@@ -530,7 +392,7 @@ int64_t dlock_backend::heartbeat_ns(const session& s) const {
 void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
     c->rc = rc;
     if (answered_by_server(rc) && via) via->confirm(c->sent_ns, c->relayed && rc != ZTHROTTLEDOP);
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     c->done = true;
     c->done_order = ++handled_;
     if (c->notify) c->notify->cv.notify_one();
@@ -540,33 +402,30 @@ void dlock_backend::finish(const call_ptr& c, session* via, int rc) {
 // ---- waits ----------------------------------------------------------------------------------------
 
 template <typename Pred>
-bool dlock_backend::wait_until(std::unique_lock<std::mutex>& lock, waiter& w, int64_t until_ns, bool interruptible, Pred done) {
+bool dlock_backend::wait_until(dlock::plugin_kit::unique_lock& lock, waiter& w, int64_t until_ns, bool interruptible, Pred done) {
     for (;;) {
         if (done()) return true;
         if (interruptible && interrupted.load()) fail(DLOCK_CANCELLED, "zookeeper: the client is closing");
         if (stopping_) return false;
         if (now_ns() >= until_ns) return false;
-        if (until_ns == forever_ns) w.cv.wait(lock);
-        else w.cv.wait_until(lock, steady_time(until_ns));
+        if (until_ns == forever_ns) w.cv.wait(lock.std());
+        else w.cv.wait_until(lock.std(), steady_time(until_ns));
     }
 }
 
 bool dlock_backend::await(waiter& w, std::initializer_list<call*> calls, int64_t until_ns, bool interruptible) {
-    std::unique_lock<std::mutex> lock(mutex);
+    dlock::plugin_kit::unique_lock lock(mutex);
     for (call* c : calls) c->notify = &w;
-    struct clear_notify {
-        std::initializer_list<call*> calls;
-        ~clear_notify() {
-            for (call* c : calls) c->notify = nullptr;
-        }
-    } clear{calls};
-    return wait_until(lock, w, until_ns, interruptible, [&] {
+    auto clear_notify = scope_exit([calls] {  // under the lock: declared after it
+        for (call* c : calls) c->notify = nullptr;
+    });
+    return wait_until(lock, w, until_ns, interruptible, [&]() DLOCK_REQUIRES(mutex) {
         return std::all_of(calls.begin(), calls.end(), [](const call* c) { return c->done; });
     });
 }
 
 void dlock_backend::watch(waiter& w, const session& s, const std::string& path) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     w.watched_session = &s;
     w.watched_path = path;
     w.watch_fired = false;
@@ -574,8 +433,8 @@ void dlock_backend::watch(waiter& w, const session& s, const std::string& path) 
 }
 
 int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns, uint64_t own_since) {
-    std::unique_lock<std::mutex> lock(mutex);
-    wait_until(lock, w, until_ns, true, [&] {
+    dlock::plugin_kit::unique_lock lock(mutex);
+    wait_until(lock, w, until_ns, true, [&]() DLOCK_REQUIRES(mutex) {
         return w.watch_fired || w.own_event_at > own_since || current_.get() != &s || s.state == ZOO_EXPIRED_SESSION_STATE ||
                s.state == ZOO_AUTH_FAILED_STATE;
     });
@@ -583,7 +442,7 @@ int dlock_backend::wait_watch(waiter& w, const session& s, int64_t until_ns, uin
 }
 
 void dlock_backend::unwatch(waiter& w) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     w.watched_session = nullptr;
     w.watched_path.clear();
     w.watch_fired = false;
@@ -591,25 +450,25 @@ void dlock_backend::unwatch(waiter& w) {
 }
 
 void dlock_backend::watching_children(waiter& w, const session& s, const std::string& lock_path) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     w.queue_session = &s;
     w.lock_path = lock_path;
 }
 
 void dlock_backend::watching_own_node(waiter& w, const session& s, const std::string& own_path) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     w.queue_session = &s;
     w.own_path = own_path;
 }
 
 int dlock_backend::own_node_event(waiter& w, uint64_t since) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     return w.own_event_at > since ? w.own_event : 0;
 }
 
 void dlock_backend::interrupt() {
     interrupted = true;
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     for (waiter* w : waiters_) w->cv.notify_one();
 }
 
@@ -621,7 +480,7 @@ void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, con
             s.timeout_ms_ = zoo_recv_timeout(zh);
             if (const clientid_t* id = zoo_client_id(zh)) s.id_ = id->client_id;
         }
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         // Watchers of nodes hear session events too; only a change matters.
         if (s.state == state) return;
         s.state = state;
@@ -634,7 +493,7 @@ void dlock_backend::on_event(session& s, zhandle_t* zh, int type, int state, con
     if (!path) return;
     // A node event (deleted, changed, children changed, or the server stopped watching): wake whoever
     // waits on it, and record it for the acquisitions and holds whose nodes it concerns.
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     const uint64_t order = ++handled_;
     for (waiter* w : waiters_) {
         if (w->watched_session == &s && w->watched_path == path) {
@@ -675,7 +534,7 @@ void dlock_backend::wake_monitor_locked() {
 }
 
 void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::string node_path, std::string guid) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     orphans_.push_back({generation, std::move(lock_path), std::move(node_path), std::move(guid)});
     ++events_;
     for (waiter* w : waiters_) w->cv.notify_one();
@@ -685,10 +544,10 @@ void dlock_backend::add_orphan(uint64_t generation, std::string lock_path, std::
 
 void dlock_backend::register_hold(dlock_hold* h, const waiter& w, uint64_t children_since, uint64_t own_since) {
     {
-        std::lock_guard<std::mutex> lock(holds_mutex);
+        dlock::plugin_kit::lock_guard lock(holds_mutex);
         holds_.insert(h);
     }
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     const bool own_fired = w.own_path == h->node_path && w.own_event_at > own_since;
     if (own_fired && w.own_event == ZOO_DELETED_EVENT) h->node_deleted = true;
     if (own_since != 0 && !own_fired) h->watch = node_watch::own;
@@ -701,13 +560,13 @@ void dlock_backend::register_hold(dlock_hold* h, const waiter& w, uint64_t child
 }
 
 void dlock_backend::set_releasing(dlock_hold* h, bool releasing) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     h->releasing = releasing;
     if (!releasing && (h->node_deleted || h->watch == node_watch::needed)) wake_monitor_locked();
 }
 
 void dlock_backend::waiting(int delta) {
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     waiting_acquires_ = size_t(int64_t(waiting_acquires_) + delta);
     if (delta > 0) kick_monitor_locked();
 }
@@ -721,21 +580,21 @@ void dlock_backend::kick_monitor_locked() {
 
 void dlock_backend::forget_hold(dlock_hold* h) {
     {
-        std::lock_guard<std::mutex> lock(holds_mutex);
+        dlock::plugin_kit::lock_guard lock(holds_mutex);
         holds_.erase(h);
     }
-    std::lock_guard<std::mutex> lock(mutex);
+    dlock::plugin_kit::lock_guard lock(mutex);
     watched_holds_.erase(h);
 }
 
 size_t dlock_backend::holds_of(uint64_t generation) {
-    std::lock_guard<std::mutex> lock(holds_mutex);
+    dlock::plugin_kit::lock_guard lock(holds_mutex);
     return size_t(std::count_if(holds_.begin(), holds_.end(), [&](const dlock_hold* h) { return h->generation == generation; }));
 }
 
 void dlock_backend::report(uint64_t generation, int state, int64_t valid_until_ns) {
     if (!host_.hold_state_changed) return;
-    std::lock_guard<std::mutex> lock(holds_mutex);
+    dlock::plugin_kit::lock_guard lock(holds_mutex);
     for (dlock_hold* h : holds_)
         if (h->generation == generation) host_.hold_state_changed(host_.context, h->host_lease, state, valid_until_ns);
 }
@@ -751,7 +610,7 @@ bool dlock_backend::probe(waiter& w, const std::shared_ptr<session>& s) {
 void dlock_backend::tend_orphans(waiter& w, const std::shared_ptr<session>& s) {
     std::vector<orphan> todo;
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         // Nodes of an ended session vanished with it.
         orphans_.erase(std::remove_if(orphans_.begin(), orphans_.end(), [&](const orphan& o) { return o.generation != s->generation; }),
                        orphans_.end());
@@ -781,7 +640,7 @@ void dlock_backend::tend_orphans(waiter& w, const std::shared_ptr<session>& s) {
         }
     }
     if (!keep.empty()) {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         orphans_.insert(orphans_.end(), keep.begin(), keep.end());
     }
 }
@@ -796,7 +655,7 @@ void dlock_backend::tend_node_watches(const std::shared_ptr<session>& s, bool co
     std::vector<deletion> deleted;
     std::vector<node_watch_request> to_send;
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         for (auto r = requests.begin(); r != requests.end();) {
             if (!r->call->done) { ++r; continue; }
             // The hold may have been destroyed meanwhile (and another allocated at its address).
@@ -828,7 +687,7 @@ void dlock_backend::tend_node_watches(const std::shared_ptr<session>& s, bool co
         log(2, fmt::format("{}: the node `{}` of lock `{}` was deleted by another client; the lock is LOST", where(s.get()),
                            d.node_path, d.name));
     if (deleted.empty() || !host_.hold_state_changed) return;
-    std::lock_guard<std::mutex> lock(holds_mutex);
+    dlock::plugin_kit::lock_guard lock(holds_mutex);
     for (const auto& d : deleted)
         if (holds_.count(d.hold) && d.hold->node_path == d.node_path)
             host_.hold_state_changed(host_.context, d.hold->host_lease, DLOCK_LEASE_LOST, 0);
@@ -837,7 +696,7 @@ void dlock_backend::tend_node_watches(const std::shared_ptr<session>& s, bool co
 void dlock_backend::monitor_loop() {
     waiter w;
     {
-        std::lock_guard<std::mutex> lock(mutex);
+        dlock::plugin_kit::lock_guard lock(mutex);
         waiters_.insert(&w);
         monitor_waiter_ = &w;
     }
@@ -845,7 +704,7 @@ void dlock_backend::monitor_loop() {
     bool suspect = false;          // holds of the current session were reported SUSPECT
     int64_t reported_bound = 0;    // the last valid_until reported
     std::vector<node_watch_request> node_watches;  // in flight
-    std::unique_lock<std::mutex> lock(mutex);
+    dlock::plugin_kit::unique_lock lock(mutex);
     while (!stopping_) {
         const uint64_t seen_events = events_;
         std::shared_ptr<session> s = current_;
@@ -928,7 +787,7 @@ void dlock_backend::monitor_loop() {
         s.reset();
         lock.lock();
         monitor_timer_armed_ = next_ns != forever_ns;
-        wait_until(lock, w, next_ns, false, [&] { return stopping_ || events_ != seen_events; });
+        wait_until(lock, w, next_ns, false, [&]() DLOCK_REQUIRES(mutex) { return stopping_ || events_ != seen_events; });
         monitor_timer_armed_ = false;
     }
     waiters_.erase(&w);

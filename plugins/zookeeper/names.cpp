@@ -1,9 +1,10 @@
 // Lock names → ZooKeeper path elements, and the queue nodes under a lock's node.
-#include "zookeeper_backend.hpp"
+#include "names.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace dlock::zk {
 
@@ -54,6 +55,10 @@ std::string path_problem(const std::string& path) {
 
 std::string join_path(const std::string& parent, const std::string& child) {
     return parent == "/" ? "/" + child : parent + "/" + child;
+}
+
+std::string node_of(const std::string& base_path, const std::string& name, bool semaphore) {
+    return semaphore ? join_path(join_path(base_path, semaphores_node), escape_name(name)) : join_path(base_path, escape_name(name));
 }
 
 std::optional<std::string> unescape_name(std::string_view element) {

@@ -1,7 +1,8 @@
 // zookeeper_backend.hpp — the inside of the `zookeeper` plugin: settings, the session (one
-// libzookeeper-mt handle), asynchronous requests and the waits on them, the session monitor, and the
-// name mapping (implemented in backend.cpp, names.cpp and digest.cpp). The C entry points and the
-// lock recipe are in zookeeper_plugin.cpp.
+// libzookeeper-mt handle), asynchronous requests and the waits on them, the session monitor
+// (implemented in backend.cpp, setup.cpp (opening a client) and digest.cpp; the name mapping and the
+// queue rules are in names.hpp).
+// The C entry points and the lock recipe are in zookeeper_plugin.cpp, holders/list/break in admin.cpp.
 //
 // Threads and locks:
 //   - libzookeeper-mt runs two threads per handle: I/O, and completions (every completion and
@@ -20,6 +21,9 @@
 
 #include <dlock/plugin.h>
 #include <dlock/plugin_kit.hpp>
+#include <dlock/plugin_kit/thread_safety.hpp>
+
+#include "names.hpp"
 
 #ifndef THREADED
 #define THREADED  // libzookeeper_mt: declares the synchronous calls too
@@ -45,49 +49,6 @@ namespace dlock::zk {
 // The plugin kit: failure and fail() (thrown inside the plugin, caught by guarded() at each entry
 // point), the clock (now_ns, forever_ns, ns_per_ms, steady_time).
 using namespace plugin_kit;
-
-// ---- names (names.cpp) ------------------------------------------------------------------------
-
-// Maps a lock name (1..1024 bytes, validated by the host) to one ZooKeeper path element. Bytes
-// [A-Za-z0-9_~-] and `.` (not first) are kept, every other byte becomes %XX, and the one name that
-// would still be reserved, `zookeeper`, becomes `%7Aookeeper`. The mapping is a function whose
-// result can be decoded back (a literal `%` is always escaped), so distinct names never share a node.
-std::string escape_name(std::string_view name);
-// The name escape_name mapped to `element`, or nullopt when no name maps to it (a node dlock did
-// not create).
-std::optional<std::string> unescape_name(std::string_view element);
-
-// The child of base_path under which semaphores live, one node per semaphore name (escaped as
-// above). No lock name escapes to it (a leading `.` is always escaped), so the two keyspaces never
-// meet.
-inline constexpr const char* semaphores_node = ".semaphores";
-
-// Why `path` is not a valid absolute ZooKeeper path ("" when it is): it must start with `/`, have no
-// empty, `.` or `..` element, no trailing `/` (except the root) and no control character.
-std::string path_problem(const std::string& path);
-
-// "parent/child" without doubling the `/` of the root.
-std::string join_path(const std::string& parent, const std::string& child);
-
-// One entry of a lock's (or a semaphore's) queue: a child named "_c_<guid>-lock-<sequence>" for an
-// exclusive holder or a permit, "_c_<guid>-__READ__<sequence>" for a shared holder (the shapes of
-// Curator's InterProcessMutex and InterProcessReadWriteLock; "-__WRIT__" is read as exclusive too).
-// The guid is the acquisition's owner token.
-struct queue_entry {
-    std::string node;  // the child's name
-    std::string guid;
-    int64_t sequence = 0;
-    bool shared = false;  // a reader
-};
-enum class node_kind {
-    exclusive,       // "_c_<guid>-lock-": Curator's InterProcessMutex
-    curator_writer,  // "_c_<guid>-__WRIT__": the write lock of Curator's InterProcessReadWriteLock
-    reader,          // "_c_<guid>-__READ__": its read lock
-};
-std::string queue_node_prefix(const std::string& guid, node_kind kind = node_kind::exclusive);
-std::optional<queue_entry> parse_queue_node(const std::string& node);
-// The queue in sequence order; children of other shapes are ignored.
-std::vector<queue_entry> queue_of(const std::vector<std::string>& children);
 
 // ---- digest identities (digest.cpp) -----------------------------------------------------------
 
@@ -300,18 +261,19 @@ private:
         dlock::zk::call_ptr call;
     };
     template <typename Pred>
-    bool wait_until(std::unique_lock<std::mutex>& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done);
+    bool wait_until(dlock::plugin_kit::unique_lock& lock, dlock::zk::waiter& w, int64_t until_ns, bool interruptible, Pred done)
+        DLOCK_REQUIRES(mutex);
     std::shared_ptr<dlock::zk::session> open_session();
     void check_base_path(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void detect_ensemble(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void monitor_loop();
     void tend_orphans(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     void tend_node_watches(const std::shared_ptr<dlock::zk::session>& s, bool connected, std::vector<node_watch_request>& requests);
-    void wake_monitor_locked();
+    void wake_monitor_locked() DLOCK_REQUIRES(mutex);
     bool probe(dlock::zk::waiter& w, const std::shared_ptr<dlock::zk::session>& s);
     size_t holds_of(uint64_t generation);
     void report(uint64_t generation, int state, int64_t valid_until_ns);
-    void kick_monitor_locked();
+    void kick_monitor_locked() DLOCK_REQUIRES(mutex);
 
     dlock::zk::settings config_;
     dlock_plugin_host host_{};
@@ -320,27 +282,30 @@ private:
     ::ACL acl_entries_[2]{};
     ACL_vector acl_{0, nullptr};
 
-    mutable std::mutex mutex;
-    std::shared_ptr<dlock::zk::session> current_;
-    uint64_t last_generation_ = 0;
-    std::set<dlock::zk::waiter*> waiters_;
-    uint64_t events_ = 0;      // bumped on each session event, new orphan and first hold (wakes the monitor)
-    dlock::zk::waiter* monitor_waiter_ = nullptr;
-    bool monitor_timer_armed_ = false;  // the monitor will wake by itself for the heartbeat
-    size_t waiting_acquires_ = 0;
-    bool auth_failed_ = false;
+    // What else this mutex guards (fields of sessions, waiters and calls, see the top of this
+    // file) belongs to other objects, which the annotations cannot name.
+    mutable dlock::plugin_kit::mutex mutex;
+    std::shared_ptr<dlock::zk::session> current_ DLOCK_GUARDED_BY(mutex);
+    uint64_t last_generation_ DLOCK_GUARDED_BY(mutex) = 0;
+    std::set<dlock::zk::waiter*> waiters_ DLOCK_GUARDED_BY(mutex);
+    // Bumped on each session event, new orphan and first hold (wakes the monitor).
+    uint64_t events_ DLOCK_GUARDED_BY(mutex) = 0;
+    dlock::zk::waiter* monitor_waiter_ DLOCK_GUARDED_BY(mutex) = nullptr;
+    bool monitor_timer_armed_ DLOCK_GUARDED_BY(mutex) = false;  // the monitor will wake by itself for the heartbeat
+    size_t waiting_acquires_ DLOCK_GUARDED_BY(mutex) = 0;
+    bool auth_failed_ DLOCK_GUARDED_BY(mutex) = false;
     std::atomic<bool> relayed_{false};
-    bool stopping_ = false;
-    std::vector<orphan> orphans_;
+    bool stopping_ DLOCK_GUARDED_BY(mutex) = false;
+    std::vector<orphan> orphans_ DLOCK_GUARDED_BY(mutex);
     std::thread monitor_;
 
-    std::set<dlock_hold*> watched_holds_;  // every registered hold, for watch events (under `mutex`)
+    std::set<dlock_hold*> watched_holds_ DLOCK_GUARDED_BY(mutex);  // every registered hold, for watch events
     // Replies and watch events handled so far, in the order the completion thread handled them,
     // which is the order they arrived in (the client library queues both in one list).
-    uint64_t handled_ = 0;
+    uint64_t handled_ DLOCK_GUARDED_BY(mutex) = 0;
 
-    std::mutex holds_mutex;
-    std::set<dlock_hold*> holds_;
+    dlock::plugin_kit::mutex holds_mutex;
+    std::set<dlock_hold*> holds_ DLOCK_GUARDED_BY(holds_mutex);
 };
 
 namespace dlock::zk {
@@ -407,9 +372,15 @@ private:
     std::atomic<int64_t> confirmed_send_ns_{0};  // any answered request
     std::atomic<int64_t> relayed_send_ns_{0};    // relayed answered requests
     std::atomic<int64_t> anchor_ns_{0};
-    std::mutex candidates_mutex_;
-    std::vector<int64_t> candidates_;  // relayed send times not yet anchored, ascending
+    dlock::plugin_kit::mutex candidates_mutex_;
+    std::vector<int64_t> candidates_ DLOCK_GUARDED_BY(candidates_mutex_);  // relayed send times not yet anchored, ascending
     std::atomic<int64_t> id_{0};
 };
+
+// ---- holders, list, break (admin.cpp) ---------------------------------------------------------
+
+int zk_holders(dlock_backend* b, const char* name, int semaphore, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error);
+int zk_list(dlock_backend* b, const char* prefix, dlock_holder_visitor visit, void* user_data, dlock_plugin_error* error);
+int zk_break(dlock_backend* b, const char* name, int semaphore, size_t* out_broken, dlock_plugin_error* error);
 
 }  // namespace dlock::zk
