@@ -731,7 +731,7 @@ int zk_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_
         for (int attempt = 0; attempt < 5; ++attempt) {
             auto listed = b->children(*s, lock_path);
             if (!b->await(w, {synced.get(), listed.get()}, now_ns() + s->timeout_ms() * ns_per_ms, false))
-                request_failed(ZOPERATIONTIMEOUT, "listing " + lock_path);
+                request_failed(ZOPERATIONTIMEOUT, (attempt == 0 ? "syncing with the leader and listing " : "listing ") + lock_path);
             if (synced->rc != ZOK) request_failed(synced->rc, "syncing with the leader before listing " + lock_path);
             if (listed->rc == ZNONODE) return DLOCK_OK;
             if (listed->rc != ZOK) request_failed(listed->rc, "listing " + lock_path);
