@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake pkg-config ccache git python3
+  # clang's -Wthread-safety build (scripts/check-thread-safety.sh)
+  clang-14
   # core dependencies
   libboost-dev libboost-filesystem-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcurl4-openssl-dev

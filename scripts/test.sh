@@ -10,6 +10,8 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
 scripts/install-deps.sh
+echo "== clang's thread-safety analysis (library and plugins)"
+scripts/check-thread-safety.sh
 
 run_ctest() {  # run_ctest BUILD_DIR [ctest args...]
   local dir=$1; shift
