@@ -515,7 +515,8 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
     // The caller may free the previous callback's data once this returns: let a run of it finish
     // (unless this is that run, replacing itself).
     if (std::this_thread::get_id() != dispatcher_id_)
-        changed_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) { return running_callback_ != lease; });
+        // Through the clock, so that a test on a simulated one can tell this thread is waiting.
+        while (running_callback_ == lease) clock_->wait_until(lock.std(), changed_, forever_ns);
     // Lost is decided by validity, as in state_of(), not by the keeper having woken yet (it may be
     // late on a loaded machine); marked before the new callback is in place, so that it runs here.
     if (!lease->released) lost_by_validity(*lease->hold);
@@ -555,7 +556,7 @@ void client_core::destroy(dlock_lease* lease) {
     }
     plugin_kit::unique_lock lock(mutex_);
     if (std::this_thread::get_id() != dispatcher_id_)
-        changed_.wait(lock.std(), [&] { return lease->callbacks_running == 0; });
+        while (lease->callbacks_running != 0) clock_->wait_until(lock.std(), changed_, forever_ns);  // as in on_lost()
     else if (running_callback_ == lease)
         running_callback_ = nullptr;  // destroyed from its own callback: the dispatcher must not touch it after
     lost_queue_.erase(std::remove(lost_queue_.begin(), lost_queue_.end(), lease), lost_queue_.end());

@@ -106,6 +106,15 @@ protected:
         clock_->advance(ns(lose_after));
         settle(1);
     }
+    // Raises `may_return` (letting a blocked callback return) once this thread waits for that callback
+    // inside a dlock call: the keeper and this thread wait on the clock. Joined when the result goes.
+    std::unique_ptr<std::thread, void (*)(std::thread*)> release_once_waiting(signal& may_return) {
+        auto* opener = new std::thread([this, &may_return] {
+            clock_->wait_for_waiters(2);
+            may_return.raise();
+        });
+        return {opener, [](std::thread* t) { t->join(); delete t; }};
+    }
     std::chrono::steady_clock::time_point now() const {
         return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock_->now_ns()));
     }
@@ -344,17 +353,16 @@ TEST_F(Keeper, SlowLostCallbackDoesNotStallRenewals) {
 
 // Replacing the lost callback while the previous one runs must not free the running one.
 // (Under ASan or TSan a use after free shows here; without them it may pass silently.)
-// The callback runs 200 ms of real time: dlock_lease_on_lost waits for it, so nothing but time can
-// end it while the test thread is inside that call (the assertions hold however long it runs).
 TEST_F(Keeper, ReplacingTheLostCallbackWhileItRunsIsSafe) {
     auto client = fake_client("  lose_after: 50ms\n");
     auto lease = client.acquire("replaced", dlock::acquire_options().with_ttl(30s));
     signal running;
     signal finished;
+    signal may_return;
     const std::string payload(1000, 'x');
-    lease.on_lost([&running, &finished, payload] {
+    lease.on_lost([&running, &finished, &may_return, payload] {
         running.raise();
-        std::this_thread::sleep_for(200ms);
+        may_return.wait_for(1);
         // Reads its own captured state after it was replaced.
         EXPECT_EQ(payload.size(), 1000u);
         EXPECT_EQ(payload.back(), 'x');
@@ -362,21 +370,22 @@ TEST_F(Keeper, ReplacingTheLostCallbackWhileItRunsIsSafe) {
     });
     advance_to_pushed_loss(50ms);
     ASSERT_TRUE(running.wait_for(1));
+    const auto opener = release_once_waiting(may_return);
     for (int i = 0; i < 3; ++i) lease.on_lost([] {});
     EXPECT_TRUE(finished.wait_for(1));
-    EXPECT_EQ(finished.count(), 1);
     EXPECT_EQ(lease.state(), dlock::lease_state::lost);
 }
 
-// A C lost callback that runs for 200 ms of real time, for the tests that a call waits for a
-// running callback (nothing else can end it while the test thread is inside that call).
-struct slow_callback {
+// A C lost callback that runs until the test lets it return, for the tests that a call waits for a
+// running callback.
+struct blocking_callback {
     signal running;
+    signal may_return;
     std::atomic<bool> finished{false};
     static void run(dlock_lease*, void* data) {
-        auto* state = static_cast<slow_callback*>(data);
+        auto* state = static_cast<blocking_callback*>(data);
         state->running.raise();
-        std::this_thread::sleep_for(200ms);
+        state->may_return.wait_for(1);
         state->finished = true;
     }
 };
@@ -384,12 +393,13 @@ struct slow_callback {
 // The C function waits for a running callback of the lease before replacing it, so the caller may
 // free the previous callback's data as soon as it returns.
 TEST_F(Keeper, CReplacementWaitsForTheRunningCallback) {
-    slow_callback p;
+    blocking_callback p;
     auto client = fake_client("  lose_after: 50ms\n");
     auto lease = client.acquire("c-replaced", dlock::acquire_options().with_ttl(30s));
-    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), &slow_callback::run, &p), DLOCK_OK);
+    ASSERT_EQ(dlock_lease_on_lost(lease.handle(), &blocking_callback::run, &p), DLOCK_OK);
     advance_to_pushed_loss(50ms);
     ASSERT_TRUE(p.running.wait_for(1));
+    const auto opener = release_once_waiting(p.may_return);
     ASSERT_EQ(dlock_lease_on_lost(lease.handle(), nullptr, nullptr), DLOCK_OK);
     EXPECT_TRUE(p.finished.load()) << "dlock_lease_on_lost returned while the previous callback still ran";
 }
@@ -397,16 +407,17 @@ TEST_F(Keeper, CReplacementWaitsForTheRunningCallback) {
 // Destroying a released lease whose lost callback is still running waits for the callback, so the
 // caller may free the callback's data once dlock_lease_destroy returns.
 TEST_F(Keeper, DestroyingAReleasedLeaseWaitsForItsRunningCallback) {
-    slow_callback p;
+    blocking_callback p;
     auto client = fake_client("  lose_after: 50ms\n");
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     o.ttl_ms = 30'000;
     dlock_lease* lease = nullptr;
     ASSERT_EQ(dlock_acquire(client.handle(), "destroyed-while-called", &o, &lease), DLOCK_OK) << dlock_last_error();
-    ASSERT_EQ(dlock_lease_on_lost(lease, &slow_callback::run, &p), DLOCK_OK);
+    ASSERT_EQ(dlock_lease_on_lost(lease, &blocking_callback::run, &p), DLOCK_OK);
     advance_to_pushed_loss(50ms);
     ASSERT_TRUE(p.running.wait_for(1));
     EXPECT_EQ(dlock_lease_release(lease), DLOCK_LOST);
+    const auto opener = release_once_waiting(p.may_return);
     dlock_lease_destroy(lease);
     EXPECT_TRUE(p.finished.load()) << "dlock_lease_destroy returned while the lease's callback still ran";
 }
