@@ -1,6 +1,5 @@
 // The built-in backends and the catalog of the backends a config can reach.
 #include "dlock_internal/backends.hpp"
-#include "dlock_internal/clock.hpp"
 
 #include "file_plugin.hpp"
 

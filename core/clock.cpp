@@ -30,8 +30,8 @@ public:
     void notify_all(std::condition_variable& cv) override { cv.notify_all(); }
 };
 
-std::mutex injected_mutex;
-std::shared_ptr<clock> injected;  // guarded by injected_mutex
+plugin_kit::mutex injected_mutex;
+std::shared_ptr<clock> injected DLOCK_GUARDED_BY(injected_mutex);
 
 }  // namespace
 
@@ -43,7 +43,7 @@ const std::shared_ptr<clock>& real_clock() {
 simulated_clock::simulated_clock() : now_ns_(monotonic_now_ns()) {}
 
 int64_t simulated_clock::now_ns() {
-    std::lock_guard<std::mutex> guard(m_);
+    plugin_kit::lock_guard guard(m_);
     return now_ns_;
 }
 
@@ -54,20 +54,20 @@ int64_t simulated_clock::now_ns() {
 void simulated_clock::wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, int64_t deadline_ns) {
     waiter self{lock.mutex(), &cv, deadline_ns};
     {
-        std::lock_guard<std::mutex> guard(m_);
+        plugin_kit::lock_guard guard(m_);
         if (deadline_ns <= now_ns_) return;
         waiters_.push_back(&self);
         changed_.notify_all();
     }
     cv.wait(lock);
-    std::unique_lock<std::mutex> guard(m_);
+    plugin_kit::unique_lock guard(m_);
     waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), &self), waiters_.end());
     changed_.notify_all();
     if (!self.notifying) return;
     // advance() is about to notify us under our mutex: let it, and return only when it is done with
     // `self` (which lives on this stack).
     lock.unlock();
-    changed_.wait(guard, [&] { return !self.notifying; });
+    changed_.wait(guard.std(), [&]() DLOCK_REQUIRES(m_) { return !self.notifying; });
     guard.unlock();
     lock.lock();
 }
@@ -75,7 +75,7 @@ void simulated_clock::wait_until(std::unique_lock<std::mutex>& lock, std::condit
 void simulated_clock::advance(int64_t ns) {
     std::vector<waiter*> due;
     {
-        std::lock_guard<std::mutex> guard(m_);
+        plugin_kit::lock_guard guard(m_);
         now_ns_ = detail::saturating_add(now_ns_, ns);
         for (waiter* w : waiters_) {
             if (w->deadline_ns > now_ns_) continue;
@@ -89,14 +89,14 @@ void simulated_clock::advance(int64_t ns) {
         std::lock_guard<std::mutex> waiter_lock(*w->mutex);
         w->cv->notify_all();
     }
-    std::lock_guard<std::mutex> guard(m_);
+    plugin_kit::lock_guard guard(m_);
     for (waiter* w : due) w->notifying = false;
     changed_.notify_all();
 }
 
 void simulated_clock::notify_all(std::condition_variable& cv) {
     {
-        std::lock_guard<std::mutex> guard(m_);
+        plugin_kit::lock_guard guard(m_);
         waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [&](waiter* w) { return w->cv == &cv; }),
                        waiters_.end());
     }
@@ -104,19 +104,20 @@ void simulated_clock::notify_all(std::condition_variable& cv) {
 }
 
 bool simulated_clock::wait_for_waiters(size_t count, int64_t real_limit_ns) {
-    std::unique_lock<std::mutex> guard(m_);
-    return changed_.wait_for(guard, std::chrono::nanoseconds(real_limit_ns), [&] { return waiters_.size() >= count; });
+    plugin_kit::unique_lock guard(m_);
+    return changed_.wait_for(guard.std(), std::chrono::nanoseconds(real_limit_ns),
+                             [&]() DLOCK_REQUIRES(m_) { return waiters_.size() >= count; });
 }
 
 namespace testing {
 
 void use_clock(std::shared_ptr<clock> c) {
-    std::lock_guard<std::mutex> guard(injected_mutex);
+    plugin_kit::lock_guard guard(injected_mutex);
     injected = std::move(c);
 }
 
 std::shared_ptr<clock> clock_for_new_client() {
-    std::lock_guard<std::mutex> guard(injected_mutex);
+    plugin_kit::lock_guard guard(injected_mutex);
     return injected ? injected : real_clock();
 }
 

@@ -9,7 +9,7 @@
 // on a hold; reentrant acquisitions of one name share a hold, each with its own lease.
 //
 // Threads: the keeper renews and expires holds; a separate dispatcher runs the lost callbacks, so a
-// callback that blocks (say, re-acquiring with a wait) never delays a renewal.
+// callback that blocks (say, re-acquiring with a wait) never delays a renewal (both in keeper.cpp).
 //
 // Locking: `mutex_` guards the client's fields declared DLOCK_GUARDED_BY(mutex_) and the fields of
 // holds and leases marked (m) (the analysis cannot name the mutex of the client a hold belongs to).

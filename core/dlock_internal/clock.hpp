@@ -4,11 +4,12 @@
 // keeper or of validity decides what time it is instead of sleeping (RocksDB's MockSystemClock is
 // the model).
 //
-// A test injects a clock through testing::use_clock below: an internal hook of the C++ layer,
+// A test injects a clock through testing::use_clock below (and may build a fake backend on the same
+// clock into itself: testing::add_builtin_backend, backends.hpp): internal hooks of the C++ layer,
 // reachable only by code linked against dlock_internal, never through the ABI.
 #pragma once
 
-#include "dlock_internal/loader.hpp"
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <condition_variable>
 #include <cstdint>
@@ -64,10 +65,10 @@ private:
         bool notifying = false;  // taken out by advance(), which has yet to notify it
     };
 
-    std::mutex m_;
+    plugin_kit::mutex m_;
     std::condition_variable changed_;  // a waiter came or went, or a notification ended
-    int64_t now_ns_;                   // guarded by m_
-    std::vector<waiter*> waiters_;     // guarded by m_: idle ones (deadline ahead, not notified)
+    int64_t now_ns_ DLOCK_GUARDED_BY(m_);
+    std::vector<waiter*> waiters_ DLOCK_GUARDED_BY(m_);  // idle ones (deadline ahead, not notified)
 };
 
 namespace testing {
@@ -77,9 +78,6 @@ namespace testing {
 void use_clock(std::shared_ptr<clock> c);
 // The clock a client opened now gets.
 std::shared_ptr<clock> clock_for_new_client();
-// Adds a backend compiled into the test program, found by name before any plugin file, for the
-// clients opened after this call. For tests only (e.g. a fake backend on the simulated clock).
-void add_builtin_backend(loader::builtin backend);
 
 }  // namespace testing
 

@@ -6,6 +6,7 @@
 // Time is simulated (dlock_internal/clock.hpp): the core and the fake, built into this program on
 // the same clock, see time move only when a test advances it, and a test waits for the client's
 // threads to settle back into waiting before it looks. Nothing depends on how fast the machine is.
+#include "dlock_internal/backends.hpp"
 #include "dlock_internal/clock.hpp"
 
 #include <dlock/dlock.hpp>
