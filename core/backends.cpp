@@ -20,10 +20,17 @@ const char* option_type_name(uint32_t type) {
 
 }  // namespace
 
-const std::vector<loader::builtin>& builtin_backends() {
-    static const std::vector<loader::builtin> builtins{{"file", &dlock_file_plugin_negotiate}};
-    return builtins;
+namespace {
+// `file`, and the backends a test added (testing::add_builtin_backend) before opening its clients.
+std::vector<loader::builtin>& builtins() {
+    static std::vector<loader::builtin> list{{"file", &dlock_file_plugin_negotiate}};
+    return list;
 }
+}  // namespace
+
+const std::vector<loader::builtin>& builtin_backends() { return builtins(); }
+
+void testing::add_builtin_backend(loader::builtin backend) { builtins().push_back(std::move(backend)); }
 
 backend_catalog::backend_catalog(const config::client_config& config) {
     modules_ = loader::discover(config.plugin_path, builtin_backends(), failures_);

@@ -1,17 +1,20 @@
-// The core: clients, holds, leases and the lease keeper.
+// The core: clients, holds and leases: acquire, release, renew, on_lost, inspect, close. The lease
+// keeper and the lost-callback dispatcher are in keeper.cpp.
 #include "dlock_internal/client.hpp"
 
 #include "dlock_internal/backends.hpp"
 #include "dlock_internal/common.hpp"
+#include "dlock_internal/keeper.hpp"
 #include "dlock_internal/log.hpp"
 #include "dlock_internal/names.hpp"
+#include "dlock_internal/plugin_call.hpp"
+
+#include <dlock/plugin_kit/scope_exit.hpp>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 
 namespace dlock::core {
@@ -29,50 +32,12 @@ constexpr int64_t max_ttl_ms = 365LL * 24 * 3600 * 1000;
 // backend, so this bounds how long a cancel waits for the plugin to return (dlock.h gives the cost).
 constexpr int64_t cancel_slice_ns = 250 * 1'000'000LL;
 
-// dlock's own logger: stderr or the application's handler (log_sink), level from $DLOCK_LOG (debug,
-// info, warn, error, off; default warn).
-// Not registered in spdlog's global registry, so it never clashes with the application's loggers.
-spdlog::logger& logger() {
-    static const std::shared_ptr<spdlog::logger> instance = [] {
-        auto l = std::make_shared<spdlog::logger>("dlock", log_sink());
-        const char* level = std::getenv("DLOCK_LOG");
-        l->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
-        return l;
-    }();
-    return *instance;
-}
-
 void host_log(void* context, int level, const char* message) {
     static_cast<client_core*>(context)->log(level, message);
 }
 
 void host_hold_state_changed(void* context, void* host_lease, int state, int64_t valid_until_ns) {
     static_cast<client_core*>(context)->hold_state_changed(static_cast<hold*>(host_lease), state, valid_until_ns);
-}
-
-// The buffer a plugin call may write its failure's reason into. A plugin writes a NUL-terminated
-// message only when it fails, so an empty first byte is all "no message" needs: zeroing the whole
-// kilobyte for every call cost more than the rest of the core's work on an uncontended acquire.
-struct plugin_error : dlock_plugin_error {
-    plugin_error() { message[0] = '\0'; }
-};
-
-// Calls into a plugin behind an exception firewall: a plugin that throws across the C ABI is a
-// broken plugin, reported as such, never a crash.
-template <typename F>
-int plugin_call(dlock_plugin_error& err, const char* backend, const char* entry, F&& call) noexcept {
-    try {
-        return call();
-    } catch (...) {
-        std::snprintf(err.message, sizeof err.message, "plugin `%s` threw an exception from `%s` across the C ABI",
-                      backend, entry);
-        return DLOCK_PLUGIN;
-    }
-}
-
-std::string message_of(const dlock_plugin_error& err, const std::string& fallback) {
-    const size_t n = strnlen(err.message, sizeof err.message);
-    return n ? std::string(err.message, n) : fallback;
 }
 
 // Reads one field of a caller's option struct if the caller's struct_size covers it.
@@ -123,7 +88,7 @@ std::shared_ptr<client_core> client_core::open(config::client_config config) {
 }
 
 client_core::client_core(config::client_config config, std::shared_ptr<const loader::module> module)
-    : config_(std::move(config)), module_(std::move(module)), plugin_(module_->table) {
+    : config_(std::move(config)), module_(std::move(module)), plugin_(module_->table), clock_(testing::clock_for_new_client()) {
     host_.struct_size = sizeof host_;
     host_.context = this;
     host_.log = host_log;
@@ -166,166 +131,188 @@ dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options*
 }
 
 dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_options* options) {
+    const resolved_acquire r = resolve_request(name, options);
+    if (r.cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token before it began", name));
+    // close() waits for the in-flight count to reach zero before destroying the backend, so this call
+    // is counted out only after its last plugin call: under the mutex where a lease is handed out
+    // (which clears `in_flight`), or on the way out when the acquisition fails or the client closed
+    // meanwhile. Counted in without the mutex, then the close checked, both sequentially consistent:
+    // either this sees closed_, or close() (which sets closed_, then reads the count) waits for this call.
+    ++acquires_in_flight_;
+    bool in_flight = true;
+    const auto count_out_on_exit = plugin_kit::scope_exit([&] {
+        if (!in_flight) return;
+        plugin_kit::lock_guard lock(mutex_);
+        count_out_acquire(in_flight);
+    });
+    if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
+    if (r.reentrant) {
+        if (dlock_lease* lease = reenter(r, in_flight)) return lease;
+    }
+    return acquire_new_hold(r, in_flight);
+}
+
+resolved_acquire client_core::resolve_request(const char* name, const dlock_acquire_options* options) const {
     if (!name) throw error(DLOCK_INVALID_ARGUMENT, "lock name is NULL");
-    const std::string_view name_view(name);  // measured once
-    detail::validate_name(name_view);
+    resolved_acquire r;
+    r.name = name;  // measured once
+    detail::validate_name(r.name);
     if (options && options->struct_size < sizeof(uint32_t))
         throw error(DLOCK_INVALID_ARGUMENT, "acquire options: struct_size is 0; initialise with DLOCK_ACQUIRE_OPTIONS_INIT");
-    const config::resolved_policy policy = config::resolve(config_, name_view);
+    const config::resolved_policy policy = config::resolve(config_, r.name);
 
-    int64_t wait_ms = policy.wait_ms;
+    r.wait_ms = policy.wait_ms;
     if (has_field(options, &dlock_acquire_options::wait_ms) && options->wait_ms != DLOCK_DEFAULT) {
         if (options->wait_ms < 0)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `wait_ms` is {}; it must be >= 0, "
                                                             "DLOCK_WAIT_FOREVER or DLOCK_DEFAULT", options->wait_ms));
-        wait_ms = options->wait_ms;
+        r.wait_ms = options->wait_ms;
     }
-    int64_t ttl_ms = policy.ttl_ms;
+    r.ttl_ms = policy.ttl_ms;
     if (has_field(options, &dlock_acquire_options::ttl_ms) && options->ttl_ms != DLOCK_DEFAULT) {
         if (options->ttl_ms < 1)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `ttl_ms` is {}; a lease lasts at least 1 ms", options->ttl_ms));
         if (options->ttl_ms > max_ttl_ms)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `ttl_ms` is {}; the limit is 365 days ({} ms)",
                                                             options->ttl_ms, max_ttl_ms));
-        ttl_ms = options->ttl_ms;
+        r.ttl_ms = options->ttl_ms;
     }
-    const bool renew = has_field(options, &dlock_acquire_options::renew) ? tri_state(options->renew, policy.renew, "renew") : policy.renew;
-    const bool fair = has_field(options, &dlock_acquire_options::fair) ? tri_state(options->fair, policy.fair, "fair") : policy.fair;
+    r.renew = has_field(options, &dlock_acquire_options::renew) ? tri_state(options->renew, policy.renew, "renew") : policy.renew;
+    r.fair = has_field(options, &dlock_acquire_options::fair) ? tri_state(options->fair, policy.fair, "fair") : policy.fair;
     const bool reentrant_given = has_field(options, &dlock_acquire_options::reentrant) && options->reentrant != DLOCK_DEFAULT;
-    bool reentrant = has_field(options, &dlock_acquire_options::reentrant)
-                         ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
-    dlock_lost_callback on_lost = nullptr;
-    void* on_lost_data = nullptr;
+    r.reentrant = has_field(options, &dlock_acquire_options::reentrant)
+                      ? tri_state(options->reentrant, policy.reentrant, "reentrant") : policy.reentrant;
     if (has_field(options, &dlock_acquire_options::on_lost_user_data)) {
-        on_lost = options->on_lost;
-        on_lost_data = options->on_lost_user_data;
+        r.on_lost = options->on_lost;
+        r.on_lost_data = options->on_lost_user_data;
     }
-    const uint32_t permits = has_field(options, &dlock_acquire_options::permits) ? options->permits : 0;
+    r.permits = has_field(options, &dlock_acquire_options::permits) ? options->permits : 0;
     int shared_option = has_field(options, &dlock_acquire_options::shared) ? options->shared : 0;
     if (shared_option == DLOCK_DEFAULT) shared_option = 0;
     if (shared_option != 0 && shared_option != 1)
         throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire option `shared` is {}; it must be 0, 1 or DLOCK_DEFAULT", shared_option));
     const bool shared = shared_option == 1;
-    if (shared && permits != 0)
+    if (shared && r.permits != 0)
         throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `shared` and `permits` ({}) together; a name is either "
-                                                        "a lock, held shared or exclusively, or a semaphore", name, permits));
-    const uint32_t kind = permits != 0 ? DLOCK_HOLD_PERMIT : shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
-    if (kind != DLOCK_HOLD_EXCLUSIVE) {
+                                                        "a lock, held shared or exclusively, or a semaphore", name, r.permits));
+    r.kind = r.permits != 0 ? DLOCK_HOLD_PERMIT : shared ? DLOCK_HOLD_SHARED : DLOCK_HOLD_EXCLUSIVE;
+    if (r.kind != DLOCK_HOLD_EXCLUSIVE) {
         // A policy's `reentrant` (config defaults or `locks:`) is about exclusive locks; only the
         // caller's own reentrant = 1 asks for what a permit or a shared hold cannot be.
-        if (reentrant && !reentrant_given) reentrant = false;
-        if (reentrant)
+        if (r.reentrant && !reentrant_given) r.reentrant = false;
+        if (r.reentrant)
             throw error(DLOCK_INVALID_ARGUMENT, fmt::format("acquire of `{}`: `reentrant` is for exclusive locks; a {} is "
                                                             "taken anew by each acquire (set reentrant to 0)",
-                                                            name, kind == DLOCK_HOLD_PERMIT ? "semaphore permit" : "shared hold"));
-        const uint64_t needed = kind == DLOCK_HOLD_PERMIT ? DLOCK_CAP_SEMAPHORE : DLOCK_CAP_SHARED;
+                                                            name, r.kind == DLOCK_HOLD_PERMIT ? "semaphore permit" : "shared hold"));
+        const uint64_t needed = r.kind == DLOCK_HOLD_PERMIT ? DLOCK_CAP_SEMAPHORE : DLOCK_CAP_SHARED;
         if (!(capabilities_ & needed))
             throw error(DLOCK_NOT_SUPPORTED,
                         fmt::format("backend `{}` has no {}{} (see `dlock backends`)", plugin_->name,
-                                    kind == DLOCK_HOLD_PERMIT ? "semaphores" : "shared locks",
+                                    r.kind == DLOCK_HOLD_PERMIT ? "semaphores" : "shared locks",
                                     plugin_->version < 2 ? fmt::format(": its plugin implements plugin ABI version {}", plugin_->version)
                                                          : std::string()));
     }
-    const dlock_cancel_token* cancel = has_field(options, &dlock_acquire_options::cancel) ? options->cancel : nullptr;
-    auto cancelled = [&] { return cancel && cancel->cancelled.load(); };
-    if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token before it began", name));
+    r.cancel = has_field(options, &dlock_acquire_options::cancel) ? options->cancel : nullptr;
+    return r;
+}
 
-    auto new_lease = [&](std::shared_ptr<hold> h) {
-        auto* lease = new dlock_lease;
-        lease->client = shared_from_this();
-        lease->fence = h->fence;
-        lease->on_lost = on_lost;
-        lease->on_lost_data = on_lost_data;
-        h->leases.push_back(lease);
-        lease->hold = std::move(h);
-        return lease;
-    };
+void client_core::count_out_acquire(bool& in_flight) {
+    --acquires_in_flight_;
+    in_flight = false;
+    // Only close() waits for the count, and only after setting closed_ under the mutex.
+    if (closed_) changed_.notify_all();
+}
 
-    // close() waits for the in-flight count to reach zero before destroying the backend, so it is
-    // counted out only after the last plugin call: under the mutex in the success path's
-    // registration below, or by this guard when the acquisition fails or the client closed meanwhile.
-    struct in_flight_guard {
-        client_core* self;
-        bool counted = false;
-        void count_out_locked() {
-            --self->acquires_in_flight_;
-            counted = false;
-            // Only close() waits for the count, and only after setting closed_ under the mutex.
-            if (self->closed_) self->changed_.notify_all();
-        }
-        ~in_flight_guard() {
-            if (!counted) return;
-            std::lock_guard<std::mutex> lock(self->mutex_);
-            count_out_locked();
-        }
-    } in_flight{this};
-    // Counted in without the mutex, then the close checked, both sequentially consistent: either
-    // this sees closed_, or close() (which sets closed_, then reads the count) waits for this call.
-    ++acquires_in_flight_;
-    in_flight.counted = true;
+dlock_lease* client_core::new_lease(std::shared_ptr<hold> h, const resolved_acquire& r) {
+    auto* lease = new dlock_lease;
+    lease->client = shared_from_this();
+    lease->fence = h->fence;
+    lease->on_lost = r.on_lost;
+    lease->on_lost_data = r.on_lost_data;
+    h->leases.push_back(lease);
+    lease->hold = std::move(h);
+    return lease;
+}
+
+dlock_lease* client_core::reenter(const resolved_acquire& r, bool& in_flight) {
+    plugin_kit::lock_guard lock(mutex_);
     if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
-    if (reentrant) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
-        auto it = reentrant_.find(name);
-        if (it != reentrant_.end()) {
-            const std::shared_ptr<hold> held = it->second;
-            // The keeper may be late (stuck in a slow renewal): validity decides, not the state
-            // it last wrote. A hold whose validity is over is lost, never shared.
-            if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) &&
-                held->valid_until_ns <= monotonic_now_ns())
-                mark_lost(*held);
-            if (held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) {
-                in_flight.count_out_locked();
-                return new_lease(held);
-            }
-        }
-    }
+    auto it = reentrant_.find(std::string(r.name));
+    if (it == reentrant_.end()) return nullptr;
+    const std::shared_ptr<hold> held = it->second;
+    // The keeper may be late (stuck in a slow renewal): validity decides, not the state it last
+    // wrote. A hold whose validity is over is lost, never shared.
+    if ((held->state == DLOCK_LEASE_HELD || held->state == DLOCK_LEASE_SUSPECT) && held->valid_until_ns <= clock_->now_ns())
+        mark_lost(*held);
+    if (held->state != DLOCK_LEASE_HELD && held->state != DLOCK_LEASE_SUSPECT) return nullptr;
+    count_out_acquire(in_flight);
+    return new_lease(held, r);
+}
 
-    const int64_t deadline_ns = wait_ms == 0 ? 0
-                                : wait_ms == INT64_MAX ? forever_ns
-                                                       : std::max<int64_t>(1, detail::saturating_add(monotonic_now_ns(), detail::ms_to_ns(wait_ms)));
+int client_core::call_plugin_acquire(const resolved_acquire& r, hold& h, int64_t deadline_ns, int64_t& sent_deadline_ns,
+                                     dlock_hold*& plugin_hold, dlock_grant& grant, dlock_plugin_error& err) {
+    dlock_acquire_request request{};
+    request.struct_size = sizeof request;
+    request.name = h.name.c_str();
+    request.owner = h.owner.data();
+    request.ttl_ms = r.ttl_ms;
+    // A cancellable wait: at most one slice per plugin call (a try-once stays a try-once).
+    request.deadline_ns = r.cancel && deadline_ns != 0
+                              ? std::min(deadline_ns, detail::saturating_add(clock_->now_ns(), cancel_slice_ns))
+                              : deadline_ns;
+    sent_deadline_ns = request.deadline_ns;
+    request.fair = r.fair ? 1 : 0;
+    request.host_lease = &h;
+    if (plugin_->version >= 2) {  // a version 1 table is never sent anything but an exclusive lock (checked in resolve_request)
+        request.kind = r.kind;
+        request.permits = r.permits;
+    } else {
+        request.struct_size = DLOCK_ACQUIRE_REQUEST_V1_SIZE;
+    }
+    grant.struct_size = sizeof grant;
+    return plugin_call(err, plugin_->name, "acquire",
+                       [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
+}
+
+std::string client_core::refusal_of(hold& h) {
+    // Never hand out a grant that is no longer a lock: one the backend reported LOST before acquire
+    // returned (no lease existed yet to notify), or one whose validity ran out before the reply
+    // arrived (a slow network, a stalled process). A grant without an end (a session-bound lock)
+    // needs no clock read (about 20 ns of an uncontended cycle of a few microseconds).
+    if (h.state == DLOCK_LEASE_LOST)
+        return fmt::format("backend `{}` granted `{}` but reported it lost before the grant could be handed out", plugin_->name, h.name);
+    const int64_t now = h.valid_until_ns == forever_ns ? INT64_MIN : clock_->now_ns();
+    if (h.valid_until_ns > now) return std::string();
+    return fmt::format("backend `{}` granted `{}` but the grant's validity was over {} ms before it arrived "
+                       "(reply slower than the ttl of {} ms)",
+                       plugin_->name, h.name, (now - h.valid_until_ns) / detail::ns_per_ms, h.ttl_ms);
+}
+
+dlock_lease* client_core::acquire_new_hold(const resolved_acquire& r, bool& in_flight) {
+    const int64_t deadline_ns = r.wait_ms == 0 ? 0
+                                : r.wait_ms == INT64_MAX ? forever_ns
+                                                         : std::max<int64_t>(1, detail::saturating_add(clock_->now_ns(), detail::ms_to_ns(r.wait_ms)));
     // Why the last grant was refused, for the TIMEOUT message when no usable one came in time.
     std::string refused;
     for (;;) {
-        if (cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token", name));
+        if (r.cancelled()) throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token", r.name));
         // A fresh hold (and owner token) for every attempt: a refused grant's hold is given back
         // and its cookie never reused.
-        auto h = std::make_shared<hold>(name_view);
+        auto h = std::make_shared<hold>(r.name);
         h->owner = detail::new_owner_token();
-        h->ttl_ms = ttl_ms;
-        h->renew = renew;
-        h->reentrant = reentrant;
-
-        dlock_acquire_request request{};
-        request.struct_size = sizeof request;
-        request.name = h->name.c_str();
-        request.owner = h->owner.data();
-        request.ttl_ms = ttl_ms;
-        // A cancellable wait: at most one slice per plugin call (a try-once stays a try-once).
-        request.deadline_ns = cancel && deadline_ns != 0
-                                  ? std::min(deadline_ns, detail::saturating_add(monotonic_now_ns(), cancel_slice_ns))
-                                  : deadline_ns;
-        request.fair = fair ? 1 : 0;
-        request.host_lease = h.get();
-        if (plugin_->version >= 2) {  // a version 1 table is never sent anything but an exclusive lock (checked above)
-            request.kind = kind;
-            request.permits = permits;
-        } else {
-            request.struct_size = DLOCK_ACQUIRE_REQUEST_V1_SIZE;
-        }
-
+        h->ttl_ms = r.ttl_ms;
+        h->renew = r.renew;
+        h->reentrant = r.reentrant;
         dlock_hold* plugin_hold = nullptr;
         dlock_grant grant{};
-        grant.struct_size = sizeof grant;
         plugin_error err;
-        const int status = plugin_call(err, plugin_->name, "acquire",
-                                       [&] { return plugin_->acquire(backend_, &request, &plugin_hold, &grant, &err); });
+        int64_t sent_deadline_ns = 0;
+        const int status = call_plugin_acquire(r, *h, deadline_ns, sent_deadline_ns, plugin_hold, grant, err);
         if (status != DLOCK_OK) {
             // A slice of a cancellable wait ended, not the wait: the loop's head checks the token.
-            if (cancel && status == DLOCK_TIMEOUT && (cancelled() || request.deadline_ns < deadline_ns)) continue;
+            if (r.cancel && status == DLOCK_TIMEOUT && (r.cancelled() || sent_deadline_ns < deadline_ns)) continue;
             if (status == DLOCK_TIMEOUT) {
-                std::string why = message_of(err, fmt::format("lock `{}` not acquired within {} ms", name, wait_ms));
+                std::string why = message_of(err, fmt::format("lock `{}` not acquired within {} ms", r.name, r.wait_ms));
                 if (!refused.empty()) why += "; before that, " + refused;
                 throw error(DLOCK_TIMEOUT, why);
             }
@@ -333,64 +320,47 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
         }
         if (!plugin_hold) throw error(DLOCK_PLUGIN, fmt::format("plugin `{}` reported success from `acquire` but returned no hold", plugin_->name));
 
-        std::unique_lock<std::mutex> lock(mutex_);
+        plugin_kit::unique_lock lock(mutex_);
         h->plugin_hold = plugin_hold;
         h->fence = grant.fencing_token;
         if (grant.ttl_ms > 0) h->ttl_ms = grant.ttl_ms;
         h->valid_until_ns = grant.valid_until_ns;
-        h->next_renew_ns = forever_ns;
-        if (h->renew && (capabilities_ & DLOCK_CAP_TTL) && h->valid_until_ns != forever_ns)
-            h->next_renew_ns = h->valid_until_ns - detail::ms_to_ns(h->ttl_ms) * 2 / 3;
+        h->next_renew_ns = keeper::next_renewal_ns(h->renew && (capabilities_ & DLOCK_CAP_TTL), h->valid_until_ns, h->ttl_ms);
         remember_hold(h);
         if (closed_) {  // closed while we waited: give it back rather than hand out a lease on a closed client
             std::string why;
             release_hold(lock, h, why);
             throw error(DLOCK_CANCELLED, "the client was closed during acquire");
         }
-        if (cancelled()) {  // the grant came after the cancel: the caller no longer wants it
+        const bool cancelled = r.cancelled();  // the grant came after the cancel: the caller no longer wants it
+        if (!cancelled) refused = refusal_of(*h);
+        if (cancelled || !refused.empty()) {
             forget_hold(h);
             h->plugin_hold = nullptr;
             h->state = DLOCK_LEASE_LOST;
             lock.unlock();
-            give_back_grant(plugin_hold, name);
-            throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token; the grant that "
-                                                     "arrived meanwhile was given back", name));
-        }
-        // Never hand out a grant that is no longer a lock: one the backend reported LOST before
-        // acquire returned (no lease existed yet to notify), or one whose validity ran out before
-        // the reply arrived (a slow network, a stalled process). Give it back and try again while
-        // the wait allows. A grant without an end (a session-bound lock) needs no clock read (about
-        // 20 ns of an uncontended cycle of a few microseconds).
-        const int64_t now = h->valid_until_ns == forever_ns ? INT64_MIN : monotonic_now_ns();
-        const bool lost_on_arrival = h->state == DLOCK_LEASE_LOST;
-        if (lost_on_arrival || h->valid_until_ns <= now) {
-            forget_hold(h);
-            h->plugin_hold = nullptr;
-            h->state = DLOCK_LEASE_LOST;
-            refused = lost_on_arrival
-                          ? fmt::format("backend `{}` granted `{}` but reported it lost before the grant could be handed out", plugin_->name, name)
-                          : fmt::format("backend `{}` granted `{}` but the grant's validity was over {} ms before it arrived "
-                                        "(reply slower than the ttl of {} ms)",
-                                        plugin_->name, name, (now - h->valid_until_ns) / detail::ns_per_ms, h->ttl_ms);
-            lock.unlock();
-            give_back_grant(plugin_hold, name);
-            const int64_t left_ns = deadline_ns - monotonic_now_ns();
+            give_back_grant(plugin_hold, h->name);
+            if (cancelled)
+                throw error(DLOCK_CANCELLED, fmt::format("acquire of `{}` cancelled by its cancel token; the grant that "
+                                                         "arrived meanwhile was given back", r.name));
+            // Try again while the wait allows, after a short pause, so that a backend that loses
+            // every grant at once is not spun on.
+            const int64_t left_ns = deadline_ns - clock_->now_ns();
             if (left_ns <= 0)
-                throw error(DLOCK_TIMEOUT, fmt::format("lock `{}` not acquired within {} ms: {}; it was given back", name, wait_ms, refused));
-            // A short pause, so a backend that loses every grant at once is not spun on.
-            std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(left_ns, 10 * detail::ns_per_ms)));
+                throw error(DLOCK_TIMEOUT, fmt::format("lock `{}` not acquired within {} ms: {}; it was given back", r.name, r.wait_ms, refused));
+            clock_->sleep_until(clock_->now_ns() + std::min<int64_t>(left_ns, 10 * detail::ns_per_ms));
             continue;
         }
         // No plugin call follows: close() may go on once this section ends.
-        in_flight.count_out_locked();
-        if (reentrant) reentrant_[h->name] = h;
+        count_out_acquire(in_flight);
+        if (r.reentrant) reentrant_[h->name] = h;
         if (metrics_) {
             h->counted_held = true;
             metrics_->held_changed(+1);
         }
         // Waking the keeper costs a context switch: only when this hold is due before its next wake.
-        if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) keeper_wake_.notify_one();
-        return new_lease(std::move(h));  // the lease takes this function's reference
+        if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) clock_->notify_all(keeper_wake_);
+        return new_lease(std::move(h), r);  // the lease takes this function's reference
     }
 }
 
@@ -401,53 +371,6 @@ void client_core::give_back_grant(dlock_hold* plugin_hold, const std::string& na
         logger().warn("{}: giving back a refused grant of `{}` was not confirmed ({}); it expires by itself: {}", plugin_->name,
                       name, detail::status_name(status), message_of(err, ""));
     destroy_plugin_hold(plugin_hold);
-}
-
-void client_core::mark_lost(hold& h) {
-    if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
-    h.state = DLOCK_LEASE_LOST;
-    if (h.counted_held) metrics_->became_lost();
-    stop_counting_held(h);
-    if (h.reentrant) {  // only a reentrant hold is in reentrant_
-        auto it = reentrant_.find(h.name);
-        if (it != reentrant_.end() && it->second.get() == &h) reentrant_.erase(it);
-    }
-    for (dlock_lease* lease : h.leases) {
-        if (lease->on_lost && !lease->lost_notified) {
-            lease->lost_notified = true;
-            ++lease->callbacks_running;
-            lost_queue_.push_back(lease);
-        }
-    }
-    if (!lost_queue_.empty()) dispatcher_wake_.notify_one();
-}
-
-bool client_core::lost_by_validity(hold& h) {
-    if ((h.state == DLOCK_LEASE_HELD || h.state == DLOCK_LEASE_SUSPECT) && h.valid_until_ns != forever_ns &&
-        h.valid_until_ns <= monotonic_now_ns())
-        mark_lost(h);
-    return h.state == DLOCK_LEASE_LOST;
-}
-
-void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
-    if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
-    const int64_t ttl_ns = detail::ms_to_ns(h.ttl_ms);
-    if (metrics_ && status != DLOCK_OK) metrics_->renew_failed(status);
-    if (status == DLOCK_OK) {
-        h.valid_until_ns = valid_until_ns;
-        h.state = DLOCK_LEASE_HELD;
-        h.next_renew_ns = (h.renew && (capabilities_ & DLOCK_CAP_TTL) && valid_until_ns != forever_ns)
-                              ? valid_until_ns - ttl_ns * 2 / 3 : forever_ns;
-    } else if (status == DLOCK_LOST) {
-        mark_lost(h);
-        return;
-    } else {
-        // Unconfirmed: may still be held until valid_until. Retry soon, well before it runs out.
-        if (metrics_ && h.state == DLOCK_LEASE_HELD) metrics_->became_suspect();
-        h.state = DLOCK_LEASE_SUSPECT;
-        h.next_renew_ns = now_ns + std::max<int64_t>(ttl_ns / 10, 5 * detail::ns_per_ms);
-    }
-    if (h.valid_until_ns <= now_ns) mark_lost(h);
 }
 
 void client_core::remember_hold(const std::shared_ptr<hold>& h) {
@@ -473,9 +396,9 @@ void client_core::forget_hold(const std::shared_ptr<hold>& h) {
     if (it != reentrant_.end() && it->second == h) reentrant_.erase(it);
 }
 
-int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
+int client_core::release_hold(plugin_kit::unique_lock& lock, const std::shared_ptr<hold>& h, std::string& why,
                               dlock_hold** destroy_later) {
-    changed_.wait(lock, [&] { return !h->busy; });
+    changed_.wait(lock.std(), [&] { return !h->busy; });
     // Decided by validity: a hold whose valid_until passed is ALREADY_LOST even if the backend still
     // had it (another client may have held it meanwhile), unless an earlier attempt of this release
     // was sent while it was valid: then that attempt may be what removed the lock, and the backend's
@@ -485,10 +408,12 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
     if (!was_lost) h->release_sent_while_valid = true;
     h->busy = true;
     dlock_hold* plugin_hold = h->plugin_hold;
-    lock.unlock();
+    // Let go of through the mutex itself, which the analysis follows (`lock` still says it owns it,
+    // true again before it is next used); nothing between throws.
+    mutex_.unlock();
     plugin_error err;
     int status = plugin_call(err, plugin_->name, "release", [&] { return plugin_->release(backend_, plugin_hold, &err); });
-    lock.lock();
+    mutex_.lock();
     h->busy = false;
     changed_.notify_all();
     if (metrics_) metrics_->release_finished(status == DLOCK_OK && was_lost ? DLOCK_LOST : status);
@@ -510,9 +435,9 @@ int client_core::release_hold(std::unique_lock<std::mutex>& lock, const std::sha
         *destroy_later = plugin_hold;
         return status;
     }
-    lock.unlock();
+    mutex_.unlock();
     destroy_plugin_hold(plugin_hold);
-    lock.lock();
+    mutex_.lock();
     return status;
 }
 
@@ -521,18 +446,18 @@ void client_core::destroy_plugin_hold(dlock_hold* plugin_hold) {
     plugin_call(err, plugin_->name, "hold_destroy", [&] { plugin_->hold_destroy(backend_, plugin_hold); return 0; });
 }
 
-void client_core::abandon_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h) {
+void client_core::abandon_hold(const std::shared_ptr<hold>& h) {
     forget_hold(h);
     dlock_hold* plugin_hold = h->plugin_hold;
     h->plugin_hold = nullptr;
     h->state = DLOCK_LEASE_LOST;
-    lock.unlock();
+    mutex_.unlock();  // as in release_hold: the caller's lock owns it again on return
     destroy_plugin_hold(plugin_hold);
-    lock.lock();
+    mutex_.lock();
 }
 
 int client_core::release(dlock_lease* lease) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     if (lease->released) return lease->release_status;
     const std::shared_ptr<hold>& h = lease->hold;  // the caller's lease keeps it
     auto& leases = h->leases;
@@ -562,10 +487,10 @@ int client_core::release(dlock_lease* lease) {
 }
 
 int client_core::renew(dlock_lease* lease) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     if (lease->released) throw error(DLOCK_INVALID_ARGUMENT, fmt::format("lease on `{}` was released", lease->hold->name));
     const std::shared_ptr<hold> h = lease->hold;
-    changed_.wait(lock, [&] { return !h->busy; });
+    changed_.wait(lock.std(), [&] { return !h->busy; });
     // A renewal must not bring back a hold whose validity is over, keeper late or not.
     if (lost_by_validity(*h)) throw error(DLOCK_LOST, fmt::format("lease on `{}` is lost", lease->hold->name));
     if (closed_ || !h->plugin_hold) throw error(DLOCK_CANCELLED, "the client is closed");
@@ -578,7 +503,7 @@ int client_core::renew(dlock_lease* lease) {
     h->busy = false;
     changed_.notify_all();
     const int status = call == DLOCK_OK ? renewal.status : call;
-    apply_renewal(*h, status, renewal.valid_until_ns, monotonic_now_ns());
+    apply_renewal(*h, status, renewal.valid_until_ns, clock_->now_ns());
     if (status != DLOCK_OK)
         throw error(status, message_of(err, fmt::format("backend `{}`: renewal of `{}` not confirmed ({})", plugin_->name,
                                                         h->name, detail::status_name(status))));
@@ -586,11 +511,12 @@ int client_core::renew(dlock_lease* lease) {
 }
 
 void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void* user_data) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     // The caller may free the previous callback's data once this returns: let a run of it finish
     // (unless this is that run, replacing itself).
     if (std::this_thread::get_id() != dispatcher_id_)
-        changed_.wait(lock, [&] { return running_callback_ != lease; });
+        // Through the clock, so that a test on a simulated one can tell this thread is waiting.
+        while (running_callback_ == lease) clock_->wait_until(lock.std(), changed_, forever_ns);
     // Lost is decided by validity, as in state_of(), not by the keeper having woken yet (it may be
     // late on a loaded machine); marked before the new callback is in place, so that it runs here.
     if (!lease->released) lost_by_validity(*lease->hold);
@@ -607,7 +533,7 @@ void client_core::on_lost(dlock_lease* lease, dlock_lost_callback callback, void
 }
 
 dlock_lease_state client_core::state_of(const dlock_lease* lease) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     if (lease->released) return DLOCK_LEASE_RELEASED;
     // The pollable state is exact even if the keeper has not woken yet.
     lost_by_validity(*lease->hold);
@@ -615,7 +541,7 @@ dlock_lease_state client_core::state_of(const dlock_lease* lease) {
 }
 
 int64_t client_core::valid_until_of(const dlock_lease* lease) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     return lease->hold->valid_until_ns;
 }
 
@@ -628,9 +554,9 @@ void client_core::destroy(dlock_lease* lease) {
         delete lease;
         return;
     }
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     if (std::this_thread::get_id() != dispatcher_id_)
-        changed_.wait(lock, [&] { return lease->callbacks_running == 0; });
+        while (lease->callbacks_running != 0) clock_->wait_until(lock.std(), changed_, forever_ns);  // as in on_lost()
     else if (running_callback_ == lease)
         running_callback_ = nullptr;  // destroyed from its own callback: the dispatcher must not touch it after
     lost_queue_.erase(std::remove(lost_queue_.begin(), lost_queue_.end(), lease), lost_queue_.end());
@@ -644,30 +570,12 @@ void client_core::destroy(dlock_lease* lease) {
                 // Best effort only: drop our record. A TTL backend lets the lease expire; a session-bound
                 // one (file) releases when the plugin frees the hold.
                 logger().warn("lease on `{}` destroyed without a confirmed release: {}", h->name, why);
-                abandon_hold(lock, h);
+                abandon_hold(h);
             }
         }
     }
     lock.unlock();
     delete lease;
-}
-
-void client_core::hold_state_changed(hold* raw, int state, int64_t valid_until_ns) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!raw || raw->state == DLOCK_LEASE_LOST || raw->state == DLOCK_LEASE_RELEASED) return;
-    if (state == DLOCK_LEASE_LOST) {
-        mark_lost(*raw);
-    } else if (state == DLOCK_LEASE_SUSPECT) {
-        if (metrics_ && raw->counted_held && raw->state == DLOCK_LEASE_HELD) metrics_->became_suspect();
-        raw->state = DLOCK_LEASE_SUSPECT;
-        if (valid_until_ns > 0) raw->valid_until_ns = valid_until_ns;  // the backend's bound while unconfirmed
-    } else if (state == DLOCK_LEASE_HELD) {
-        raw->state = DLOCK_LEASE_HELD;
-        raw->valid_until_ns = valid_until_ns;
-    }
-    // A bound already in the past is a loss now, not at the keeper's next wake.
-    lost_by_validity(*raw);
-    keeper_wake_.notify_one();
 }
 
 void client_core::inspect(const char* name, dlock_lock_info* info) {
@@ -680,7 +588,7 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
     detail::validate_name(name);
     if (!plugin_->inspect) throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot inspect locks", plugin_->name));
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
     }
     dlock_lock_info out = DLOCK_LOCK_INFO_INIT;
@@ -712,7 +620,7 @@ struct holder_relay {
 }  // namespace
 
 void client_core::check_open(const char* what) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     if (closed_) throw error(DLOCK_CANCELLED, fmt::format("{}: the client is closed", what));
 }
 
@@ -761,89 +669,8 @@ size_t client_core::break_lock(const char* name, bool semaphore) {
     return broken;
 }
 
-void client_core::keeper_loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    std::vector<std::shared_ptr<hold>> batch_holds;
-    std::vector<dlock_renewal> batch;
-    for (;;) {
-        // Expiry and due renewals. Lost callbacks run on the dispatcher, never here.
-        const int64_t now = monotonic_now_ns();
-        int64_t next_wake = forever_ns;
-        batch_holds.clear();
-        batch.clear();
-        for (const auto& h : holds_) {
-            if (h->state != DLOCK_LEASE_HELD && h->state != DLOCK_LEASE_SUSPECT) continue;
-            if (h->valid_until_ns <= now) { mark_lost(*h); continue; }
-            next_wake = std::min(next_wake, h->valid_until_ns);
-            if (h->busy || !h->plugin_hold || h->next_renew_ns == forever_ns) continue;
-            // Renewals due within 1/20 of a ttl are sent in the same batch.
-            if (h->next_renew_ns <= now + detail::ms_to_ns(h->ttl_ms) / 20) {
-                h->busy = true;
-                batch_holds.push_back(h);
-                batch.push_back({h->plugin_hold, h->ttl_ms, DLOCK_UNKNOWN, 0});
-            } else {
-                next_wake = std::min(next_wake, h->next_renew_ns);
-            }
-        }
-        if (!batch.empty()) {
-            lock.unlock();
-            plugin_error err;
-            const int call = plugin_call(err, plugin_->name, "renew",
-                                         [&] { return plugin_->renew(backend_, batch.data(), batch.size(), &err); });
-            if (call != DLOCK_OK) logger().warn("{}: renewing {} leases failed: {}", plugin_->name, batch.size(), message_of(err, detail::status_name(call)));
-            lock.lock();
-            const int64_t after = monotonic_now_ns();
-            for (size_t i = 0; i < batch.size(); ++i) {
-                batch_holds[i]->busy = false;
-                apply_renewal(*batch_holds[i], call == DLOCK_OK ? batch[i].status : call, batch[i].valid_until_ns, after);
-            }
-            changed_.notify_all();
-            continue;
-        }
-        if (stop_keeper_) return;
-        keeper_wakes_at_ns_ = next_wake;
-        if (next_wake == forever_ns) {
-            keeper_wake_.wait(lock);
-        } else {
-            keeper_wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_wake)));
-        }
-        keeper_wakes_at_ns_ = INT64_MIN;
-    }
-}
-
-void client_core::dispatcher_loop() {
-    // Keeps the core alive while a callback runs and until this thread has left: a callback that
-    // closes the client (against the contract) may drop the last other reference.
-    std::shared_ptr<client_core> self;
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        dispatcher_wake_.wait(lock, [&] { return !lost_queue_.empty() || stop_dispatcher_; });
-        if (lost_queue_.empty()) break;  // stopping, and every queued callback has run
-        dlock_lease* lease = lost_queue_.front();
-        lost_queue_.erase(lost_queue_.begin());
-        const dlock_lost_callback callback = lease->on_lost;
-        void* data = lease->on_lost_data;
-        running_callback_ = lease;
-        if (!self) self = weak_from_this().lock();  // null only while the core is being destroyed
-        lock.unlock();
-        if (callback) {
-            try {
-                callback(lease, data);
-            } catch (...) {
-                logger().error("a lost callback threw an exception; it was ignored");
-            }
-        }
-        lock.lock();
-        if (running_callback_ == lease) --lease->callbacks_running;
-        running_callback_ = nullptr;
-        changed_.notify_all();
-    }
-    lock.unlock();
-    // `self` may be the last reference: the core is destroyed here, and nothing touches it after.
-}
-
 void client_core::close() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     if (closed_) return;
     closed_ = true;
     if (backend_) {
@@ -851,18 +678,18 @@ void client_core::close() {
         plugin_error err;
         plugin_call(err, plugin_->name, "interrupt", [&] { plugin_->interrupt(backend_); return 0; });
         lock.lock();
-        changed_.wait(lock, [&] { return acquires_in_flight_ == 0; });
+        changed_.wait(lock.std(), [&] { return acquires_in_flight_ == 0; });
         const std::vector<std::shared_ptr<hold>> remaining(holds_.begin(), holds_.end());
         for (const auto& h : remaining) {
             std::string why;
             if (release_hold(lock, h, why) == DLOCK_UNKNOWN) {
                 logger().warn("closing the client: {}", why);
-                abandon_hold(lock, h);
+                abandon_hold(h);
             }
         }
     }
     stop_keeper_ = true;
-    keeper_wake_.notify_all();
+    clock_->notify_all(keeper_wake_);
     // The dispatcher runs the callbacks already queued (their leases were lost before the close),
     // then exits.
     stop_dispatcher_ = true;

@@ -2,8 +2,10 @@
 #include "dlock_internal/log.hpp"
 
 #include <spdlog/sinks/sink.h>
+#include <spdlog/spdlog.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -76,5 +78,15 @@ const std::shared_ptr<handler_sink>& the_sink() {
 std::shared_ptr<spdlog::sinks::sink> log_sink() { return the_sink(); }
 
 bool set_log_handler(dlock_log_handler handler, void* user_data) { return the_sink()->set(handler, user_data); }
+
+spdlog::logger& logger() {
+    static const std::shared_ptr<spdlog::logger> instance = [] {
+        auto l = std::make_shared<spdlog::logger>("dlock", log_sink());
+        const char* level = std::getenv("DLOCK_LOG");
+        l->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
+        return l;
+    }();
+    return *instance;
+}
 
 }  // namespace dlock::core

@@ -10,6 +10,8 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
 scripts/install-deps.sh
+echo "== clang's thread-safety analysis (library and plugins)"
+scripts/check-thread-safety.sh
 
 # The Redis Lua scripts (plugins/redis_common/lua), checked before anything is built: luacheck,
 # configured by .luacheckrc.

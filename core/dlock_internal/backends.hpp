@@ -23,6 +23,13 @@ uint64_t effective_capabilities(const dlock_plugin& table, uint64_t reported);
 // The backends compiled into libdlock: `file`.
 const std::vector<loader::builtin>& builtin_backends();
 
+namespace testing {
+// Adds a backend compiled into the test program, found by name before any plugin file, for the
+// clients opened after this call. For tests only (e.g. a fake backend on the simulated clock); call
+// it before opening clients, not while others open.
+void add_builtin_backend(loader::builtin backend);
+}  // namespace testing
+
 // Every backend found for a config, described as dlock_admin.h's structs, which point into the
 // storage this object owns. Holding it keeps each described plugin loaded.
 class backend_catalog {

@@ -9,18 +9,23 @@
 // on a hold; reentrant acquisitions of one name share a hold, each with its own lease.
 //
 // Threads: the keeper renews and expires holds; a separate dispatcher runs the lost callbacks, so a
-// callback that blocks (say, re-acquiring with a wait) never delays a renewal.
+// callback that blocks (say, re-acquiring with a wait) never delays a renewal (both in keeper.cpp).
 //
-// Locking: `mutex_` guards every field marked (m). It is never held across a plugin call or a
-// user callback. A hold being released or renewed is marked `busy`; others wait on `changed_`.
+// Locking: `mutex_` guards the client's fields declared DLOCK_GUARDED_BY(mutex_) and the fields of
+// holds and leases marked (m) (the analysis cannot name the mutex of the client a hold belongs to).
+// It is never held across a plugin call or a user callback. A hold being released or renewed is
+// marked `busy`; others wait on `changed_`. Time is read and waited for through `clock_`
+// (dlock_internal/clock.hpp), which a test may simulate.
 #pragma once
 
+#include "dlock_internal/clock.hpp"
 #include "dlock_internal/config.hpp"
 #include "dlock_internal/loader.hpp"
 #include "dlock_internal/metrics.hpp"
 #include "dlock_internal/names.hpp"
 
 #include <dlock/plugin.h>
+#include <dlock/plugin_kit/thread_safety.hpp>
 
 #include <boost/container/small_vector.hpp>
 
@@ -28,7 +33,6 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -68,6 +72,24 @@ struct hold {
     bool release_sent_while_valid = false;
 };
 
+// An acquire's options resolved against the client's policy for the name and checked against the
+// backend's capabilities: what every attempt of the acquisition asks for.
+struct resolved_acquire {
+    std::string_view name;
+    int64_t wait_ms = 0;
+    int64_t ttl_ms = 0;
+    bool renew = false;
+    bool fair = false;
+    bool reentrant = false;
+    uint32_t kind = DLOCK_HOLD_EXCLUSIVE;
+    uint32_t permits = 0;
+    dlock_lost_callback on_lost = nullptr;
+    void* on_lost_data = nullptr;
+    const dlock_cancel_token* cancel = nullptr;
+
+    bool cancelled() const { return cancel && cancel->cancelled.load(); }
+};
+
 class client_core : public std::enable_shared_from_this<client_core> {
 public:
     // Loads the plugin and creates the backend. Throws detail::error.
@@ -99,34 +121,54 @@ private:
     client_core(config::client_config config, std::shared_ptr<const loader::module> module);
     // acquire() without its metrics.
     dlock_lease* acquire_lease(const char* name, const dlock_acquire_options* options);
-    // Takes a hold out of the leases-held gauge once (released, lost or given up). Needs mutex_.
-    void stop_counting_held(hold& h);
+    // The caller's options (their struct_size says which fields it has) over the policy for `name`.
+    resolved_acquire resolve_request(const char* name, const dlock_acquire_options* options) const;
+    // A new lease on the live reentrant hold of the request's name, or null when there is none to
+    // share. Counts the acquire out (clears `in_flight`) when it returns a lease.
+    dlock_lease* reenter(const resolved_acquire& r, bool& in_flight);
+    // Acquires a new hold in the backend, attempt after attempt until a grant may be handed out,
+    // the wait ends or the token cancels it. Counts the acquire out (clears `in_flight`) on success.
+    dlock_lease* acquire_new_hold(const resolved_acquire& r, bool& in_flight);
+    // One plugin acquire for `h`; the wait is cut to one cancel slice when the request has a token.
+    int call_plugin_acquire(const resolved_acquire& r, hold& h, int64_t deadline_ns, int64_t& sent_deadline_ns,
+                            dlock_hold*& plugin_hold, dlock_grant& grant, dlock_plugin_error& err);
+    // Why a grant that arrived must not be handed out (lost already, or its validity over), or an
+    // empty string when it may.
+    std::string refusal_of(hold& h) DLOCK_REQUIRES(mutex_);
+    dlock_lease* new_lease(std::shared_ptr<hold> h, const resolved_acquire& r) DLOCK_REQUIRES(mutex_);
+    // Counts an acquire out of acquires_in_flight_ (it makes no more plugin calls).
+    void count_out_acquire(bool& in_flight) DLOCK_REQUIRES(mutex_);
+    // Takes a hold out of the leases-held gauge once (released, lost or given up).
+    void stop_counting_held(hold& h) DLOCK_REQUIRES(mutex_);
+    // The lease keeper (keeper.cpp): renews due holds and marks expired ones LOST.
     void keeper_loop();
+    // Runs the lost callbacks (keeper.cpp).
     void dispatcher_loop();
     // Gives back a grant that acquire must not hand out (lost or expired on arrival): releases it
     // in the backend and destroys the plugin's hold. Best effort; never throws.
     void give_back_grant(dlock_hold* plugin_hold, const std::string& name);
-    // Marks a hold LOST and queues the callbacks of its leases. Needs mutex_.
-    void mark_lost(hold& h);
+    // Marks a hold LOST and queues the callbacks of its leases.
+    void mark_lost(hold& h) DLOCK_REQUIRES(mutex_);
     // Marks a HELD or SUSPECT hold LOST once its validity is over, whether or not the keeper has
     // woken yet, and tells whether the hold is LOST. Every decision about a hold (its state, what
     // release answers, a manual renew, a callback registered late) is taken from validity: from
-    // valid_until on another client may hold the lock. Needs mutex_.
-    bool lost_by_validity(hold& h);
-    // Applies one renewal's result to a hold. Needs mutex_.
-    void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns);
-    // Releases a hold in the backend (waits until it is not busy). Needs `lock` on mutex_. With
+    // valid_until on another client may hold the lock.
+    bool lost_by_validity(hold& h) DLOCK_REQUIRES(mutex_);
+    // Applies one renewal's result to a hold.
+    void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) DLOCK_REQUIRES(mutex_);
+    // Releases a hold in the backend (waits until it is not busy). `lock` is on mutex_, let go of
+    // for the plugin calls and taken again before this returns. With
     // `destroy_later`, a plugin hold that is done with is not destroyed but stored there, for the
     // caller to pass to destroy_plugin_hold once it has let go of mutex_ (saves taking it again).
-    int release_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h, std::string& why,
-                     dlock_hold** destroy_later = nullptr);
-    void destroy_plugin_hold(dlock_hold* plugin_hold);  // not under mutex_
+    int release_hold(plugin_kit::unique_lock& lock, const std::shared_ptr<hold>& h, std::string& why,
+                     dlock_hold** destroy_later = nullptr) DLOCK_REQUIRES(mutex_);
+    void destroy_plugin_hold(dlock_hold* plugin_hold) DLOCK_EXCLUDES(mutex_);
     // Drops a hold whose release was not confirmed (release_hold answered UNKNOWN): our record of it
     // and the plugin's hold go, it counts as lost; a TTL backend lets it expire, a session-bound one
-    // (file) releases it with the plugin's hold. Needs `lock` on mutex_ (let go meanwhile).
-    void abandon_hold(std::unique_lock<std::mutex>& lock, const std::shared_ptr<hold>& h);
-    void remember_hold(const std::shared_ptr<hold>& h);  // needs mutex_
-    void forget_hold(const std::shared_ptr<hold>& h);    // needs mutex_
+    // (file) releases it with the plugin's hold. Lets go of mutex_ meanwhile.
+    void abandon_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
+    void remember_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
+    void forget_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
     void check_open(const char* what);  // throws DLOCK_CANCELLED once closed
     [[noreturn]] void fail_plugin_call(int status, const dlock_plugin_error& error, const char* what);
 
@@ -137,28 +179,30 @@ private:
     dlock_backend* backend_ = nullptr;
     uint64_t capabilities_ = 0;
     std::unique_ptr<client_metrics> metrics_;  // null when the config has no `metrics`
+    // Every time the core reads, every wait with a deadline (the real clock but in tests).
+    const std::shared_ptr<clock> clock_;
 
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable changed_;   // holds, in-flight count, callbacks
-    std::condition_variable keeper_wake_;
+    std::condition_variable keeper_wake_;  // notified through clock_
     std::condition_variable dispatcher_wake_;              // a callback was queued, or stop
     // Set under mutex_; read without it where an acquire counts itself in (see acquire_lease).
     std::atomic<bool> closed_{false};
-    bool stop_keeper_ = false;                             // (m)
-    bool stop_dispatcher_ = false;                         // (m) run what is queued, then exit
+    bool stop_keeper_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool stop_dispatcher_ DLOCK_GUARDED_BY(mutex_) = false;  // run what is queued, then exit
     // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
-    int64_t keeper_wakes_at_ns_ = INT64_MIN;               // (m)
+    int64_t keeper_wakes_at_ns_ DLOCK_GUARDED_BY(mutex_) = INT64_MIN;
     // Acquires between their check of closed_ and their last plugin call. Incremented without
     // mutex_, decremented under it (close() waits on changed_ for zero).
     std::atomic<int> acquires_in_flight_{0};
-    // (m) live holds, unordered; each knows its slot, so removal is a swap with the last.
-    std::vector<std::shared_ptr<hold>> holds_;
-    std::map<std::string, std::shared_ptr<hold>> reentrant_; // (m) re-enterable holds by name
-    std::vector<dlock_lease*> lost_queue_;                 // (m) leases whose callback is due
-    // (m) the lease whose callback the dispatcher is running; reset to null if that lease is
-    // destroyed from inside its own callback, so the dispatcher no longer touches it.
-    dlock_lease* running_callback_ = nullptr;
+    // Live holds, unordered; each knows its slot, so removal is a swap with the last.
+    std::vector<std::shared_ptr<hold>> holds_ DLOCK_GUARDED_BY(mutex_);
+    std::map<std::string, std::shared_ptr<hold>> reentrant_ DLOCK_GUARDED_BY(mutex_);  // re-enterable holds by name
+    std::vector<dlock_lease*> lost_queue_ DLOCK_GUARDED_BY(mutex_);  // leases whose callback is due
+    // The lease whose callback the dispatcher is running; reset to null if that lease is destroyed
+    // from inside its own callback, so the dispatcher no longer touches it.
+    dlock_lease* running_callback_ DLOCK_GUARDED_BY(mutex_) = nullptr;
     std::thread keeper_;
     std::thread dispatcher_;
     // The dispatcher's id, set before any lease exists and never changed: read without the mutex

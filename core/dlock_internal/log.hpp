@@ -6,14 +6,22 @@
 
 #include <memory>
 
-namespace spdlog::sinks {
+namespace spdlog {
+class logger;
+namespace sinks {
 class sink;
-}  // namespace spdlog::sinks
+}  // namespace sinks
+}  // namespace spdlog
 
 namespace dlock::core {
 
 // The sink of dlock's logger: the installed handler, or stderr when there is none.
 std::shared_ptr<spdlog::sinks::sink> log_sink();
+
+// dlock's own logger: stderr or the application's handler (log_sink), level from $DLOCK_LOG (debug,
+// info, warn, error, off; default warn). Not registered in spdlog's global registry, so it never
+// clashes with the application's loggers.
+spdlog::logger& logger();
 
 // Installs `handler` (NULL: stderr again). Once it returns, the previous handler is not running and
 // is never called again. False, and nothing changed, when called from inside a handler.

@@ -14,6 +14,11 @@
 //                      `unanswered_releases` (the first N releases remove the lock but answer
 //                      UNAVAILABLE, as a lost reply would; a retry that then finds the lock gone
 //                      answers OK, the rule of the real backends for releases in doubt).
+//   FAKE_SIMULATED_CLOCK  `fake` built into a test program rather than loaded: it reads time and
+//                      waits through the clock the test gave the core (dlock_internal/clock.hpp), so
+//                      that its expiries, renew delays and lose_after move with the simulated time;
+//                      its negotiation function is fake_simulated_negotiate, for the test to add as
+//                      a built-in backend.
 //   FAKE_NO_SYMBOL     exports no negotiation symbol
 //   FAKE_TOO_OLD       answers ABI version 0
 //   FAKE_TOO_NEW       refuses: needs ABI version 99
@@ -38,13 +43,34 @@
 #define FAKE_NAME "fake"
 #endif
 
+#ifdef FAKE_SIMULATED_CLOCK
+#include "dlock_internal/clock.hpp"
+#endif
+
 namespace {
 
+#ifdef FAKE_SIMULATED_CLOCK
+int64_t now_ns() { return dlock::core::testing::clock_for_new_client()->now_ns(); }
+void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, int64_t deadline_ns) {
+    dlock::core::testing::clock_for_new_client()->wait_until(lock, cv, deadline_ns);
+}
+void notify_all(std::condition_variable& cv) { dlock::core::testing::clock_for_new_client()->notify_all(cv); }
+void pause_ms(int64_t ms) {
+    const auto& clock = dlock::core::testing::clock_for_new_client();
+    clock->sleep_until(clock->now_ns() + ms * 1'000'000);
+}
+#else
 int64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, int64_t deadline_ns) {
+    cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+}
+void notify_all(std::condition_variable& cv) { cv.notify_all(); }
+void pause_ms(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+#endif
 
 struct entry {
     std::string owner;
@@ -138,7 +164,7 @@ void fake_destroy(dlock_backend* b) {
     {
         std::lock_guard<std::mutex> lock(b->report_mutex);
         b->stopping = true;
-        b->report_wake.notify_all();
+        notify_all(b->report_wake);
     }
     for (auto& t : b->losers) t.join();
     delete b;
@@ -149,7 +175,7 @@ uint64_t fake_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CA
 void fake_interrupt(dlock_backend* b) {
     std::lock_guard<std::mutex> lock(b->mutex);
     b->interrupted = true;
-    b->changed.notify_all();
+    notify_all(b->changed);
 }
 
 int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** out_hold, dlock_grant* grant,
@@ -178,14 +204,14 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
             }
             if (b->lose_after_ms > 0) {
                 void* cookie = r->host_lease;
-                const auto at = std::chrono::steady_clock::now() + std::chrono::milliseconds(b->lose_after_ms);
+                const int64_t at = now_ns() + b->lose_after_ms * 1'000'000;
                 {
                     std::lock_guard<std::mutex> report(b->report_mutex);
                     b->live_cookies.insert(cookie);
                 }
                 b->losers.emplace_back([b, cookie, at] {
                     std::unique_lock<std::mutex> report(b->report_mutex);
-                    b->report_wake.wait_until(report, at, [&] { return b->stopping; });
+                    while (!b->stopping && now_ns() < at) wait_until(report, b->report_wake, at);
                     if (!b->stopping && b->live_cookies.count(cookie))
                         b->host.hold_state_changed(b->host.context, cookie, DLOCK_LEASE_LOST, 0);
                 });
@@ -194,7 +220,7 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
         }
         if (r->deadline_ns == 0 || now_ns() >= r->deadline_ns) { set_error(error, "fake: held"); return DLOCK_TIMEOUT; }
         const int64_t until = std::min(r->deadline_ns, e.expires_ns);
-        b->changed.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until)));
+        wait_until(lock, b->changed, until);
     }
 }
 
@@ -203,7 +229,7 @@ int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     entry& e = b->locks[h->name];
     if (e.owner != h->owner || e.expires_ns <= now_ns()) return h->release_unanswered ? DLOCK_OK : DLOCK_LOST;
     e.owner.clear();
-    b->changed.notify_all();
+    notify_all(b->changed);
     if (b->unanswered_releases > 0) {
         --b->unanswered_releases;
         h->release_unanswered = true;
@@ -224,7 +250,7 @@ void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
 int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
     bool delayed = false;
     for (size_t i = 0; i < count && !delayed; ++i) delayed = rs[i].hold->name.compare(0, b->renew_delay_prefix.size(), b->renew_delay_prefix) == 0;
-    if (b->renew_delay_ms > 0 && delayed) std::this_thread::sleep_for(std::chrono::milliseconds(b->renew_delay_ms));
+    if (b->renew_delay_ms > 0 && delayed) pause_ms(b->renew_delay_ms);
     std::lock_guard<std::mutex> lock(b->mutex);
     for (size_t i = 0; i < count; ++i) {
         if (b->renew_status) { rs[i].status = b->renew_status; continue; }
@@ -282,7 +308,12 @@ const dlock_plugin table = {
 
 }  // namespace
 
-#ifndef FAKE_NO_SYMBOL
+#if defined(FAKE_SIMULATED_CLOCK)
+int fake_simulated_negotiate(uint32_t, const dlock_plugin** out, uint32_t*) {
+    *out = &table;
+    return DLOCK_OK;
+}
+#elif !defined(FAKE_NO_SYMBOL)
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {
 #ifdef FAKE_TOO_NEW

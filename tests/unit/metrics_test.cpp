@@ -2,8 +2,13 @@
 // over HTTP (libcurl) from a free loopback port; its counters, gauge and histograms move with
 // acquires, timeouts, releases, failing renewals and losses (on the fake TTL backend). Without
 // `metrics` a client starts no thread and opens no socket for them. Bad `listen` is a CONFIG error
-// that says why.
+// that says why. The fake is built into this program (FAKE_SIMULATED_CLOCK) so that the renewal test
+// runs on simulated time (dlock_internal/clock.hpp); the other tests leave it on the real clock.
+#include "dlock_internal/backends.hpp"
+#include "dlock_internal/clock.hpp"
+
 #include <dlock/dlock.hpp>
+#include <dlock/plugin_kit/scope_exit.hpp>
 
 #include <curl/curl.h>
 #include <gtest/gtest.h>
@@ -25,7 +30,11 @@
 
 using namespace std::chrono_literals;
 
+int fake_simulated_negotiate(uint32_t host_max_version, const dlock_plugin** out, uint32_t* out_min_version);
+
 namespace {
+
+const bool fake_registered = (dlock::core::testing::add_builtin_backend({"fake", &fake_simulated_negotiate}), true);
 
 // A loopback port nobody listens on right now (the kernel's choice for an ephemeral bind).
 int free_port() {
@@ -187,11 +196,22 @@ TEST(Metrics, CountAcquisitionsTimeoutsReleasesAndLeasesHeld) {
     EXPECT_EQ(value_of(*text, "dlock_acquire_latency_seconds_bucket", {{"backend", "fake"}, {"outcome", "acquired"}, {"le", "+Inf"}}), 1);
 }
 
+// On simulated time: a keeper late past the lease's validity (a loaded machine) would see it LOST
+// without the SUSPECT between, which this test counts.
 TEST(Metrics, FailingRenewalsCountSuspectAndLostTransitions) {
+    const auto clock = std::make_shared<dlock::core::simulated_clock>();
+    dlock::core::testing::use_clock(clock);
+    const auto real_clock_again = dlock::plugin_kit::scope_exit([] { dlock::core::testing::use_clock(nullptr); });
     const std::string address = listen_address(free_port());
     auto client = fake_client(address, "  renew_status: 6\n");  // every renewal: DLOCK_UNAVAILABLE
     auto lease = client.acquire("unconfirmed", dlock::acquire_options().with_ttl(600ms));
-    ASSERT_TRUE(eventually([&] { return lease.state() == dlock::lease_state::lost; }));
+    // The keeper settles back into waiting after each 10 ms; the lease is LOST at 600 ms.
+    for (int step = 0; step < 60 && lease.state() != dlock::lease_state::lost; ++step) {
+        ASSERT_TRUE(clock->wait_for_waiters(1));
+        clock->advance(10'000'000);
+    }
+    ASSERT_TRUE(clock->wait_for_waiters(1));
+    ASSERT_EQ(lease.state(), dlock::lease_state::lost);
     const auto text = scrape(address);
     ASSERT_TRUE(text);
     EXPECT_GE(value_of(*text, "dlock_renew_failures_total", {{"backend", "fake"}, {"status", "unavailable"}}), 1);
