@@ -138,7 +138,7 @@ dlock_lease* client_core::acquire_lease(const char* name, const dlock_acquire_op
     // (which clears `in_flight`), or on the way out when the acquisition fails or the client closed
     // meanwhile. Counted in without the mutex, then the close checked, both sequentially consistent:
     // either this sees closed_, or close() (which sets closed_, then reads the count) waits for this call.
-    ++acquires_in_flight_;
+    ++calls_in_flight_;
     bool in_flight = true;
     const auto count_out_on_exit = plugin_kit::scope_exit([&] {
         if (!in_flight) return;
@@ -217,7 +217,7 @@ resolved_acquire client_core::resolve_request(const char* name, const dlock_acqu
 }
 
 void client_core::count_out_acquire(bool& in_flight) {
-    --acquires_in_flight_;
+    --calls_in_flight_;
     in_flight = false;
     // Only close() waits for the count, and only after setting closed_ under the mutex.
     if (closed_) changed_.notify_all();
@@ -587,10 +587,8 @@ void client_core::inspect(const char* name, dlock_lock_info* info) {
                                                         info->struct_size, DLOCK_LOCK_INFO_V1_SIZE));
     detail::validate_name(name);
     if (!plugin_->inspect) throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot inspect locks", plugin_->name));
-    {
-        plugin_kit::lock_guard lock(mutex_);
-        if (closed_) throw error(DLOCK_CANCELLED, "the client is closed");
-    }
+    enter_call("dlock_inspect");
+    const auto left = plugin_kit::scope_exit([this] { leave_call(); });
     dlock_lock_info out = DLOCK_LOCK_INFO_INIT;
     plugin_error err;
     const int status = plugin_call(err, plugin_->name, "inspect", [&] { return plugin_->inspect(backend_, name, &out, &err); });
@@ -619,9 +617,18 @@ struct holder_relay {
 };
 }  // namespace
 
-void client_core::check_open(const char* what) {
+void client_core::enter_call(const char* what) {
+    ++calls_in_flight_;  // before the check, as in acquire_lease: close() either is seen or waits
+    if (closed_) {
+        leave_call();
+        throw error(DLOCK_CANCELLED, fmt::format("{}: the client is closed", what));
+    }
+}
+
+void client_core::leave_call() {
     plugin_kit::lock_guard lock(mutex_);
-    if (closed_) throw error(DLOCK_CANCELLED, fmt::format("{}: the client is closed", what));
+    --calls_in_flight_;
+    if (closed_) changed_.notify_all();
 }
 
 void client_core::holders(const char* name, bool semaphore, dlock_holder_visitor visit, void* user_data) {
@@ -630,7 +637,8 @@ void client_core::holders(const char* name, bool semaphore, dlock_holder_visitor
     detail::validate_name(name);
     if (plugin_->version < 2 || !plugin_->holders)
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot enumerate the holders of a lock", plugin_->name));
-    check_open("dlock_holders");
+    enter_call("dlock_holders");
+    const auto left = plugin_kit::scope_exit([this] { leave_call(); });
     holder_relay relay{visit, user_data};
     plugin_error err;
     const int status = plugin_call(err, plugin_->name, "holders", [&] {
@@ -645,7 +653,8 @@ void client_core::list(const char* prefix, dlock_holder_visitor visit, void* use
     if (*prefix) detail::validate_name(prefix);
     if (plugin_->version < 2 || !plugin_->list || !(capabilities_ & DLOCK_CAP_LIST))
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot list its locks", plugin_->name));
-    check_open("dlock_list");
+    enter_call("dlock_list");
+    const auto left = plugin_kit::scope_exit([this] { leave_call(); });
     holder_relay relay{visit, user_data};
     plugin_error err;
     const int status = plugin_call(err, plugin_->name, "list", [&] {
@@ -659,7 +668,8 @@ size_t client_core::break_lock(const char* name, bool semaphore) {
     detail::validate_name(name);
     if (plugin_->version < 2 || !plugin_->break_lock || !(capabilities_ & DLOCK_CAP_BREAK))
         throw error(DLOCK_NOT_SUPPORTED, fmt::format("backend `{}` cannot break a lock held by another process", plugin_->name));
-    check_open("dlock_break");
+    enter_call("dlock_break");
+    const auto left = plugin_kit::scope_exit([this] { leave_call(); });
     size_t broken = 0;
     plugin_error err;
     const int status = plugin_call(err, plugin_->name, "break_lock", [&] {
@@ -678,7 +688,7 @@ void client_core::close() {
         plugin_error err;
         plugin_call(err, plugin_->name, "interrupt", [&] { plugin_->interrupt(backend_); return 0; });
         lock.lock();
-        changed_.wait(lock.std(), [&] { return acquires_in_flight_ == 0; });
+        changed_.wait(lock.std(), [&] { return calls_in_flight_ == 0; });
         const std::vector<std::shared_ptr<hold>> remaining(holds_.begin(), holds_.end());
         for (const auto& h : remaining) {
             std::string why;

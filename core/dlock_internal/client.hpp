@@ -136,7 +136,7 @@ private:
     // empty string when it may.
     std::string refusal_of(hold& h) DLOCK_REQUIRES(mutex_);
     dlock_lease* new_lease(std::shared_ptr<hold> h, const resolved_acquire& r) DLOCK_REQUIRES(mutex_);
-    // Counts an acquire out of acquires_in_flight_ (it makes no more plugin calls).
+    // Counts an acquire out of calls_in_flight_ (it makes no more plugin calls).
     void count_out_acquire(bool& in_flight) DLOCK_REQUIRES(mutex_);
     // Takes a hold out of the leases-held gauge once (released, lost or given up).
     void stop_counting_held(hold& h) DLOCK_REQUIRES(mutex_);
@@ -169,7 +169,11 @@ private:
     void abandon_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
     void remember_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
     void forget_hold(const std::shared_ptr<hold>& h) DLOCK_REQUIRES(mutex_);
-    void check_open(const char* what);  // throws DLOCK_CANCELLED once closed
+    // An inspect, holders, list or break counts itself in flight as an acquire does, so that close()
+    // never destroys the backend under it: enter_call throws DLOCK_CANCELLED once closed, leave_call
+    // counts the call out after its last plugin call.
+    void enter_call(const char* what) DLOCK_EXCLUDES(mutex_);
+    void leave_call() DLOCK_EXCLUDES(mutex_);
     [[noreturn]] void fail_plugin_call(int status, const dlock_plugin_error& error, const char* what);
 
     config::client_config config_;
@@ -193,9 +197,9 @@ private:
     // When the sleeping keeper will wake by itself (forever: no deadline; INT64_MIN: it is awake and
     // will rescan every hold). A new hold wakes it only if the hold is due earlier.
     int64_t keeper_wakes_at_ns_ DLOCK_GUARDED_BY(mutex_) = INT64_MIN;
-    // Acquires between their check of closed_ and their last plugin call. Incremented without
-    // mutex_, decremented under it (close() waits on changed_ for zero).
-    std::atomic<int> acquires_in_flight_{0};
+    // Acquires, inspects, holders, lists and breaks between their check of closed_ and their last
+    // plugin call. Incremented without mutex_, decremented under it (close() waits on changed_ for zero).
+    std::atomic<int> calls_in_flight_{0};
     // Live holds, unordered; each knows its slot, so removal is a swap with the last.
     std::vector<std::shared_ptr<hold>> holds_ DLOCK_GUARDED_BY(mutex_);
     std::map<std::string, std::shared_ptr<hold>> reentrant_ DLOCK_GUARDED_BY(mutex_);  // re-enterable holds by name

@@ -13,7 +13,10 @@
 //                      fake's own expiry, as a real backend's ttl − drift does),
 //                      `unanswered_releases` (the first N releases remove the lock but answer
 //                      UNAVAILABLE, as a lost reply would; a retry that then finds the lock gone
-//                      answers OK, the rule of the real backends for releases in doubt).
+//                      answers OK, the rule of the real backends for releases in doubt),
+//                      `inspect_delay` (each inspect answers only after this long, counted in
+//                      fake_inspects_running, which destroy records: a backend destroyed under a
+//                      running inspect shows there; fake_interrupts counts interrupt calls).
 //   FAKE_SIMULATED_CLOCK  `fake` built into a test program rather than loaded: it reads time and
 //                      waits through the clock the test gave the core (dlock_internal/clock.hpp), so
 //                      that its expiries, renew delays and lose_after move with the simulated time;
@@ -27,6 +30,7 @@
 //   FAKE_THROWS        create throws a C++ exception across the C ABI
 #include <dlock/plugin.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -80,8 +84,15 @@ struct entry {
 
 }  // namespace
 
+// Inspects inside their inspect_delay, in every fake of this process; what it was when a backend
+// was last destroyed.
+static std::atomic<int> fake_inspects_running{0};
+static std::atomic<int> fake_inspects_running_at_destroy{0};
+static std::atomic<int> fake_interrupts{0};  // interrupt calls (a close begins with one)
+
 struct dlock_backend {
     dlock_plugin_host host{};
+    int64_t inspect_delay_ms = 0;
     int64_t lose_after_ms = 0;
     int renew_status = 0;
     int64_t renew_delay_ms = 0;
@@ -120,6 +131,7 @@ const dlock_option_desc options[] = {
     {"lose_after", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Report each hold LOST this long after acquire (0 = never)."},
     {"renew_status", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "Status every renewal returns (0 = renew normally)."},
     {"renew_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Each renewal call answers only after this long."},
+    {"inspect_delay", DLOCK_OPTION_DURATION, 0, DLOCK_DSN_NONE, "0ms", "Each inspect answers only after this long."},
     {"renew_delay_prefix", DLOCK_OPTION_STRING, 0, DLOCK_DSN_NONE, "", "Only renewals of names with this prefix are delayed (empty = all)."},
     {"lose_in_acquire", DLOCK_OPTION_BOOL, 0, DLOCK_DSN_NONE, "false", "Report each hold LOST from inside acquire."},
     {"expired_grants", DLOCK_OPTION_INT, 0, DLOCK_DSN_NONE, "0", "The first N grants arrive with their validity over."},
@@ -146,6 +158,7 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
         if (!std::strcmp(values[i].name, "lose_after")) b->lose_after_ms = values[i].int_value;
         if (!std::strcmp(values[i].name, "renew_status")) b->renew_status = int(values[i].int_value);
         if (!std::strcmp(values[i].name, "renew_delay")) b->renew_delay_ms = values[i].int_value;
+        if (!std::strcmp(values[i].name, "inspect_delay")) b->inspect_delay_ms = values[i].int_value;
         if (!std::strcmp(values[i].name, "renew_delay_prefix") && values[i].string_value)
             b->renew_delay_prefix = values[i].string_value;
         if (!std::strcmp(values[i].name, "lose_in_acquire")) b->lose_in_acquire = values[i].int_value != 0;
@@ -161,6 +174,7 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
 }
 
 void fake_destroy(dlock_backend* b) {
+    fake_inspects_running_at_destroy = fake_inspects_running.load();
     {
         std::lock_guard<std::mutex> lock(b->report_mutex);
         b->stopping = true;
@@ -173,6 +187,7 @@ void fake_destroy(dlock_backend* b) {
 uint64_t fake_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_TTL | DLOCK_CAP_PUSH_WAIT; }
 
 void fake_interrupt(dlock_backend* b) {
+    ++fake_interrupts;
     std::lock_guard<std::mutex> lock(b->mutex);
     b->interrupted = true;
     notify_all(b->changed);
@@ -265,6 +280,11 @@ int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_e
 }
 
 int fake_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error*) {
+    if (b->inspect_delay_ms > 0) {
+        ++fake_inspects_running;
+        pause_ms(b->inspect_delay_ms);
+        --fake_inspects_running;
+    }
     std::lock_guard<std::mutex> lock(b->mutex);
     entry& e = b->locks[name];
     const int64_t now = now_ns();
@@ -313,6 +333,8 @@ int fake_simulated_negotiate(uint32_t, const dlock_plugin** out, uint32_t*) {
     *out = &table;
     return DLOCK_OK;
 }
+int fake_inspects_running_when_destroyed() { return fake_inspects_running_at_destroy.load(); }
+int fake_interrupts_so_far() { return fake_interrupts.load(); }
 #elif !defined(FAKE_NO_SYMBOL)
 extern "C" DLOCK_PLUGIN_EXPORT int dlock_plugin_negotiate(uint32_t host_max_version, const dlock_plugin** out,
                                                           uint32_t* out_min_version) {

@@ -424,3 +424,32 @@ TEST_F(Keeper, DestroyingAReleasedLeaseWaitsForItsRunningCallback) {
 }
 
 }  // namespace
+
+int fake_inspects_running_when_destroyed();
+int fake_interrupts_so_far();
+
+// A client closed while another thread's inspect is inside the backend: close() waits for the
+// inspect to return before it destroys the backend (as it waits for acquires), and the inspect
+// answers. The fake's inspect pauses on the clock, and destroy records whether one was running.
+TEST_F(Keeper, CloseWaitsForAnInspectInsideTheBackend) {
+    dlock_client* c = nullptr;
+    ASSERT_EQ(dlock_client_open_yaml("backend: fake\nplugin_path: [" DLOCK_TEST_PLUGIN_DIR "]\noptions:\n  inspect_delay: 500ms\n",
+                                     nullptr, &c),
+              DLOCK_OK)
+        << dlock_last_error();
+    int inspected = -1;
+    std::thread inspector([&] {
+        dlock_lock_info info = DLOCK_LOCK_INFO_INIT;
+        inspected = dlock_inspect(c, "inspected", &info);
+    });
+    settle(2);  // the keeper and the inspect's pause wait on the clock
+    const int interrupts_before = fake_interrupts_so_far();
+    std::thread closer([&] { dlock_client_close(c); });
+    while (fake_interrupts_so_far() == interrupts_before) std::this_thread::yield();  // close() has begun
+    clock_driver to_the_end(*clock_, 1, 10ms);  // then the pause may end
+    to_the_end.start();
+    closer.join();
+    inspector.join();
+    EXPECT_EQ(inspected, DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(fake_inspects_running_when_destroyed(), 0) << "the backend was destroyed under a running inspect";
+}

@@ -129,7 +129,9 @@ DLOCK_API int dlock_client_open(const char *config, dlock_client **out_client);
 /* Opens a client from YAML text. `origin` names the text in error messages (may be NULL). */
 DLOCK_API int dlock_client_open_yaml(const char *yaml_text, const char *origin, dlock_client **out_client);
 
-/* Closes a client: acquires waiting in other threads return DLOCK_CANCELLED, every lease still
+/* Closes a client: acquires waiting in other threads return DLOCK_CANCELLED, an inspect, holders,
+ * list or break running in another thread is let finish (close waits for it; one begun after the
+ * close returns DLOCK_CANCELLED), every lease still
  * held is released (its state becomes RELEASED, or LOST if the backend had lost it), the lease
  * keeper stops and the backend is destroyed. Lease handles stay valid until destroyed. Must not be
  * called from a lost callback. Accepts NULL. */
