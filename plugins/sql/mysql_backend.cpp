@@ -2,7 +2,6 @@
 #include "mysql_backend.hpp"
 
 #include <fmt/format.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <cctype>
@@ -46,8 +45,6 @@ private:
     std::optional<std::minstd_rand> jitter_;
     int64_t pause_ns_ = 1'000'000;
 };
-
-bool safe_key_char(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '/' || c == '-'; }
 
 std::string holder_description() {
     char host[256] = {0};
@@ -93,19 +90,6 @@ int make_wake_fd() {
 }
 
 }  // namespace
-
-std::string named_lock_key(const std::string& name) {
-    const bool readable = !name.empty() && name.size() <= 58 &&
-                          std::all_of(name.begin(), name.end(), [](unsigned char c) { return safe_key_char(c); });
-    if (readable) return "dlock:" + name;
-    unsigned char digest[SHA256_DIGEST_LENGTH];
-    SHA256(reinterpret_cast<const unsigned char*>(name.data()), name.size(), digest);
-    std::string key = "dlock#";
-    for (size_t i = 0; i < name.size() && i < 25; ++i) key += safe_key_char(name[i]) ? name[i] : '_';
-    key += '#';
-    for (int i = 0; i < 16; ++i) key += fmt::format("{:02x}", digest[i]);
-    return key;
-}
 
 // ---- held_monitor -------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 
 #include "lease_state.hpp"
 #include "mysql_client.hpp"
+#include "mysql_names.hpp"
 #include "mysql_statements.hpp"
 
 #include <atomic>
@@ -32,14 +33,6 @@
 #include <vector>
 
 namespace dlock::sql::mysql {
-
-// The GET_LOCK name of a lock name: "dlock:" + the name itself when it is 1..58 bytes of
-// [a-z0-9._/-] (readable, and free of the server's case folding and character-set conversion);
-// otherwise "dlock#" + up to 25 such characters of the name (others as `_`) + "#" + the first 128
-// bits of the name's SHA-256 in hex. The two forms never meet (`:` vs `#`), and distinct names share
-// a GET_LOCK name only if their SHA-256 prefixes collide; such names would merely exclude each
-// other (their fence rows stay apart, keyed by the full name).
-std::string named_lock_key(const std::string& name);
 
 // One acquisition held by this client (lease mode: its lease_state).
 struct hold : lease_state {

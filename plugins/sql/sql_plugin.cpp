@@ -39,7 +39,7 @@
 // options into the dialect's own backend (mysql_backend.hpp) and every entry point forwards to it.
 #include "lease_state.hpp"
 #include "mysql_backend.hpp"
-#include "sql_common.hpp"
+#include "pg_client.hpp"
 #include "sql_statements.hpp"
 #include <dlock/plugin_kit/plugin_struct.hpp>
 
