@@ -517,7 +517,7 @@ monitor::monitor(std::function<void(void*)> on_dead, int64_t probe_interval_ns)
 
 monitor::~monitor() {
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         stopping_ = true;
     }
     signal_fd(wake_fd_);
@@ -531,15 +531,15 @@ std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {
     return id == ids_.end() ? entries_.end() : entries_.find(id->second);
 }
 
-void monitor::wait_settled(std::unique_lock<std::mutex>& lock, void* cookie) {
-    settled_.wait(lock, [&] {
+void monitor::wait_settled(plugin_kit::unique_lock& lock, void* cookie) {
+    settled_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) {
         auto it = find(cookie);
         return it == entries_.end() || it->second.state == phase::idle || it->second.state == phase::in_use;
     });
 }
 
 void monitor::add(void* cookie, session* s) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     const uint64_t id = next_id_++;
     ids_[cookie] = id;
     entry& e = entries_[id];
@@ -552,7 +552,7 @@ void monitor::add(void* cookie, session* s) {
 }
 
 bool monitor::take(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     wait_settled(lock, cookie);
     auto it = find(cookie);
     if (it == entries_.end()) return false;
@@ -564,7 +564,7 @@ bool monitor::take(void* cookie) {
 }
 
 bool monitor::begin_use(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     wait_settled(lock, cookie);
     auto it = find(cookie);
     if (it == entries_.end() || it->second.dead) return false;
@@ -575,7 +575,7 @@ bool monitor::begin_use(void* cookie) {
 }
 
 void monitor::end_use(void* cookie, bool still_alive) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     auto it = find(cookie);
     if (it == entries_.end()) return;
     it->second.state = phase::idle;
@@ -609,7 +609,7 @@ int64_t monitor::next_probe_event() const {
 
 void monitor::run() {
     epoll_event events[64];
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     for (;;) {
         if (stopping_) return;
         // Sleep until the next probe event; with none, until the last one planned (so that add()
@@ -626,7 +626,7 @@ void monitor::run() {
         const int64_t now = now_ns();
         std::vector<std::pair<uint64_t, session*>> to_check;
         std::vector<uint64_t> dead;
-        auto give_up = [&](uint64_t id, entry& e) {
+        auto give_up = [&](uint64_t id, entry& e) DLOCK_REQUIRES(mutex_) {
             e.state = phase::checking;
             watch(e, id, false);
             dead.push_back(id);

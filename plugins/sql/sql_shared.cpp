@@ -14,7 +14,7 @@ deadline_watch::deadline_watch() { thread_ = std::thread([this] { run(); }); }
 
 deadline_watch::~deadline_watch() {
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         stopping_ = true;
     }
     wake_.notify_all();
@@ -22,7 +22,7 @@ deadline_watch::~deadline_watch() {
 }
 
 uint64_t deadline_watch::arm(int fd, int64_t deadline_ns) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     const uint64_t ticket = next_ticket_++;
     entries_.emplace(ticket, entry{fd, deadline_ns, false});
     if (deadline_ns < wakes_at_ns_) {
@@ -33,7 +33,7 @@ uint64_t deadline_watch::arm(int fd, int64_t deadline_ns) {
 }
 
 bool deadline_watch::disarm(uint64_t ticket) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     auto it = entries_.find(ticket);
     if (it == entries_.end()) return false;
     const bool fired = it->second.fired;
@@ -42,7 +42,7 @@ bool deadline_watch::disarm(uint64_t ticket) {
 }
 
 void deadline_watch::run() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     while (!stopping_) {
         const int64_t now = now_ns();
         int64_t next = INT64_MAX;
@@ -59,8 +59,8 @@ void deadline_watch::run() {
         // before this thread runs, and forgetting that plan would make the next arm() wake it again
         // — one context switch per statement. So it wakes at most once per client limit.
         if (next != INT64_MAX || wakes_at_ns_ <= now) wakes_at_ns_ = next;
-        if (wakes_at_ns_ == INT64_MAX) wake_.wait(lock);
-        else wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wakes_at_ns_)));
+        if (wakes_at_ns_ == INT64_MAX) wake_.wait(lock.std());
+        else wake_.wait_until(lock.std(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wakes_at_ns_)));
     }
 }
 

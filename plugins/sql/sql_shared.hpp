@@ -99,12 +99,12 @@ private:
     };
     void run();
 
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable wake_;
-    std::map<uint64_t, entry> entries_;
-    uint64_t next_ticket_ = 1;
-    int64_t wakes_at_ns_ = INT64_MAX;
-    bool stopping_ = false;
+    std::map<uint64_t, entry> entries_ DLOCK_GUARDED_BY(mutex_);
+    uint64_t next_ticket_ DLOCK_GUARDED_BY(mutex_) = 1;
+    int64_t wakes_at_ns_ DLOCK_GUARDED_BY(mutex_) = INT64_MAX;
+    bool stopping_ DLOCK_GUARDED_BY(mutex_) = false;
     std::thread thread_;
 };
 
@@ -167,7 +167,7 @@ public:
     // handed out unchecked (no system call): for a caller whose statement fails at once on an ended
     // connection, closes it, and retries once with a checked borrow.
     lease borrow(int64_t deadline_ns, bool cancellable = false, bool check_idle = true) {
-        std::unique_lock<std::mutex> lock(mutex_);
+        plugin_kit::unique_lock lock(mutex_);
         for (;;) {
             if (cancellable && interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
             while (!idle_.empty()) {
@@ -188,9 +188,9 @@ public:
             }
             if (deadline_ns == 0 || now_ns() >= deadline_ns) fail(DLOCK_UNAVAILABLE, Dialect::all_busy(settings_));
             if (deadline_ns == INT64_MAX) {
-                available_.wait(lock);
+                available_.wait(lock.std());
             } else {
-                available_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+                available_.wait_until(lock.std(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
             }
         }
     }
@@ -198,7 +198,7 @@ public:
     // Whether a connection is idle now (a borrow would neither wait nor connect). A hint: another
     // thread may take it first.
     bool has_idle() {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         return !idle_.empty();
     }
 
@@ -206,7 +206,7 @@ public:
     void give_back(std::unique_ptr<connection> c) {
         std::unique_ptr<connection> closing;  // closed outside the lock
         {
-            std::lock_guard<std::mutex> lock(mutex_);
+            plugin_kit::lock_guard lock(mutex_);
             if (!Dialect::reusable(*c) || idle_.size() >= settings_.pool_size) {
                 --open_;
                 closing = std::move(c);
@@ -218,7 +218,7 @@ public:
     }
 
     void interrupt() {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         interrupted_ = true;
         available_.notify_all();
     }
@@ -229,13 +229,13 @@ private:
         try {
             auto c = Dialect::connect(settings_, statements_, watch_, borrow_deadline_ns);
             {
-                std::lock_guard<std::mutex> lock(mutex_);
+                plugin_kit::lock_guard lock(mutex_);
                 backoff_ms_ = 0;
                 retry_after_ns_ = 0;
             }
             return lease(this, std::move(c));
         } catch (const failure& f) {
-            std::lock_guard<std::mutex> lock(mutex_);
+            plugin_kit::lock_guard lock(mutex_);
             --open_;
             backoff_ms_ = backoff_ms_ ? std::min<int64_t>(backoff_ms_ * 2, 1000) : 10;
             retry_after_ns_ = now_ns() + backoff_ms_ * 1'000'000;
@@ -243,7 +243,7 @@ private:
             available_.notify_one();
             throw;
         } catch (...) {
-            std::lock_guard<std::mutex> lock(mutex_);
+            plugin_kit::lock_guard lock(mutex_);
             --open_;
             available_.notify_one();
             throw;
@@ -253,14 +253,14 @@ private:
     config settings_;
     statement_list statements_;
     deadline_watch watch_;  // declared before the connections it watches, so it outlives them
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable available_;
-    std::vector<std::unique_ptr<connection>> idle_;
-    size_t open_ = 0;
-    int64_t retry_after_ns_ = 0;
-    int64_t backoff_ms_ = 0;
-    failure last_connect_failure_{DLOCK_UNAVAILABLE, ""};
-    bool interrupted_ = false;
+    std::vector<std::unique_ptr<connection>> idle_ DLOCK_GUARDED_BY(mutex_);
+    size_t open_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t retry_after_ns_ DLOCK_GUARDED_BY(mutex_) = 0;
+    int64_t backoff_ms_ DLOCK_GUARDED_BY(mutex_) = 0;
+    failure last_connect_failure_ DLOCK_GUARDED_BY(mutex_){DLOCK_UNAVAILABLE, ""};
+    bool interrupted_ DLOCK_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace dlock::sql
