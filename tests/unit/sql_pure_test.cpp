@@ -1,8 +1,9 @@
 // The `sql` backend's pure parts, without a server (plugins/sql: dlock_sql_shared and the
-// header-only lease_state.hpp): the MySQL dialect's GET_LOCK names, the stable hash every client
+// header-only lease_state.hpp): the MySQL dialect's DSN and GET_LOCK names, the stable hash every client
 // derives advisory keys and channels from, the DSN query keys dlock removes before libpq reads the
 // DSN, the statement deadline of an acquire, and the lease-mode validity bookkeeping.
 #include "lease_state.hpp"
+#include "mysql_client.hpp"
 #include "mysql_names.hpp"
 #include "sql_shared.hpp"
 
@@ -46,6 +47,81 @@ TEST(MysqlNamedLockKey, NamesThatLookAlikeStayApart) {
                                         mysql::named_lock_key("B"), mysql::named_lock_key(std::string("a\0", 2))};
     EXPECT_EQ(keys.size(), 5u);
     for (const std::string& key : keys) EXPECT_LE(key.size(), 64u) << key;
+}
+
+// ---- MySQL DSN (mysql::parse_dsn) -----------------------------------------------------------------
+
+// The status of the failure `parse` throws (0: none), and its message in `message`.
+template <typename F>
+int failure_of(F&& parse, std::string* message = nullptr) {
+    try {
+        parse();
+    } catch (const failure& f) {
+        if (message) *message = f.message;
+        return f.status;
+    }
+    return 0;
+}
+
+TEST(MysqlDsn, TellsItsSchemeApart) {
+    EXPECT_TRUE(mysql::is_mysql_dsn("mysql://h/db"));
+    EXPECT_TRUE(mysql::is_mysql_dsn("MariaDB://h"));
+    EXPECT_FALSE(mysql::is_mysql_dsn("postgresql://h/db"));
+    EXPECT_FALSE(mysql::is_mysql_dsn("mysql"));
+    EXPECT_FALSE(mysql::is_mysql_dsn("host=mysql"));
+}
+
+TEST(MysqlDsn, ReadsEveryPartAndDecodesEscapes) {
+    mysql::settings s;
+    mysql::parse_dsn("mysql://app%40eu:p%40ss%3Aword@db.example:3307/orders?sslmode=verify-full&ssl-ca=/ca.pem", s);
+    EXPECT_EQ(s.user, "app@eu");
+    EXPECT_EQ(s.password, "p@ss:word");
+    EXPECT_EQ(s.host, "db.example");
+    EXPECT_EQ(s.port, 3307u);
+    EXPECT_EQ(s.database, "orders");
+    EXPECT_EQ(s.sslmode, "verify-full");
+    EXPECT_EQ(s.sslrootcert, "/ca.pem");
+    EXPECT_EQ(s.server, "db.example:3307/orders");
+}
+
+TEST(MysqlDsn, TheOptionsOverrideTheDsn) {
+    mysql::settings s;
+    s.password = "from-option";
+    s.sslmode = "disable";
+    mysql::parse_dsn("mysql://u:from-dsn@h/db?sslmode=require", s);
+    EXPECT_EQ(s.password, "from-option");
+    EXPECT_EQ(s.sslmode, "disable");
+}
+
+TEST(MysqlDsn, Ipv6AndUnixSockets) {
+    mysql::settings v6;
+    mysql::parse_dsn("mariadb://[::1]:3308", v6);
+    EXPECT_EQ(v6.host, "::1");
+    EXPECT_EQ(v6.port, 3308u);
+    EXPECT_EQ(v6.server, "::1:3308/(no database)");
+    mysql::settings local;
+    mysql::parse_dsn("mysql://root@localhost/db?socket=/run/mysqld/mysqld.sock", local);
+    EXPECT_EQ(local.socket, "/run/mysqld/mysqld.sock");
+    EXPECT_EQ(local.server, "/run/mysqld/mysqld.sock:3306/db");
+}
+
+TEST(MysqlDsn, RefusesWhatItCannotUseWithoutQuotingThePassword) {
+    const auto refused = [](const std::string& dsn, std::string* message = nullptr) {
+        mysql::settings s;
+        return failure_of([&] { mysql::parse_dsn(dsn, s); }, message);
+    };
+    EXPECT_EQ(refused("postgresql://h/db"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://a,b/db"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://h:0/db"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://h:65536/db"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://h/db/more"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://[::1/db"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://h/db?sslmode=prefer"), DLOCK_CONFIG);
+    EXPECT_EQ(refused("mysql://h/db?charset=utf8"), DLOCK_CONFIG);
+    std::string message;
+    EXPECT_EQ(refused("mysql://u:secret%zz@h/db", &message), DLOCK_CONFIG);
+    EXPECT_EQ(message.find("secret"), std::string::npos) << message;
+    EXPECT_NE(message.find("the password"), std::string::npos) << message;
 }
 
 // ---- hash64 ---------------------------------------------------------------------------------------
