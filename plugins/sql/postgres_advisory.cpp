@@ -32,7 +32,7 @@ void scrub(backend* b, session& s) {
 // `unanswered` is set when the server gave no answer within the client limit (then a retry would
 // only wait as long again). `check_idle`: the pool checks an idle session before handing it out
 // (pool::borrow); unchecked, a session the server ended fails the statement at once.
-int acquire_advisory_once(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h,
+int acquire_advisory_once(backend* b, const dlock_acquire_request* req, std::unique_ptr<advisory_hold>& h,
                           dlock_grant* grant, bool& unanswered, bool check_idle) {
     const bool wait = req->deadline_ns != 0;
     auto s = b->sessions->borrow(req->deadline_ns, true, check_idle);
@@ -79,7 +79,7 @@ int acquire_advisory_once(backend* b, const dlock_acquire_request* req, std::uni
 
 }  // namespace
 
-int acquire_advisory(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant) {
+int acquire_advisory(backend* b, const dlock_acquire_request* req, std::unique_ptr<advisory_hold>& h, dlock_grant* grant) {
     h->key = b->key_for(h->name);
     bool unanswered = false;
     try {
@@ -94,13 +94,13 @@ int acquire_advisory(backend* b, const dlock_acquire_request* req, std::unique_p
     }
 }
 
-void retire_session(backend* b, hold* h, bool reusable) {
+void retire_session(backend* b, advisory_hold* h, bool reusable) {
     if (!h->held) return;
     if (!reusable) h->held->mark_broken();
     b->sessions->give_back(std::move(h->held));
 }
 
-int release_advisory(backend* b, hold* h) {
+int release_advisory(backend* b, advisory_hold* h) {
     if (!h->held) return DLOCK_LOST;
     if (b->monitor_for_holds().take(h)) {
         // Already reported LOST: the server ended the session and released the lock with it.
@@ -128,7 +128,7 @@ int release_advisory(backend* b, hold* h) {
 int renew_advisory(backend* b, dlock_renewal* renewals, size_t count) {
     monitor& m = b->monitor_for_holds();
     for (size_t i = 0; i < count; ++i) {
-        hold* h = as_hold(renewals[i].hold);
+        advisory_hold* h = as_advisory_hold(renewals[i].hold);
         renewals[i].valid_until_ns = forever_ns;
         if (!h->held || !m.begin_use(h)) {
             renewals[i].status = DLOCK_LOST;

@@ -207,31 +207,51 @@ void backend::interrupt() {
     for (session* s : waiting) ::shutdown(s->socket(), SHUT_RDWR);
 }
 
-int backend::acquire(const dlock_acquire_request* req, ::dlock_hold** out_hold, dlock_grant* grant) {
-    backend* b = this;
-    if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
-    auto h = std::make_unique<hold>();
+namespace {
+
+// A new hold of `req` (its name, owner token, host lease and kind), of the mode's type `Hold`.
+template <typename Hold>
+std::unique_ptr<Hold> new_hold(const dlock_acquire_request* req, uint32_t kind) {
+    auto h = std::make_unique<Hold>();
     h->name = req->name;
     h->owner = req->owner;
     h->host_lease = req->host_lease;
-    if (DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits)) h->kind = req->kind;
-    if (h->kind != DLOCK_HOLD_EXCLUSIVE && !(capabilities() & (h->kind == DLOCK_HOLD_SHARED ? DLOCK_CAP_SHARED : DLOCK_CAP_SEMAPHORE)))
+    h->kind = kind;
+    return h;
+}
+
+}  // namespace
+
+int backend::acquire(const dlock_acquire_request* req, ::dlock_hold** out_hold, dlock_grant* grant) {
+    backend* b = this;
+    if (b->interrupted) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
+    const uint32_t kind = DLOCK_STRUCT_COVERS(req, dlock_acquire_request, permits) ? req->kind : uint32_t(DLOCK_HOLD_EXCLUSIVE);
+    if (kind != DLOCK_HOLD_EXCLUSIVE && !(capabilities() & (kind == DLOCK_HOLD_SHARED ? DLOCK_CAP_SHARED : DLOCK_CAP_SEMAPHORE)))
         fail(DLOCK_NOT_SUPPORTED, "sql backend: this mode has no semaphores (docs/backends/sql.md)");
-    const int status = b->config.mode == lock_mode::advisory ? acquire_advisory(b, req, h, grant)
-                       : h->kind == DLOCK_HOLD_EXCLUSIVE     ? acquire_lease(b, req, h, grant)
-                                                             : acquire_holder_lease(b, req, h, grant);
+    if (b->config.mode == lock_mode::advisory) {
+        auto h = new_hold<advisory_hold>(req, kind);
+        const int status = acquire_advisory(b, req, h, grant);
+        if (status == DLOCK_OK) *out_hold = h.release();
+        return status;
+    }
+    auto h = new_hold<lease_hold>(req, kind);
+    const int status = kind == DLOCK_HOLD_EXCLUSIVE ? acquire_lease(b, req, h, grant) : acquire_holder_lease(b, req, h, grant);
     if (status == DLOCK_OK) *out_hold = h.release();
     return status;
 }
 
 int backend::release(::dlock_hold* held) {
-    hold* h = as_hold(held);
-    if (config.mode == lock_mode::advisory) return release_advisory(this, h);
+    if (config.mode == lock_mode::advisory) return release_advisory(this, as_advisory_hold(held));
+    lease_hold* h = as_lease_hold(held);
     return h->kind == DLOCK_HOLD_EXCLUSIVE ? release_lease(this, h) : release_holder_lease(this, h);
 }
 
 void backend::destroy_hold(::dlock_hold* held) {
-    hold* h = as_hold(held);
+    if (config.mode == lock_mode::lease) {
+        delete as_lease_hold(held);  // a row expires by itself
+        return;
+    }
+    advisory_hold* h = as_advisory_hold(held);
     try {
         if (h->held) {
             // Never released (or the release failed): end the session, which ends its lock. The

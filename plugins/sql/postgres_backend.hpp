@@ -62,19 +62,29 @@
 
 namespace dlock::sql::postgres {
 
-// One acquisition (lease mode: its lease_state, valid_until_ns and release_sent_while_valid). The
-// host holds it as a ::dlock_hold; as_hold() casts it back.
-struct hold : ::dlock_hold, lease_state {
+// One acquisition: what the holds of both modes have. The host holds it as a ::dlock_hold; the
+// backend, whose mode was fixed at create, casts it back to that mode's hold.
+struct hold : ::dlock_hold {
     std::string name;
     std::string owner;
     uint32_t kind = DLOCK_HOLD_EXCLUSIVE;  // dlock_hold_kind
-    std::string channel;  // lease mode
-    int64_t key = 0;      // advisory mode
     void* host_lease = nullptr;
-    std::unique_ptr<session> held;  // advisory mode: the session whose lock this is
 };
 
-inline hold* as_hold(::dlock_hold* h) { return static_cast<hold*>(h); }
+// Lease mode: a row of the lease table (exclusive) or of the holders table (shared, permit), its
+// validity as this client knows it (lease_state) and the LISTEN channel its release notifies.
+struct lease_hold : hold, lease_state {
+    std::string channel;
+};
+
+// Advisory mode: the advisory key and the session whose lock it is.
+struct advisory_hold : hold {
+    int64_t key = 0;
+    std::unique_ptr<session> held;
+};
+
+inline lease_hold* as_lease_hold(::dlock_hold* h) { return static_cast<lease_hold*>(h); }
+inline advisory_hold* as_advisory_hold(::dlock_hold* h) { return static_cast<advisory_hold*>(h); }
 
 // The dialect: its settings, statements, pools and waiters' machinery. Its methods are the plugin's
 // entry points for PostgreSQL (postgres_backend.cpp); the modes' functions take it as `b`.
@@ -146,7 +156,7 @@ public:
             // as TCP keepalives report a dead peer when nothing acknowledges in its place.
             watcher = std::make_unique<monitor>(
                 [this](void* cookie) {
-                    auto* h = static_cast<hold*>(cookie);
+                    auto* h = static_cast<advisory_hold*>(cookie);
                     if (host.hold_state_changed) host.hold_state_changed(host.context, h->host_lease, DLOCK_LEASE_LOST, 0);
                 },
                 config.peer_timeout_ms * 1'000'000 / 3);
@@ -221,8 +231,8 @@ public:
 // ---- shared by the modes' files -----------------------------------------------------------------
 
 // Lease mode, exclusive holds (postgres_lease.cpp).
-int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
-int release_lease(backend* b, hold* h);
+int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<lease_hold>& h, dlock_grant* grant);
+int release_lease(backend* b, lease_hold* h);
 int renew_lease(backend* b, dlock_renewal* renewals, size_t count);
 
 // Settles the outcome of an acquire statement whose answer never came (its connection broke, or the
@@ -246,17 +256,17 @@ std::optional<failure> end_lost_session(backend* b, const session& lost);
                                          const std::string& why, const char* what);
 
 // Lease mode, shared holds and semaphore permits (postgres_holders.cpp).
-int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
-int release_holder_lease(backend* b, hold* h);
+int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<lease_hold>& h, dlock_grant* grant);
+int release_holder_lease(backend* b, lease_hold* h);
 
 // Advisory mode (postgres_advisory.cpp).
 // lock_timeout for a wait until `deadline_ns` (ms, at least 1; "0": no limit), also the turnstile's.
 std::string lock_timeout_for(int64_t deadline_ns);
-int acquire_advisory(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant);
+int acquire_advisory(backend* b, const dlock_acquire_request* req, std::unique_ptr<advisory_hold>& h, dlock_grant* grant);
 // Gives the hold's session back to the pool after a confirmed unlock, or closes it (a session whose
 // state is in doubt must end, so the server drops whatever it holds).
-void retire_session(backend* b, hold* h, bool reusable);
-int release_advisory(backend* b, hold* h);
+void retire_session(backend* b, advisory_hold* h, bool reusable);
+int release_advisory(backend* b, advisory_hold* h);
 int renew_advisory(backend* b, dlock_renewal* renewals, size_t count);
 // Advisory mode: the names come from the fence rows (one per name dlock ever granted), the holders
 // from pg_locks (every session granted the name's key). The owner token and fencing token are known

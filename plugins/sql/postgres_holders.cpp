@@ -112,7 +112,7 @@ holder_attempt try_holder_lease(backend* b, hold& h, const dlock_acquire_request
 
 }  // namespace
 
-int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant) {
+int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<lease_hold>& h, dlock_grant* grant) {
     const bool shared = h->kind == DLOCK_HOLD_SHARED;
     h->channel = shared ? b->channel_for(h->name) : b->semaphore_channel_for(h->name);
     auto finish = [&](const holder_attempt& a) {
@@ -162,7 +162,7 @@ int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::uniq
     }
 }
 
-int release_holder_lease(backend* b, hold* h) {
+int release_holder_lease(backend* b, lease_hold* h) {
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();

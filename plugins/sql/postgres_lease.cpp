@@ -188,7 +188,7 @@ attempt try_acquire_lease(backend* b, hold& h, int64_t ttl_ms, attempt_role role
 
 }  // namespace
 
-int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<hold>& h, dlock_grant* grant) {
+int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<lease_hold>& h, dlock_grant* grant) {
     h->channel = b->channel_for(h->name);
     auto finish = [&](const attempt& a) {
         grant->fencing_token = a.fence;
@@ -305,7 +305,7 @@ int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<
     }
 }
 
-int release_lease(backend* b, hold* h) {
+int release_lease(backend* b, lease_hold* h) {
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
@@ -323,7 +323,7 @@ int release_lease(backend* b, hold* h) {
 // One statement per kind of hold in the batch (a batch of exclusive holds is one statement, as
 // before semaphores existed); owner tokens are unique, so one set of extended owners answers all.
 int renew_lease(backend* b, dlock_renewal* renewals, size_t count) {
-    const auto itself = [](::dlock_hold* h) { return as_hold(h); };
+    const auto itself = [](::dlock_hold* h) { return as_lease_hold(h); };
     const int64_t deadline = renewal_deadline(b->statement_deadline(), renewals, count, itself);
     auto s = b->sessions->borrow(deadline);
     const int64_t sent = now_ns();
@@ -333,9 +333,9 @@ int renew_lease(backend* b, dlock_renewal* renewals, size_t count) {
     for (const auto& [kind, statement] : kinds) {
         std::vector<std::string> names, owners, ttls;
         for (size_t i = 0; i < count; ++i) {
-            if (as_hold(renewals[i].hold)->kind != kind) continue;
-            names.push_back(as_hold(renewals[i].hold)->name);
-            owners.push_back(as_hold(renewals[i].hold)->owner);
+            if (as_lease_hold(renewals[i].hold)->kind != kind) continue;
+            names.push_back(as_lease_hold(renewals[i].hold)->name);
+            owners.push_back(as_lease_hold(renewals[i].hold)->owner);
             ttls.push_back(std::to_string(renewals[i].ttl_ms));
         }
         if (names.empty()) continue;
