@@ -1,6 +1,6 @@
 // pg_settings.hpp — the PostgreSQL dialect's settings (what the plugin's options say, validated) and
 // the pure functions that turn them into a libpq connection string and session setup, free of
-// libpqxx: the plugin's option parsing (sql_plugin.cpp) and the unit tests include it alone.
+// libpqxx: the plugin's option parsing (sql_plugin.cpp) includes it without the client.
 #pragma once
 
 #include "sql_shared.hpp"
