@@ -42,15 +42,10 @@ if(DLOCK_ZOOKEEPER_MT_LIBRARY AND DLOCK_ZOOKEEPER_MT_INCLUDE_DIR)
   target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_PROBES_ZOOKEEPER=1)
 endif()
 
-# sql: the plugin's session code (libpqxx connection, settings, prepared statements) compiled in.
+# sql: the plugin's PostgreSQL client (libpqxx connection, settings, prepared statements), linked.
 if(TARGET dlock_plugin_sql)
   find_package(PkgConfig REQUIRED)
-  pkg_check_modules(DLOCK_PROBES_PQXX REQUIRED IMPORTED_TARGET libpqxx)
-  pkg_check_modules(DLOCK_PROBES_LIBPQ REQUIRED IMPORTED_TARGET libpq)
-  target_sources(dlock_bench_probes PRIVATE ${dlock_repo_dir}/plugins/sql/sql_common.cpp)
-  target_include_directories(dlock_bench_probes PRIVATE ${dlock_repo_dir}/plugins/sql)
-  target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_kit)
-  target_link_libraries(dlock_bench_probes PRIVATE dlock::plugin_api PkgConfig::DLOCK_PROBES_PQXX PkgConfig::DLOCK_PROBES_LIBPQ dlock_tls_probe)
+  target_link_libraries(dlock_bench_probes PRIVATE dlock_sql_postgres)  # plugins/sql/pg_client.cpp and sql_shared.cpp
   target_compile_definitions(dlock_bench_probes PRIVATE DLOCK_PROBES_SQL=1)
   # mysql_lease, mysql_named: the plugin's MariaDB Connector/C client code compiled in.
   pkg_check_modules(DLOCK_PROBES_MARIADB REQUIRED IMPORTED_TARGET libmariadb)

@@ -1,8 +1,8 @@
 // probes_sql.cpp — the sql probes (sql_lease, sql_advisory): the floor through the plugin's own
-// session code (plugins/sql/sql_common.cpp: libpqxx connection and settings, prepared statements) and
+// session code (plugins/sql/pg_client.cpp: libpqxx connection and settings, prepared statements) and
 // SQL text (sql_statements.hpp), server statements counted from PostgreSQL's statement log, and the
 // peer tooz postgresql (S8).
-#include "sql_common.hpp"
+#include "pg_client.hpp"
 #include "sql_statements.hpp"
 
 #include "probes_support.hpp"

@@ -2,7 +2,6 @@
 #include "mysql_backend.hpp"
 
 #include <fmt/format.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <cctype>
@@ -46,8 +45,6 @@ private:
     std::optional<std::minstd_rand> jitter_;
     int64_t pause_ns_ = 1'000'000;
 };
-
-bool safe_key_char(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '/' || c == '-'; }
 
 std::string holder_description() {
     char host[256] = {0};
@@ -94,19 +91,6 @@ int make_wake_fd() {
 
 }  // namespace
 
-std::string named_lock_key(const std::string& name) {
-    const bool readable = !name.empty() && name.size() <= 58 &&
-                          std::all_of(name.begin(), name.end(), [](unsigned char c) { return safe_key_char(c); });
-    if (readable) return "dlock:" + name;
-    unsigned char digest[SHA256_DIGEST_LENGTH];
-    SHA256(reinterpret_cast<const unsigned char*>(name.data()), name.size(), digest);
-    std::string key = "dlock#";
-    for (size_t i = 0; i < name.size() && i < 25; ++i) key += safe_key_char(name[i]) ? name[i] : '_';
-    key += '#';
-    for (int i = 0; i < 16; ++i) key += fmt::format("{:02x}", digest[i]);
-    return key;
-}
-
 // ---- held_monitor -------------------------------------------------------------------------------
 
 held_monitor::held_monitor(std::function<void(void*)> on_dead) : on_dead_(std::move(on_dead)) {
@@ -130,14 +114,14 @@ held_monitor::~held_monitor() {
 }
 
 void held_monitor::add(void* cookie, int fd) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     entry& e = entries_[cookie] = entry{fd, next_id_++};
     watch(e, true);
 }
 
 bool held_monitor::take(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    settled_.wait(lock, [&] {
+    plugin_kit::unique_lock lock(mutex_);
+    settled_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) {
         auto it = entries_.find(cookie);
         return it == entries_.end() || !it->second.reporting;
     });
@@ -150,8 +134,8 @@ bool held_monitor::take(void* cookie) {
 }
 
 bool held_monitor::begin_use(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    settled_.wait(lock, [&] {
+    plugin_kit::unique_lock lock(mutex_);
+    settled_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) {
         auto it = entries_.find(cookie);
         return it == entries_.end() || !it->second.reporting;
     });
@@ -163,7 +147,7 @@ bool held_monitor::begin_use(void* cookie) {
 }
 
 void held_monitor::end_use(void* cookie, bool still_alive) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     auto it = entries_.find(cookie);
     if (it == entries_.end()) return;
     it->second.in_use = false;
@@ -181,7 +165,7 @@ void held_monitor::run() {
         if (ready < 0 && errno != EINTR) return;
         std::vector<void*> report;
         {
-            std::lock_guard<std::mutex> lock(mutex_);
+            plugin_kit::lock_guard lock(mutex_);
             for (int i = 0; i < ready; ++i) {
                 if (events[i].data.u64 == 0) {
                     uint64_t value;
@@ -202,7 +186,7 @@ void held_monitor::run() {
         }
         for (void* cookie : report) on_dead_(cookie);  // no monitor lock held: the host may block
         if (report.empty()) continue;
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         for (void* cookie : report) {
             auto it = entries_.find(cookie);
             if (it != entries_.end()) it->second.reporting = false;
@@ -237,7 +221,7 @@ backend::backend(const settings& s, const dlock_plugin_host& host) : config_(s),
 }
 
 backend::~backend() {
-    std::lock_guard<std::mutex> lock(monitor_mutex_);
+    plugin_kit::lock_guard lock(monitor_mutex_);
     monitor_.reset();
 }
 
@@ -375,7 +359,7 @@ void backend::interrupt() {
     connections_->interrupt();
     // GET_LOCK waits block inside the server: shutting the socket down ends the statement at once,
     // and the server ends the session, with any lock granted in the same instant.
-    std::lock_guard<std::mutex> lock(waiting_mutex_);
+    plugin_kit::lock_guard lock(waiting_mutex_);
     for (connection* c : waiting_) ::shutdown(c->socket(), SHUT_RDWR);
 }
 
@@ -673,7 +657,7 @@ int backend::release_row(hold* h, bool permit) {
 // ---- named mode ---------------------------------------------------------------------------------
 
 held_monitor& backend::monitor_for_holds() {
-    std::lock_guard<std::mutex> lock(monitor_mutex_);
+    plugin_kit::lock_guard lock(monitor_mutex_);
     if (!monitor_)
         monitor_ = std::make_unique<held_monitor>([this](void* cookie) {
             auto* h = static_cast<hold*>(cookie);
@@ -686,18 +670,14 @@ int backend::acquire_named_once(const dlock_acquire_request* req, std::unique_pt
                                 bool& unanswered) {
     auto c = connections_->borrow(req->deadline_ns == 0 ? statement_deadline() : req->deadline_ns, true);
     {
-        std::lock_guard<std::mutex> lock(waiting_mutex_);
+        plugin_kit::lock_guard lock(waiting_mutex_);
         if (interrupted_) fail(DLOCK_CANCELLED, "sql backend: the client is closing");
         waiting_.push_back(&*c);
     }
-    struct unregister {
-        backend* b;
-        connection* c;
-        ~unregister() {
-            std::lock_guard<std::mutex> lock(b->waiting_mutex_);
-            b->waiting_.erase(std::find(b->waiting_.begin(), b->waiting_.end(), c));
-        }
-    } registered{this, &*c};
+    const auto unregister = plugin_kit::scope_exit([this, waiting = &*c] {
+        plugin_kit::lock_guard lock(waiting_mutex_);
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), waiting));
+    });
     // GET_LOCK's own timeout bounds the wait on the server; the client gives it up a client-side
     // limit later (a wait without a deadline cannot tell a long queue from a partition).
     const int64_t limit_ns = config_.client_limit_ms() * 1'000'000;
@@ -885,7 +865,7 @@ void backend::destroy_hold(hold* h) {
             // monitor forgets the hold first, so it never reports on it after this returns.
             held_monitor* m;
             {
-                std::lock_guard<std::mutex> lock(monitor_mutex_);
+                plugin_kit::lock_guard lock(monitor_mutex_);
                 m = monitor_.get();
             }
             if (m) m->take(h);

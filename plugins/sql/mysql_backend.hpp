@@ -20,7 +20,9 @@
 
 #include "lease_state.hpp"
 #include "mysql_client.hpp"
+#include "mysql_names.hpp"
 #include "mysql_statements.hpp"
+#include "sql_dialect.hpp"
 
 #include <atomic>
 #include <functional>
@@ -33,16 +35,9 @@
 
 namespace dlock::sql::mysql {
 
-// The GET_LOCK name of a lock name: "dlock:" + the name itself when it is 1..58 bytes of
-// [a-z0-9._/-] (readable, and free of the server's case folding and character-set conversion);
-// otherwise "dlock#" + up to 25 such characters of the name (others as `_`) + "#" + the first 128
-// bits of the name's SHA-256 in hex. The two forms never meet (`:` vs `#`), and distinct names share
-// a GET_LOCK name only if their SHA-256 prefixes collide; such names would merely exclude each
-// other (their fence rows stay apart, keyed by the full name).
-std::string named_lock_key(const std::string& name);
-
-// One acquisition held by this client (lease mode: its lease_state).
-struct hold : lease_state {
+// One acquisition held by this client (lease mode: its lease_state); the host holds it as a
+// ::dlock_hold (mysql_dialect.cpp casts it back).
+struct hold : ::dlock_hold, lease_state {
     std::string name, owner, key;
     bool permit = false;  // lease mode: one permit of the semaphore `name`
     void* host_lease = nullptr;
@@ -75,13 +70,13 @@ private:
         bool in_use = false, dead = false, reporting = false;
     };
     void run();
-    void watch(const entry& e, bool on) { switch_epoll_watch(epoll_fd_, e.fd, e.id, on); }
+    void watch(const entry& e, bool on) DLOCK_REQUIRES(mutex_) { switch_epoll_watch(epoll_fd_, e.fd, e.id, on); }
 
     std::function<void(void*)> on_dead_;
-    std::mutex mutex_;
+    plugin_kit::mutex mutex_;
     std::condition_variable settled_;
-    std::map<void*, entry> entries_;
-    uint64_t next_id_ = 1;  // 0: the wake fd
+    std::map<void*, entry> entries_ DLOCK_GUARDED_BY(mutex_);
+    uint64_t next_id_ DLOCK_GUARDED_BY(mutex_) = 1;  // 0: the wake fd
     int epoll_fd_ = -1, wake_fd_ = -1;
     std::atomic<bool> stopping_{false};
     std::thread thread_;
@@ -151,10 +146,10 @@ private:
     std::unique_ptr<pool> connections_;
     std::atomic<bool> interrupted_{false};
     bool holders_ready_ = false;  // lease mode: the holders table exists (semaphores are offered)
-    std::mutex waiting_mutex_;
-    std::vector<connection*> waiting_;  // named mode: blocked in GET_LOCK (interrupt shuts them down)
-    std::mutex monitor_mutex_;
-    std::unique_ptr<held_monitor> monitor_;
+    plugin_kit::mutex waiting_mutex_;
+    std::vector<connection*> waiting_ DLOCK_GUARDED_BY(waiting_mutex_);  // named mode: blocked in GET_LOCK (interrupt shuts them down)
+    plugin_kit::mutex monitor_mutex_;
+    std::unique_ptr<held_monitor> monitor_ DLOCK_GUARDED_BY(monitor_mutex_);
 };
 
 }  // namespace dlock::sql::mysql

@@ -6,7 +6,7 @@
 // ("mysql 127.0.0.1:3306/dlock"), never the password, and say what to do.
 #pragma once
 
-#include "sql_common.hpp"
+#include "sql_shared.hpp"
 
 #include <condition_variable>
 #include <cstdint>
@@ -138,7 +138,7 @@ private:
     bool broken_ = false;
 };
 
-// MySQL connections in a connection_pool (sql_common.hpp). A new connection must be ready within
+// MySQL connections in a connection_pool (sql_shared.hpp). A new connection must be ready within
 // client_limit_ms(); an idle one the server has ended is dropped, not handed out. During the
 // backoff after a failed connect, a borrow fails with that connect's failure.
 struct connections {

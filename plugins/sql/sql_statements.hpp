@@ -213,7 +213,8 @@ struct statements {
     // The owner a lease row carries while it is held shared (never a 32-hex-digit owner token).
     static constexpr const char* shared_owner = "shared";
 
-    std::vector<std::pair<std::string, std::string>> shared() const {
+    // Lease mode: shared holds of a lock (rows of the lease table and the holders table).
+    std::vector<std::pair<std::string, std::string>> shared_lock_statements() const {
         const std::string& T = lease_table;
         const std::string& H = holders_table;
         const std::string ttl = "clock_timestamp() + $3::float8 * interval '1 millisecond'";
@@ -308,6 +309,15 @@ struct statements {
                  " RETURNING h.owner", T, H,
                  fmt::format("FROM b JOIN {0} r ON r.kind = 'S' AND r.name = b.name AND r.owner = b.owner WHERE b.name = t.name"
                              " AND r.expiry > clock_timestamp() AND r.fence >= coalesce(t.generation, 0)", H))},
+        };
+    }
+
+    // Lease mode: semaphore permits (slots of the holders table).
+    std::vector<std::pair<std::string, std::string>> permit_statements() const {
+        const std::string& H = holders_table;
+        const std::string ttl = "clock_timestamp() + $3::float8 * interval '1 millisecond'";
+        const std::string ms_left = "GREATEST(0, ceil(1000 * extract(epoch FROM {} - clock_timestamp())))::bigint";
+        return {
             // $1 name, $2 owner, $3 ttl ms, $4 holder, $5 limit N, $6 admitted by the turnstile, $7
             // turnstile key. Takes a free or expired permit slot (1..N; SKIP LOCKED: slots another
             // statement is taking are passed over) and the next fence from slot 0, whose stored limit
@@ -350,6 +360,15 @@ struct statements {
             // $1 kind, $2 name, $3 owner → the fence when the holder row carries our token, unexpired.
             {"holder_read_back", fmt::format(
                  "SELECT fence FROM {0} WHERE kind = $1 AND name = $2 AND owner = $3 AND slot > 0 AND expiry > clock_timestamp()", H)},
+        };
+    }
+
+    // Lease mode: holders, list and break, and the shared turnstile.
+    std::vector<std::pair<std::string, std::string>> admin_statements() const {
+        const std::string& T = lease_table;
+        const std::string& H = holders_table;
+        const std::string ms_left = "GREATEST(0, ceil(1000 * extract(epoch FROM {} - clock_timestamp())))::bigint";
+        return {
             // $1 prefix, $2 one name only (true) or every name starting with $1 → name, kind
             // (0 exclusive, 1 shared, 2 permit), limit, owner, fence, ms left: every current holder.
             {"holders", fmt::format(
@@ -417,6 +436,15 @@ struct statements {
                                            idle_limit(queue_idle_ms) + ") SELECT pg_advisory_lock_shared($1::bigint) FROM setting"},
             {"turnstile_leave_shared", "SELECT pg_advisory_unlock_shared($1::bigint), " + idle_limit(0)},
         };
+    }
+
+    // The statements of shared holds, permits, holders, list and break (lease mode with the holders
+    // table), in this order.
+    std::vector<std::pair<std::string, std::string>> shared() const {
+        auto all = shared_lock_statements();
+        for (auto& statement : permit_statements()) all.push_back(std::move(statement));
+        for (auto& statement : admin_statements()) all.push_back(std::move(statement));
+        return all;
     }
 
     // A quoted SQL string literal for text dlock composes itself (quoted table names).

@@ -6,9 +6,9 @@
 // shaped like SQL injections, NUL, 1 MiB), and a partition behind something that acknowledges TCP
 // (the lab proxy blackholing). Where a mode breaks safety by design the test demonstrates it (EV)
 // and asserts that it happened, so docs/backends/sql.md stays true. The SqlSettings tests call the
-// plugin's session code (sql_common.cpp, compiled in) directly.
+// plugin's session code (pg_client.cpp, linked) directly.
 #include "backend_test.hpp"
-#include "sql_common.hpp"
+#include "pg_client.hpp"
 
 #include "dlock/lab/faults.hpp"
 #include "dlock/lab/gtest.hpp"

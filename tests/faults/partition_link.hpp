@@ -3,7 +3,7 @@
 // servers through it. Used by the partition scenarios (16a-16d) and the soak's nemesis.
 //
 // For sql the relay mirrors the TCP keepalive and user timeout the plugin asks the PostgreSQL
-// server to use on its sessions (plugins/sql/sql_common.cpp), so a cut advisory holder's session
+// server to use on its sessions (plugins/sql/pg_client.cpp), so a cut advisory holder's session
 // ends on the server when it would on a direct link — neither kept alive by the relay nor ended
 // early.
 #pragma once
@@ -34,7 +34,7 @@ inline constexpr milliseconds kSqlPeerTimeout{3000};
 inline bool is_sql(const context& ctx) { return ctx.tgt().plugin == "sql"; }
 inline bool is_advisory(const context& ctx) { return ctx.tgt().name == "sql_advisory"; }
 
-// What the PostgreSQL server applies to each session the plugin opens (sql_common.cpp: twice the
+// What the PostgreSQL server applies to each session the plugin opens (pg_client.cpp: twice the
 // client's peer timeout), mirrored by the relay on the holder's connections.
 inline lab::mirrored_tcp server_tcp_settings(const context& ctx) {
     lab::mirrored_tcp m;

@@ -1,5 +1,6 @@
-// Settings, connection strings, errors, sessions, the pool, the LISTEN connection and the monitor.
-#include "sql_common.hpp"
+// The PostgreSQL client (pg_client.hpp): settings, connection strings, errors, sessions, the pool,
+// the LISTEN connection and the monitor.
+#include "pg_client.hpp"
 #include "sql_statements.hpp"
 
 #include "tls_probe.hpp"
@@ -181,78 +182,6 @@ std::string redact_conninfo_error(const std::string& message) {
     return out;
 }
 
-// ---- deadline_watch -----------------------------------------------------------------------------
-
-deadline_watch::deadline_watch() { thread_ = std::thread([this] { run(); }); }
-
-deadline_watch::~deadline_watch() {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stopping_ = true;
-    }
-    wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
-}
-
-uint64_t deadline_watch::arm(int fd, int64_t deadline_ns) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t ticket = next_ticket_++;
-    entries_.emplace(ticket, entry{fd, deadline_ns, false});
-    if (deadline_ns < wakes_at_ns_) {
-        wakes_at_ns_ = deadline_ns;
-        wake_.notify_one();
-    }
-    return ticket;
-}
-
-bool deadline_watch::disarm(uint64_t ticket) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(ticket);
-    if (it == entries_.end()) return false;
-    const bool fired = it->second.fired;
-    entries_.erase(it);
-    return fired;
-}
-
-void deadline_watch::run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stopping_) {
-        const int64_t now = now_ns();
-        int64_t next = INT64_MAX;
-        for (auto& [ticket, e] : entries_) {
-            if (e.fired) continue;
-            if (e.deadline_ns <= now) {
-                ::shutdown(e.fd, SHUT_RDWR);  // under the mutex: never after disarm() returned
-                e.fired = true;
-            } else {
-                next = std::min(next, e.deadline_ns);
-            }
-        }
-        // With nothing pending, sleep on until the wake already planned: statements usually end
-        // before this thread runs, and forgetting that plan would make the next arm() wake it again
-        // — one context switch per statement. So it wakes at most once per client limit.
-        if (next != INT64_MAX || wakes_at_ns_ <= now) wakes_at_ns_ = next;
-        if (wakes_at_ns_ == INT64_MAX) wake_.wait(lock);
-        else wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wakes_at_ns_)));
-    }
-}
-
-std::string strip_query_keys(const std::string& dsn, const std::vector<std::string>& drop) {
-    const size_t q = dsn.find('?');
-    if (q == std::string::npos || dsn.find("://") == std::string::npos) return dsn;
-    std::string kept;
-    size_t start = q + 1;
-    while (start <= dsn.size()) {
-        size_t amp = dsn.find('&', start);
-        if (amp == std::string::npos) amp = dsn.size();
-        const std::string item = dsn.substr(start, amp - start);
-        const std::string key = item.substr(0, item.find('='));
-        if (!item.empty() && std::find(drop.begin(), drop.end(), key) == drop.end()) kept += (kept.empty() ? "" : "&") + item;
-        start = amp + 1;
-    }
-    return dsn.substr(0, q) + (kept.empty() ? "" : "?" + kept);
-}
-
 std::string quote_identifier(const std::string& identifier) {
     std::string out = "\"";
     for (char c : identifier) {
@@ -261,35 +190,6 @@ std::string quote_identifier(const std::string& identifier) {
     }
     return out + "\"";
 }
-
-namespace {
-
-constexpr uint64_t fnv1a64_basis = 0xcbf29ce484222325ULL;
-
-uint64_t fnv1a64(uint64_t h, const std::string& bytes) {
-    for (unsigned char c : bytes) {
-        h ^= c;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-uint64_t fmix64(uint64_t h) {  // MurmurHash3's finaliser
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
-}  // namespace
-
-uint64_t hash64(const std::string& bytes) { return fmix64(fnv1a64(fnv1a64_basis, bytes)); }
-
-hash64_prefix::hash64_prefix(const std::string& prefix) : state_(fnv1a64(fnv1a64_basis, prefix)) {}
-
-uint64_t hash64_prefix::operator()(const std::string& rest) const { return fmix64(fnv1a64(state_, rest)); }
 
 void resolve(settings& s) {
     std::vector<std::pair<std::string, std::string>> params;
@@ -603,13 +503,6 @@ void listener::run() {
 
 // ---- monitor ------------------------------------------------------------------------------------
 
-void switch_epoll_watch(int epoll_fd, int fd, uint64_t id, bool on) {
-    epoll_event ev{};
-    ev.events = on ? EPOLLIN | EPOLLRDHUP : EPOLLONESHOT;
-    ev.data.u64 = id;
-    if (epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT && on) epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
-}
-
 monitor::monitor(std::function<void(void*)> on_dead, int64_t probe_interval_ns)
     : on_dead_(std::move(on_dead)), probe_interval_ns_(probe_interval_ns) {
     wake_fd_ = make_wake_fd();
@@ -624,7 +517,7 @@ monitor::monitor(std::function<void(void*)> on_dead, int64_t probe_interval_ns)
 
 monitor::~monitor() {
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        plugin_kit::lock_guard lock(mutex_);
         stopping_ = true;
     }
     signal_fd(wake_fd_);
@@ -638,15 +531,15 @@ std::map<uint64_t, monitor::entry>::iterator monitor::find(void* cookie) {
     return id == ids_.end() ? entries_.end() : entries_.find(id->second);
 }
 
-void monitor::wait_settled(std::unique_lock<std::mutex>& lock, void* cookie) {
-    settled_.wait(lock, [&] {
+void monitor::wait_settled(plugin_kit::unique_lock& lock, void* cookie) {
+    settled_.wait(lock.std(), [&]() DLOCK_REQUIRES(mutex_) {
         auto it = find(cookie);
         return it == entries_.end() || it->second.state == phase::idle || it->second.state == phase::in_use;
     });
 }
 
 void monitor::add(void* cookie, session* s) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     const uint64_t id = next_id_++;
     ids_[cookie] = id;
     entry& e = entries_[id];
@@ -659,7 +552,7 @@ void monitor::add(void* cookie, session* s) {
 }
 
 bool monitor::take(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     wait_settled(lock, cookie);
     auto it = find(cookie);
     if (it == entries_.end()) return false;
@@ -671,7 +564,7 @@ bool monitor::take(void* cookie) {
 }
 
 bool monitor::begin_use(void* cookie) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     wait_settled(lock, cookie);
     auto it = find(cookie);
     if (it == entries_.end() || it->second.dead) return false;
@@ -682,7 +575,7 @@ bool monitor::begin_use(void* cookie) {
 }
 
 void monitor::end_use(void* cookie, bool still_alive) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_kit::lock_guard lock(mutex_);
     auto it = find(cookie);
     if (it == entries_.end()) return;
     it->second.state = phase::idle;
@@ -716,7 +609,7 @@ int64_t monitor::next_probe_event() const {
 
 void monitor::run() {
     epoll_event events[64];
-    std::unique_lock<std::mutex> lock(mutex_);
+    plugin_kit::unique_lock lock(mutex_);
     for (;;) {
         if (stopping_) return;
         // Sleep until the next probe event; with none, until the last one planned (so that add()
@@ -733,7 +626,7 @@ void monitor::run() {
         const int64_t now = now_ns();
         std::vector<std::pair<uint64_t, session*>> to_check;
         std::vector<uint64_t> dead;
-        auto give_up = [&](uint64_t id, entry& e) {
+        auto give_up = [&](uint64_t id, entry& e) DLOCK_REQUIRES(mutex_) {
             e.state = phase::checking;
             watch(e, id, false);
             dead.push_back(id);
