@@ -64,12 +64,15 @@ void drain_fd(int fd) {
     [[maybe_unused]] ssize_t n = ::read(fd, &value, sizeof value);
 }
 
-failure classify_connect_error(const settings& s, const std::exception& e) {
+// `allowed_ms`: how long the attempt was given (the call's deadline, at least 250 ms; without one,
+// statement_timeout + 1/4, at least 5 s), which an unanswered attempt's message states.
+failure classify_connect_error(const settings& s, const std::exception& e, int64_t allowed_ms) {
     const std::string why = one_line(e.what());
     if (dynamic_cast<const no_answer*>(&e))
         return {DLOCK_UNAVAILABLE, fmt::format("sql backend: postgres {} did not answer the connection attempt within {} ms "
-                                               "(client-side limit: statement_timeout + 1/4); the server or the network path "
-                                               "to it is not answering; retry", s.server, s.client_limit_ms())};
+                                               "(the call's deadline, at least 250 ms; without one statement_timeout + 1/4, "
+                                               "at least 5 s); the server or the network path to it is not answering; retry",
+                                               s.server, allowed_ms)};
     if (contains(why, "authentication failed") || contains(why, "password") || contains(why, "no pg_hba.conf entry") ||
         (contains(why, "does not exist") && (contains(why, "role") || contains(why, "database"))))
         return {DLOCK_CONFIG, fmt::format("sql backend: postgres {} refused the connection: {}; check the user, password and "
@@ -391,7 +394,7 @@ std::unique_ptr<session> postgres_sessions::connect(const settings& s,
     } catch (const failure&) {
         throw;  // a server dlock refuses (its version)
     } catch (const std::exception& e) {
-        throw classify_connect_error(s, e);
+        throw classify_connect_error(s, e, (connect_by - now) / 1'000'000);
     } catch (...) {
         throw failure{DLOCK_INTERNAL, "sql backend: unexpected exception while connecting"};
     }

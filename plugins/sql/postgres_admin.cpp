@@ -11,9 +11,10 @@ namespace {
 
 // Holders and list: lease mode with the holders table (both dialects); advisory mode through its
 // fence rows and pg_locks. Break: lease mode only (an advisory lock ends only with its session).
-void require_holder_tables(backend* b) {
+// `what` names the refused call ("break", "holders and list").
+void require_holder_tables(backend* b, const char* what) {
     if (b->config.mode != lock_mode::lease || !b->shared_ready)
-        fail(DLOCK_NOT_SUPPORTED, "sql backend: break needs lease mode with dlock's holders table (docs/backends/sql.md)");
+        fail(DLOCK_NOT_SUPPORTED, fmt::format("sql backend: {} needs lease mode with dlock's holders table (docs/backends/sql.md)", what));
 }
 
 }  // namespace
@@ -50,7 +51,7 @@ int backend::visit_holders(const std::string& name_or_prefix, bool exact, const 
                            void* user_data) {
     backend* b = this;
     if (b->config.mode == lock_mode::advisory) return visit_advisory_holders(b, name_or_prefix, exact, wanted, visit, user_data);
-    require_holder_tables(b);
+    require_holder_tables(b, "holders and list");
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
     pqxx::result r;
@@ -81,7 +82,7 @@ int backend::visit_holders(const std::string& name_or_prefix, bool exact, const 
 
 size_t backend::break_lock(const char* name, bool semaphore) {
     backend* b = this;
-    require_holder_tables(b);
+    require_holder_tables(b, "break");
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
     size_t broken = 0;
