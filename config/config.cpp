@@ -452,6 +452,46 @@ std::string read_secret_file(const raw_option& raw) {
     return secret;
 }
 
+// The value the DSN gives option `desc` (its dsn_part of the URL), into `source`; false when the DSN
+// has no such part.
+bool source_from_dsn(const client_config& config, const dlock_option_desc& desc, raw_option& source) {
+    bool found = false;
+    switch (desc.dsn_part) {
+    case DLOCK_DSN_HOSTS:
+        if (!config.dsn_hosts.empty()) { source.scalar = config.dsn_hosts; found = true; }
+        break;
+    case DLOCK_DSN_USER:
+        if (config.dsn_has_user) { source.scalar = config.dsn_user; found = true; }
+        break;
+    case DLOCK_DSN_PASSWORD:
+        if (config.dsn_has_password) { source.scalar = config.dsn_password; found = true; }
+        break;
+    case DLOCK_DSN_PATH:
+        if (!config.dsn_path.empty() && config.dsn_path != "/") {
+            // A path fills a string whole ("/var/lock/x"), a number without its slash ("/3").
+            source.scalar = desc.type == DLOCK_OPTION_STRING ? config.dsn_path : config.dsn_path.substr(1);
+            found = true;
+        }
+        break;
+    case DLOCK_DSN_URL:
+        source.scalar = config.dsn_url;
+        found = true;
+        break;
+    default:
+        break;
+    }
+    if (!found) return false;
+    source.key = desc.name;
+    source.location = fmt::format("DSN ({} of the URL)", desc.name);
+    if (desc.type == DLOCK_OPTION_STRING_LIST && desc.dsn_part == DLOCK_DSN_HOSTS) {
+        source.is_list = true;
+        std::stringstream hosts(source.scalar);
+        for (std::string h; std::getline(hosts, h, ',');)
+            if (!h.empty()) source.list.push_back(h);
+    }
+    return true;
+}
+
 }  // namespace
 
 bound_options bind_options(const client_config& config, const dlock_plugin& plugin) {
@@ -522,43 +562,7 @@ bound_options bind_options(const client_config& config, const dlock_plugin& plug
                         config.file, desc.name, mode, config.file, file_key, desc.name));
             }
         }
-        if (!found && config.from_dsn) {
-            const std::string loc = fmt::format("DSN ({} of the URL)", desc.name);
-            switch (desc.dsn_part) {
-            case DLOCK_DSN_HOSTS:
-                if (!config.dsn_hosts.empty()) { source.scalar = config.dsn_hosts; found = true; }
-                break;
-            case DLOCK_DSN_USER:
-                if (config.dsn_has_user) { source.scalar = config.dsn_user; found = true; }
-                break;
-            case DLOCK_DSN_PASSWORD:
-                if (config.dsn_has_password) { source.scalar = config.dsn_password; found = true; }
-                break;
-            case DLOCK_DSN_PATH:
-                if (!config.dsn_path.empty() && config.dsn_path != "/") {
-                    // A path fills a string whole ("/var/lock/x"), a number without its slash ("/3").
-                    source.scalar = desc.type == DLOCK_OPTION_STRING ? config.dsn_path : config.dsn_path.substr(1);
-                    found = true;
-                }
-                break;
-            case DLOCK_DSN_URL:
-                source.scalar = config.dsn_url;
-                found = true;
-                break;
-            default:
-                break;
-            }
-            if (found) {
-                source.key = desc.name;
-                source.location = loc;
-                if (desc.type == DLOCK_OPTION_STRING_LIST && desc.dsn_part == DLOCK_DSN_HOSTS) {
-                    source.is_list = true;
-                    std::stringstream hosts(source.scalar);
-                    for (std::string h; std::getline(hosts, h, ',');)
-                        if (!h.empty()) source.list.push_back(h);
-                }
-            }
-        }
+        if (!found && config.from_dsn) found = source_from_dsn(config, desc, source);
         if (!found && desc.default_value) {
             source.key = desc.name;
             source.location = fmt::format("default of option `{}`", desc.name);

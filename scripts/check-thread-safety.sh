@@ -21,7 +21,7 @@ for b in "${excluded[@]}"; do without+=("-DDLOCK_WITH_${b^^}=OFF"); done
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 CC=clang-14 CXX=clang++-14 cmake -S . -B build/thread-safety -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
   "-DCMAKE_CXX_FLAGS=-Wthread-safety -Werror=thread-safety" \
   -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_BENCHMARKS=OFF -DDLOCK_BUILD_CLI=OFF \
   "${without[@]}" >/dev/null

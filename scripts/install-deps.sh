@@ -9,8 +9,9 @@ packages=(
   build-essential cmake pkg-config ccache git python3
   # the linter of the Redis Lua scripts (luacheck, run by scripts/test.sh)
   lua-check
-  # clang's -Wthread-safety build (scripts/check-thread-safety.sh)
-  clang-14
+  # clang's -Wthread-safety build (scripts/check-thread-safety.sh) and its parser for the size
+  # limits (scripts/check-sizes.py)
+  clang-14 python3-clang-14
   # core dependencies
   libboost-dev libboost-filesystem-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcurl4-openssl-dev
