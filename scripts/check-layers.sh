@@ -7,9 +7,9 @@
 #   scripts/check-layers.sh BUILD    also checks the objects of a build (e.g. build/release): no
 #                                    layer of libdlock calls a function that a layer above it defines
 #
-# The layers, lowest first (see docs/abi.md and the CMakeLists of each directory):
+# The layers, lowest first (docs/architecture.md explains them; see also the CMakeLists of each directory):
 #   public   api/include: dlock.h, dlock.hpp, dlock_admin.h(pp), plugin.h — the contract
-#   base     base/: errors, clock                                   may use public
+#   base     base/: errors, clock                                   may use kit (its clock), public
 #   config   config/: YAML/DSN, option binding                      may use base, public
 #   loader   loader/: plugin search and negotiation                 may use base, public
 #   kit      plugins/kit: what plugins share                        may use public
@@ -43,7 +43,7 @@ layer_of() {  # path of a file -> its layer in $layer_found ("" when not in a la
 allowed() {  # layer -> the layers it may include (besides its own)
   case "$1" in
     public) echo "" ;;
-    base) echo "public" ;;
+    base) echo "kit public" ;;
     config | loader) echo "base public" ;;
     kit) echo "public" ;;
     plugin) echo "kit public" ;;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dlock/dlock.h>
+#include <dlock/plugin_kit/clock.hpp>
 
 #include <cstdint>
 #include <limits>
@@ -44,25 +45,19 @@ constexpr const char* status_name(int status) noexcept {
     }
 }
 
-constexpr int64_t ns_per_ms = 1'000'000;
-constexpr int64_t forever_ns = std::numeric_limits<int64_t>::max();
+// The clock and its arithmetic are the plugin kit's (dlock/plugin_kit/clock.hpp): the core and the
+// plugins measure every deadline and validity on one clock, CLOCK_MONOTONIC in nanoseconds.
+using plugin_kit::forever_ns;
+using plugin_kit::ms_to_ns;  // milliseconds to nanoseconds, saturating at ±forever_ns
+using plugin_kit::ns_per_ms;
 
 // CLOCK_MONOTONIC in nanoseconds: the clock of every deadline, validity and timestamp in dlock.
 // (std::chrono::steady_clock is the same clock on Linux.)
-inline int64_t monotonic_now_ns() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+inline int64_t monotonic_now_ns() noexcept { return plugin_kit::now_ns(); }
 
 // a + b, clamped to [0, forever_ns] for non-negative inputs (deadlines never wrap).
 inline int64_t saturating_add(int64_t a, int64_t b) noexcept {
     return (b > 0 && a > forever_ns - b) ? forever_ns : a + b;
-}
-
-// Milliseconds to nanoseconds, saturating at forever_ns.
-inline int64_t ms_to_ns(int64_t ms) noexcept {
-    return ms >= forever_ns / ns_per_ms ? forever_ns : ms * ns_per_ms;
 }
 
 }  // namespace dlock::detail
