@@ -255,6 +255,11 @@ std::optional<failure> end_lost_session(backend* b, const session& lost);
 [[noreturn]] void fail_unsettled_acquire(const backend* b, const std::string& name, const char* lost,
                                          const std::string& why, const char* what);
 
+// A release statement of `h`, sent at `sent`, that failed with `e` (on session `s`): the session is
+// dropped if its connection broke, the hold remembers the release went unanswered, and the failure
+// is thrown, UNKNOWN for an unanswered or unavailable server (the row may or may not be gone).
+[[noreturn]] void fail_release(backend* b, session& s, lease_hold* h, int64_t sent, const std::exception& e);
+
 // Lease mode, shared holds and semaphore permits (postgres_holders.cpp).
 int acquire_holder_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<lease_hold>& h, dlock_grant* grant);
 int release_holder_lease(backend* b, lease_hold* h);

@@ -174,10 +174,7 @@ int release_holder_lease(backend* b, lease_hold* h) {
         const pqxx::result r = s->run_until(deadline, "permit_release", h->name, h->owner, h->channel);
         return h->release_answered(!r.empty());
     } catch (const std::exception& e) {
-        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        h->release_unanswered(sent);
-        const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
-        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+        fail_release(b, *s, h, sent, e);
     }
 }
 

@@ -305,6 +305,13 @@ int acquire_lease(backend* b, const dlock_acquire_request* req, std::unique_ptr<
     }
 }
 
+void fail_release(backend* b, session& s, lease_hold* h, int64_t sent, const std::exception& e) {
+    if (dynamic_cast<const pqxx::broken_connection*>(&e)) s.mark_broken();
+    h->release_unanswered(sent);
+    const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
+    fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+}
+
 int release_lease(backend* b, lease_hold* h) {
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
@@ -313,10 +320,7 @@ int release_lease(backend* b, lease_hold* h) {
         const pqxx::result r = s->run_until(deadline, "release", h->name, h->owner, h->channel);
         return h->release_answered(!r.empty());
     } catch (const std::exception& e) {
-        if (dynamic_cast<const pqxx::broken_connection*>(&e)) s->mark_broken();
-        h->release_unanswered(sent);
-        const failure f = classify(b->config, e, fmt::format("the release of `{}`", h->name), true);
-        fail(f.status == DLOCK_BACKEND || f.status == DLOCK_UNAVAILABLE ? DLOCK_UNKNOWN : f.status, f.message);
+        fail_release(b, *s, h, sent, e);
     }
 }
 

@@ -1,6 +1,8 @@
 // Names why a TLS server's certificate is refused (tls_probe.hpp).
 #include "tls_probe.hpp"
 
+#include <dlock/plugin_kit/scope_exit.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -37,13 +39,6 @@ bool wait_for(int fd, short events, clock::time_point deadline) {
         if (ready == 0 || errno != EINTR) return false;
     }
 }
-
-struct fd_closer {
-    int fd = -1;
-    ~fd_closer() {
-        if (fd >= 0) ::close(fd);
-    }
-};
 
 // A non-blocking TCP connection to host:port, or -1.
 int connect_to(const std::string& host, uint16_t port, clock::time_point deadline) {
@@ -156,9 +151,10 @@ std::string server_certificate_problem(const std::string& host, uint16_t port, b
                                        preamble before, int timeout_ms) {
     try {
         const auto deadline = clock::now() + std::chrono::milliseconds(timeout_ms);
-        fd_closer socket{connect_to(host, port, deadline)};
-        if (socket.fd < 0) return "";
-        if (before == preamble::postgres && !postgres_ssl_request(socket.fd, deadline)) return "";
+        const int fd = connect_to(host, port, deadline);
+        if (fd < 0) return "";
+        const auto close_fd = dlock::plugin_kit::scope_exit([fd] { ::close(fd); });
+        if (before == preamble::postgres && !postgres_ssl_request(fd, deadline)) return "";
 
         std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), &SSL_CTX_free);
         if (!ctx || !load_ca(ctx.get(), ca_pem)) return "";
@@ -173,14 +169,14 @@ std::string server_certificate_problem(const std::string& host, uint16_t port, b
         if (!ip) SSL_set_tlsext_host_name(ssl.get(), host.c_str());
         if (check_host && ip) X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
         if (check_host && !ip) X509_VERIFY_PARAM_set1_host(param, host.c_str(), 0);
-        SSL_set_fd(ssl.get(), socket.fd);
+        SSL_set_fd(ssl.get(), fd);
         // The handshake: the server's certificate arrives, and is judged, in its first flight.
         for (;;) {
             const int done = SSL_connect(ssl.get());
             if (done == 1) break;
             const int want = SSL_get_error(ssl.get(), done);
-            if (want == SSL_ERROR_WANT_READ && wait_for(socket.fd, POLLIN, deadline)) continue;
-            if (want == SSL_ERROR_WANT_WRITE && wait_for(socket.fd, POLLOUT, deadline)) continue;
+            if (want == SSL_ERROR_WANT_READ && wait_for(fd, POLLIN, deadline)) continue;
+            if (want == SSL_ERROR_WANT_WRITE && wait_for(fd, POLLOUT, deadline)) continue;
             break;  // refused for a reason of the server's (say, no client certificate), or out of time
         }
         ERR_clear_error();
