@@ -20,7 +20,9 @@ enum class queue_mode : int {
     // As fair_try, and a refused acquirer queues (or keeps its place) to be granted in turn.
     fair_wait = 2,
     // redlock_acquire_script only: granted whenever the lock is free, as barging, but a refused
-    // acquirer queues, so that a release wakes it on its own channel like a fair waiter.
+    // acquirer queues, so that a release wakes it on its own channel like a fair waiter. Never pass
+    // it to queue_acquire, shared_acquire or permit_acquire: they read `mode > 0` as fair and queue
+    // only on `mode == 2`, so it would be taken for a fair try that never queues.
     barging_wait = 3,
 };
 
@@ -31,7 +33,8 @@ constexpr queue_mode redlock_queue_mode(bool fair, bool waits) noexcept {
                 : (waits ? queue_mode::barging_wait : queue_mode::barging);
 }
 
-// Whether a refused acquire in mode `m` stays in the waiter queue (the scripts' `mode >= 2`).
+// Whether a refused acquire in mode `m` stays in the waiter queue (redlock_acquire's `mode >= 2`;
+// the other acquire scripts, which never get barging_wait, test `mode == 2`).
 constexpr bool queues(queue_mode m) noexcept { return m == queue_mode::fair_wait || m == queue_mode::barging_wait; }
 
 // The script argument: the mode's number.
