@@ -11,7 +11,7 @@ namespace {
 
 // Holders and list: lease mode with the holders table (both dialects); advisory mode through its
 // fence rows and pg_locks. Break: lease mode only (an advisory lock ends only with its session).
-// `what` names the refused call ("break", "holders and list").
+// `what` names the refused call ("break", "listing holders").
 void require_holder_tables(backend* b, const char* what) {
     if (b->config.mode != lock_mode::lease || !b->shared_ready)
         fail(DLOCK_NOT_SUPPORTED, fmt::format("sql backend: {} needs lease mode with dlock's holders table (docs/backends/sql.md)", what));
@@ -51,7 +51,7 @@ int backend::visit_holders(const std::string& name_or_prefix, bool exact, const 
                            void* user_data) {
     backend* b = this;
     if (b->config.mode == lock_mode::advisory) return visit_advisory_holders(b, name_or_prefix, exact, wanted, visit, user_data);
-    require_holder_tables(b, "holders and list");
+    require_holder_tables(b, "listing holders");
     const int64_t deadline = b->statement_deadline();
     auto s = b->sessions->borrow(deadline);
     pqxx::result r;

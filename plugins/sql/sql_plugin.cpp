@@ -111,8 +111,6 @@ bool select_mysql(const dlock_option_value* values, size_t count, const std::str
     fail(DLOCK_CONFIG, fmt::format("sql backend: option `dialect` is `{}`; use `postgresql` or `mysql`", dialect));
 }
 
-// The MySQL dialect's backend from the plugin's options (validated here: the same option names as
-
 // The MySQL dialect's settings from the plugin's options (validated here: the same option names as
 // PostgreSQL's, with MySQL's limits; options only PostgreSQL has are refused by name).
 mysql::settings parse_mysql(const dlock_option_value* values, size_t count, const std::string& dsn) {
