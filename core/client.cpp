@@ -109,6 +109,9 @@ void client_core::log(int level, const char* message) {
 
 dlock_lease* client_core::acquire(const char* name, const dlock_acquire_options* options) {
     if (!metrics_) return acquire_lease(name, options);
+    // acquire_lease counts itself out before it returns, and a close in another thread may then
+    // free this client (its last reference is the handle's): keep it alive to record the outcome.
+    const auto keep_alive = shared_from_this();
     const int64_t start = monotonic_now_ns();
     auto record = [&](int status) {
         // A try-once (wait 0) measures the backend's latency; any other wait, the time spent waiting.
@@ -504,6 +507,9 @@ int client_core::renew(dlock_lease* lease) {
     changed_.notify_all();
     const int status = call == DLOCK_OK ? renewal.status : call;
     apply_renewal(*h, status, renewal.valid_until_ns, clock_->now_ns());
+    // A keeper that scanned while this renewal was busy skipped the hold and sleeps until its old
+    // validity ends: wake it for the new schedule, as a new hold does.
+    if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) clock_->notify_all(keeper_wake_);
     if (status != DLOCK_OK)
         throw error(status, message_of(err, fmt::format("backend `{}`: renewal of `{}` not confirmed ({})", plugin_->name,
                                                         h->name, detail::status_name(status))));

@@ -453,3 +453,26 @@ TEST_F(Keeper, CloseWaitsForAnInspectInsideTheBackend) {
     EXPECT_EQ(inspected, DLOCK_OK) << dlock_last_error();
     EXPECT_EQ(fake_inspects_running_when_destroyed(), 0) << "the backend was destroyed under a running inspect";
 }
+
+// A manual renew still in flight when the keeper scans makes the keeper skip the hold and sleep
+// until the hold's old validity ends. Once the renew answers, the keeper must be woken for the new
+// schedule (a renewal ⅓ of a ttl after the manual one), not renew only when the old validity ends:
+// on a backend whose validity counts from the send, a manual renew right after the acquire would
+// leave that late renewal almost no time.
+TEST_F(Keeper, ManualRenewWakesTheKeeperForTheNewSchedule) {
+    clock_driver to_the_end(*clock_, 1, 10ms);  // lets a renewal in flight end when the client closes
+    auto client = fake_client("  renew_delay: 100ms\n");
+    const auto start = now();
+    auto lease = client.acquire("renewed-by-hand", dlock::acquire_options().with_ttl(900ms));
+    advance(290ms);  // the keeper's renewal is due at 300 ms
+    std::error_code renewed;
+    std::thread renewer([&] { lease.renew(renewed); });
+    settle(2);  // the keeper and the manual renewal's pause wait on the clock
+    advance(100ms);  // the keeper woke at 300 ms beside the busy hold; the renewal answers at 390 ms
+    renewer.join();
+    ASSERT_FALSE(renewed) << dlock_last_error();
+    EXPECT_EQ(lease.valid_until(), start + 390ms + 900ms);
+    advance(460ms);  // to 850 ms: the keeper renewed at 690 ms (⅓ of the ttl after 390 ms), answered at 790 ms
+    EXPECT_EQ(lease.valid_until(), start + 790ms + 900ms) << "the keeper slept until the old validity's end (900 ms)";
+    to_the_end.start();
+}
