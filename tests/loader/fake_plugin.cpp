@@ -90,7 +90,7 @@ static std::atomic<int> fake_inspects_running{0};
 static std::atomic<int> fake_inspects_running_at_destroy{0};
 static std::atomic<int> fake_interrupts{0};  // interrupt calls (a close begins with one)
 
-struct dlock_backend {
+struct fake_backend {
     dlock_plugin_host host{};
     int64_t inspect_delay_ms = 0;
     int64_t lose_after_ms = 0;
@@ -114,11 +114,19 @@ struct dlock_backend {
     std::vector<std::thread> losers;
 };
 
-struct dlock_hold {
+struct fake_hold {
     std::string name, owner;
     void* cookie;
     bool release_unanswered = false;  // (backend mutex) an earlier release removed the lock unanswered
 };
+
+// The ABI's opaque handles are this fake's objects, under names of its own: a test program builds
+// the fake in beside the built-in `file` backend, whose `struct dlock_backend` and `struct dlock_hold`
+// are other types (one name with two definitions in one program is undefined behaviour: the
+// linker kept one destructor for both).
+static fake_backend* of(dlock_backend* b) { return reinterpret_cast<fake_backend*>(b); }
+static fake_hold* of(dlock_hold* h) { return reinterpret_cast<fake_hold*>(h); }
+static dlock_hold* handle_of(fake_hold* h) { return reinterpret_cast<dlock_hold*>(h); }
 
 namespace {
 
@@ -152,7 +160,7 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
     throw std::runtime_error("fake backend threw");
 #else
     (void)error;
-    auto* b = new dlock_backend;
+    auto* b = new fake_backend;
     b->host = *host;
     for (size_t i = 0; i < count; ++i) {
         if (!std::strcmp(values[i].name, "lose_after")) b->lose_after_ms = values[i].int_value;
@@ -168,12 +176,14 @@ int fake_create(const dlock_option_value* values, size_t count, const dlock_plug
         if (!std::strcmp(values[i].name, "log_line") && values[i].string_value && *values[i].string_value && host->log)
             host->log(host->context, 2, values[i].string_value);
     }
-    *out = b;
+    *out = reinterpret_cast<dlock_backend*>(b);
     return DLOCK_OK;
 #endif
 }
 
-void fake_destroy(dlock_backend* b) {
+void fake_destroy(dlock_backend* backend_handle) {
+    fake_backend* b = of(backend_handle);
+
     fake_inspects_running_at_destroy = fake_inspects_running.load();
     {
         std::lock_guard<std::mutex> lock(b->report_mutex);
@@ -186,15 +196,18 @@ void fake_destroy(dlock_backend* b) {
 
 uint64_t fake_capabilities(dlock_backend*) { return DLOCK_CAP_FENCING | DLOCK_CAP_TTL | DLOCK_CAP_PUSH_WAIT; }
 
-void fake_interrupt(dlock_backend* b) {
+void fake_interrupt(dlock_backend* backend_handle) {
+    fake_backend* b = of(backend_handle);
+
     ++fake_interrupts;
     std::lock_guard<std::mutex> lock(b->mutex);
     b->interrupted = true;
     notify_all(b->changed);
 }
 
-int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** out_hold, dlock_grant* grant,
+int fake_acquire(dlock_backend* backend_handle, const dlock_acquire_request* r, dlock_hold** out_hold, dlock_grant* grant,
                  dlock_plugin_error* error) {
+    fake_backend* b = of(backend_handle);
     std::unique_lock<std::mutex> lock(b->mutex);
     for (;;) {
         if (b->interrupted) { set_error(error, "fake: interrupted"); return DLOCK_CANCELLED; }
@@ -204,7 +217,7 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
             e.owner = r->owner;
             e.expires_ns = sent + r->ttl_ms * 1'000'000;
             ++e.fence;
-            *out_hold = new dlock_hold{r->name, r->owner, r->host_lease};
+            *out_hold = handle_of(new fake_hold{r->name, r->owner, r->host_lease});
             grant->fencing_token = e.fence;
             grant->valid_until_ns = e.expires_ns - b->drift_ms * 1'000'000;
             grant->ttl_ms = r->ttl_ms;
@@ -239,7 +252,10 @@ int fake_acquire(dlock_backend* b, const dlock_acquire_request* r, dlock_hold** 
     }
 }
 
-int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
+int fake_release(dlock_backend* backend_handle, dlock_hold* hold_handle, dlock_plugin_error* error) {
+    fake_backend* b = of(backend_handle);
+    fake_hold* h = of(hold_handle);
+
     std::lock_guard<std::mutex> lock(b->mutex);
     entry& e = b->locks[h->name];
     if (e.owner != h->owner || e.expires_ns <= now_ns()) return h->release_unanswered ? DLOCK_OK : DLOCK_LOST;
@@ -254,7 +270,10 @@ int fake_release(dlock_backend* b, dlock_hold* h, dlock_plugin_error* error) {
     return DLOCK_OK;
 }
 
-void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
+void fake_hold_destroy(dlock_backend* backend_handle, dlock_hold* hold_handle) {
+    fake_backend* b = of(backend_handle);
+    fake_hold* h = of(hold_handle);
+
     {
         std::lock_guard<std::mutex> report(b->report_mutex);
         b->live_cookies.erase(h->cookie);
@@ -262,16 +281,18 @@ void fake_hold_destroy(dlock_backend* b, dlock_hold* h) {
     delete h;
 }
 
-int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
+int fake_renew(dlock_backend* backend_handle, dlock_renewal* rs, size_t count, dlock_plugin_error*) {
+    fake_backend* b = of(backend_handle);
+
     bool delayed = false;
-    for (size_t i = 0; i < count && !delayed; ++i) delayed = rs[i].hold->name.compare(0, b->renew_delay_prefix.size(), b->renew_delay_prefix) == 0;
+    for (size_t i = 0; i < count && !delayed; ++i) delayed = of(rs[i].hold)->name.compare(0, b->renew_delay_prefix.size(), b->renew_delay_prefix) == 0;
     if (b->renew_delay_ms > 0 && delayed) pause_ms(b->renew_delay_ms);
     std::lock_guard<std::mutex> lock(b->mutex);
     for (size_t i = 0; i < count; ++i) {
         if (b->renew_status) { rs[i].status = b->renew_status; continue; }
-        entry& e = b->locks[rs[i].hold->name];
+        entry& e = b->locks[of(rs[i].hold)->name];
         const int64_t sent = now_ns();
-        if (e.owner != rs[i].hold->owner || e.expires_ns <= sent) { rs[i].status = DLOCK_LOST; continue; }
+        if (e.owner != of(rs[i].hold)->owner || e.expires_ns <= sent) { rs[i].status = DLOCK_LOST; continue; }
         e.expires_ns = sent + rs[i].ttl_ms * 1'000'000;
         rs[i].status = DLOCK_OK;
         rs[i].valid_until_ns = e.expires_ns - b->drift_ms * 1'000'000;
@@ -279,7 +300,9 @@ int fake_renew(dlock_backend* b, dlock_renewal* rs, size_t count, dlock_plugin_e
     return DLOCK_OK;
 }
 
-int fake_inspect(dlock_backend* b, const char* name, dlock_lock_info* info, dlock_plugin_error*) {
+int fake_inspect(dlock_backend* backend_handle, const char* name, dlock_lock_info* info, dlock_plugin_error*) {
+    fake_backend* b = of(backend_handle);
+
     if (b->inspect_delay_ms > 0) {
         ++fake_inspects_running;
         pause_ms(b->inspect_delay_ms);
