@@ -361,8 +361,7 @@ dlock_lease* client_core::acquire_new_hold(const resolved_acquire& r, bool& in_f
             h->counted_held = true;
             metrics_->held_changed(+1);
         }
-        // Waking the keeper costs a context switch: only when this hold is due before its next wake.
-        if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) clock_->notify_all(keeper_wake_);
+        wake_keeper_if_due_sooner(*h);
         return new_lease(std::move(h), r);  // the lease takes this function's reference
     }
 }
@@ -509,7 +508,7 @@ int client_core::renew(dlock_lease* lease) {
     apply_renewal(*h, status, renewal.valid_until_ns, clock_->now_ns());
     // A keeper that scanned while this renewal was busy skipped the hold and sleeps until its old
     // validity ends: wake it for the new schedule, as a new hold does.
-    if (std::min(h->next_renew_ns, h->valid_until_ns) < keeper_wakes_at_ns_) clock_->notify_all(keeper_wake_);
+    wake_keeper_if_due_sooner(*h);
     if (status != DLOCK_OK)
         throw error(status, message_of(err, fmt::format("backend `{}`: renewal of `{}` not confirmed ({})", plugin_->name,
                                                         h->name, detail::status_name(status))));

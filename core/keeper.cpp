@@ -59,6 +59,11 @@ void client_core::keeper_loop() {
     }
 }
 
+void client_core::wake_keeper_if_due_sooner(const hold& h) {
+    // Waking the keeper costs a context switch: only when the hold is due before its next wake.
+    if (std::min(h.next_renew_ns, h.valid_until_ns) < keeper_wakes_at_ns_) clock_->notify_all(keeper_wake_);
+}
+
 void client_core::apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) {
     if (h.state == DLOCK_LEASE_LOST || h.state == DLOCK_LEASE_RELEASED) return;
     if (metrics_ && status != DLOCK_OK) metrics_->renew_failed(status);

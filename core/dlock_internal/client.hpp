@@ -154,6 +154,8 @@ private:
     // release answers, a manual renew, a callback registered late) is taken from validity: from
     // valid_until on another client may hold the lock.
     bool lost_by_validity(hold& h) DLOCK_REQUIRES(mutex_);
+    // Wakes the keeper when `h` is due (a renewal or its validity's end) before the keeper would wake.
+    void wake_keeper_if_due_sooner(const hold& h) DLOCK_REQUIRES(mutex_);
     // Applies one renewal's result to a hold.
     void apply_renewal(hold& h, int status, int64_t valid_until_ns, int64_t now_ns) DLOCK_REQUIRES(mutex_);
     // Releases a hold in the backend (waits until it is not busy). `lock` is on mutex_, let go of
